@@ -1,0 +1,3 @@
+from kai_ray.cli import main
+
+main()

@@ -1,0 +1,3 @@
+"""Imports each command module so it registers itself on the app. One line per module."""
+
+from kai_ray.cli import podgroup  # noqa: F401

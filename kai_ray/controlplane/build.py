@@ -1,0 +1,211 @@
+"""Build the control-plane binaries from Go modules into a versioned cache.
+
+Why a build and not a download: release pages are unreachable here, but the Go module proxy is. Each binary is
+built once and cached under ``~/.cache/kai-ray/bin/<name>-<version>-<go>`` so that a warm run costs a stat call.
+
+kube-apiserver cannot be ``go install``-ed (``k8s.io/kubernetes`` maps its staging modules with ``replace``), so it
+is built from a small generated wrapper module whose replace list is read from upstream's go.mod through the proxy.
+etcd's server module replaces its siblings with relative paths, so it gets a wrapper too. The rest install directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+K8S_VERSION = "v1.33.13"
+ETCD_VERSION = "v3.5.21"
+KWOK_VERSION = "v0.7.0"
+HELM_VERSION = "v4.2.4"
+KUBERAY_VERSION = "v1.7.0"
+
+KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
+KWOK_MODULE = "sigs.k8s.io/kwok"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("KAI_RAY_CACHE", Path.home() / ".cache" / "kai-ray"))
+
+
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("CGO_ENABLED", "0")
+    env.setdefault("GOTOOLCHAIN", "local")
+    env.setdefault("GOFLAGS", "-trimpath -buildvcs=false")
+    return env
+
+
+def go_version() -> str:
+    out = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, check=True, env=go_env())
+    return out.stdout.strip()
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=go_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def module_dir(module: str, version: str) -> Path:
+    """Download a module through the proxy (no build) and return its read-only source directory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _run(["go", "mod", "init", "kairay.local/probe"], cwd=Path(tmp))
+        info = json.loads(_run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=Path(tmp)))
+    return Path(info["Dir"])
+
+
+@dataclass
+class Binary:
+    name: str
+    version: str
+    build: str  # "install", "kube", "etcd"
+    module: str = ""
+    package: str = ""
+    ldflags: list[str] = field(default_factory=list)
+
+    def key(self) -> str:
+        digest = hashlib.sha256(json.dumps([self.module, self.package, self.ldflags, self.build]).encode()).hexdigest()
+        return f"{self.name}-{self.version}-{go_version()}-{digest[:8]}"
+
+    def path(self) -> Path:
+        return cache_root() / "bin" / self.key() / self.name
+
+
+def _kube_ldflags() -> list[str]:
+    major, minor = K8S_VERSION.lstrip("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    return [
+        "-s", "-w",
+        f"-X {pkg}.gitVersion={K8S_VERSION}",
+        f"-X {pkg}.gitMajor={major}",
+        f"-X {pkg}.gitMinor={minor}",
+        f"-X {pkg}.gitTreeState=clean",
+        f"-X {pkg}.buildDate=2026-01-01T00:00:00Z",
+    ]
+
+
+BINARIES: dict[str, Binary] = {
+    "etcd": Binary("etcd", ETCD_VERSION, "etcd", module="go.etcd.io/etcd/server/v3"),
+    "kwok": Binary("kwok", KWOK_VERSION, "install", module=KWOK_MODULE, package=f"{KWOK_MODULE}/cmd/kwok"),
+    "kube-apiserver": Binary("kube-apiserver", K8S_VERSION, "kube", module="k8s.io/kubernetes",
+                             ldflags=_kube_ldflags()),
+    "helm": Binary("helm", HELM_VERSION, "install", module="helm.sh/helm/v4", package="helm.sh/helm/v4/cmd/helm"),
+    "kuberay-operator": Binary("kuberay-operator", KUBERAY_VERSION, "install", module=KUBERAY_MODULE,
+                               package=KUBERAY_MODULE),
+}
+
+KUBE_MAIN = """package main
+
+import (
+\t"os"
+\t_ "time/tzdata"
+
+\t"k8s.io/component-base/cli"
+\t_ "k8s.io/component-base/logs/json/register"
+\t_ "k8s.io/component-base/metrics/prometheus/clientgo"
+\t_ "k8s.io/component-base/metrics/prometheus/version"
+\t"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+\tos.Exit(cli.Run(app.NewAPIServerCommand()))
+}
+"""
+
+ETCD_MAIN = """package main
+
+import (
+\t"os"
+
+\t"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+\tetcdmain.Main(os.Args)
+}
+"""
+
+
+def _wrapper(work: Path, main_src: str, require: str, version: str) -> None:
+    (work / "cmd").mkdir(parents=True)
+    (work / "cmd" / "main.go").write_text(main_src)
+    _run(["go", "mod", "init", "kairay.local/wrapper"], cwd=work)
+    _run(["go", "mod", "edit", "-go=1.24.0", f"-require={require}@{version}"], cwd=work)
+
+
+def _build_kube(b: Binary, work: Path, out: Path) -> None:
+    _wrapper(work, KUBE_MAIN, b.module, b.version)
+    upstream = json.loads(_run(["go", "mod", "download", "-json", f"{b.module}@{b.version}"], cwd=work))
+    mod = json.loads(_run(["go", "mod", "edit", "-json", upstream["GoMod"]], cwd=work))
+    staging = "v0." + b.version.lstrip("v").split(".", 1)[1]
+    edits = [
+        f"-replace={r['Old']['Path']}={r['Old']['Path']}@{staging}"
+        for r in mod.get("Replace") or []
+        if r["New"]["Path"].startswith("./staging/")
+    ]
+    _run(["go", "mod", "edit", *edits], cwd=work)
+    with open(work / "go.mod", "a") as fh:
+        fh.write("\ngodebug default=go1.24\n")
+    _run(["go", "mod", "tidy"], cwd=work)
+    _run(["go", "build", "-p", "2", "-o", str(out), "-ldflags", " ".join(b.ldflags), "./cmd"], cwd=work)
+
+
+def _build_etcd(b: Binary, work: Path, out: Path) -> None:
+    _wrapper(work, ETCD_MAIN, b.module, b.version)
+    _run(["go", "mod", "tidy"], cwd=work)
+    _run(["go", "build", "-o", str(out), "-ldflags", "-s -w", "./cmd"], cwd=work)
+
+
+def _build_install(b: Binary, work: Path, out: Path) -> None:
+    env_bin = work / "gobin"
+    proc = subprocess.run(
+        ["go", "install", "-ldflags", "-s -w", f"{b.package}@{b.version}"],
+        env={**go_env(), "GOBIN": str(env_bin)}, capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"go install {b.package}@{b.version} failed:\n{proc.stderr[-4000:]}")
+    built = next(env_bin.iterdir())
+    shutil.move(str(built), out)
+
+
+def ensure(name: str, log: bool = True) -> Path:
+    """Return the cached binary, building it first if missing."""
+    b = BINARIES[name]
+    target = b.path()
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    if log:
+        print(f"[kai-ray] building {name} {b.version} (cold)...", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix=f"kai-ray-{name}-") as tmp:
+        work = Path(tmp)
+        partial = target.with_suffix(".partial")
+        {"kube": _build_kube, "etcd": _build_etcd, "install": _build_install}[b.build](b, work, partial)
+        partial.rename(target)
+    if log:
+        print(f"[kai-ray] built {name} in {time.monotonic() - start:.0f}s -> {target}", file=sys.stderr, flush=True)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=list(BINARIES), help="binaries to build (default: all)")
+    args = parser.parse_args(argv)
+    for name in args.names:
+        print(ensure(name))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

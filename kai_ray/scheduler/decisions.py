@@ -1,0 +1,108 @@
+"""The scheduler core's output: what should happen, and why.
+
+Every decision carries a machine-readable ``reason`` (a stable code an operator can put on a condition or Event) and
+a human ``message``. Adapters turn these into Bindings, Evictions (or Ray-aware shrinks/suspends), PodGroup
+conditions and Queue status; the simulator applies them to its in-memory world.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Action(str, Enum):
+    ALLOCATE = "allocate"
+    CONSOLIDATION = "consolidation"
+    RECLAIM = "reclaim"
+    PREEMPT = "preempt"
+    STALE_GANG_EVICTION = "stalegangeviction"
+
+
+class Reason(str, Enum):
+    """Stable reason codes. KAI's names where KAI has one."""
+
+    # bind
+    SCHEDULED = "Scheduled"
+    ELASTIC_SCALE_UP = "ElasticScaleUp"
+    PIPELINED = "Pipelined"  # placed on resources that victims are still releasing
+    # pending (PodGroup condition Unschedulable)
+    QUEUE_DOES_NOT_EXIST = "QueueDoesNotExist"
+    QUEUE_NOT_LEAF = "QueueNotLeaf"
+    OVER_LIMIT = "OverLimit"
+    NON_PREEMPTIBLE_OVER_QUOTA = "NonPreemptibleOverQuota"
+    GANG_DOES_NOT_FIT = "GangDoesNotFit"
+    NEVER_FITS = "NeverFits"  # bigger than any node / the whole cluster: no eviction can help
+    TOPOLOGY = "TopologyConstraintUnsatisfiable"
+    PREEMPTION_DELAY_NOT_ELAPSED = "PreemptionDelayNotElapsed"
+    NOT_READY = "NotReadyForScheduling"  # fewer pods exist than the gang's minimum
+    INVALID = "InvalidPodGroup"
+    # evict
+    PREEMPTED = "Preempted"
+    RECLAIMED = "Reclaimed"
+    CONSOLIDATED = "Consolidated"
+    STALE_GANG = "StaleGang"
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    pod: str  # Pod.uid
+    job: str  # Job.key
+    node: str
+    reason: Reason = Reason.SCHEDULED
+    gpu_group: str | None = None  # fractional pods: the shared GPU they go on
+    pipelined: bool = False  # True: wait for victims to release before binding
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    pod: str  # Pod.uid
+    job: str  # victim Job.key
+    action: Action
+    reason: Reason
+    preemptor: str | None = None  # Job.key that the eviction makes room for
+    elastic: bool = False  # True: surplus above the gang's min (shrink, do not kill the gang)
+    whole_gang: bool = False  # True: the victim gang goes entirely
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """Per-PodGroup verdict of the cycle: scheduled, or why not (the blocking fact)."""
+
+    job: str
+    scheduled: bool
+    reason: Reason
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)  # e.g. {"shortfall": {"gpu": 2.0}, "queue": {...}}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A validation finding about bad input that the core worked around (never raised)."""
+
+    kind: str  # Queue | PodGroup | Pod | Node
+    name: str
+    field: str
+    message: str
+
+
+@dataclass(slots=True)
+class QueueStatus:
+    name: str
+    fair_share: dict[str, float]
+    allocated: dict[str, float]
+    allocated_non_preemptible: dict[str, float]
+    requested: dict[str, float]
+
+
+@dataclass(slots=True)
+class CycleResult:
+    binds: list[Bind] = field(default_factory=list)
+    evictions: list[Evict] = field(default_factory=list)
+    jobs: dict[str, JobStatus] = field(default_factory=dict)  # by Job.key
+    queues: dict[str, QueueStatus] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)  # timings and counters

@@ -1,0 +1,220 @@
+"""The scheduler core's input: a plain-data picture of the cluster at one instant.
+
+Why plain dataclasses and not the pydantic API models: the core runs thousands of what-ifs per cycle and must not
+pay validation costs, nor know about YAML, Kubernetes or Ray. Adapters (the operators, the simulator) build a
+``Snapshot`` from whatever they watch; the core only reads it and answers with decisions.
+
+Units follow KAI's queue units so quotas compare without conversion: cpu in millicores, memory in bytes (queues say
+MB = 10^6 bytes; adapters multiply), gpu in whole or fractional GPUs. ``-1`` in a queue quota or limit means
+"unlimited"; ``0`` is literal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+UNLIMITED = -1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A resource vector; the three resources KAI divides (gpu, cpu millicores, memory bytes)."""
+
+    gpu: float = 0.0
+    cpu: float = 0.0
+    memory: float = 0.0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.gpu - other.gpu, self.cpu - other.cpu, self.memory - other.memory)
+
+    def scale(self, k: float) -> Resources:
+        return Resources(self.gpu * k, self.cpu * k, self.memory * k)
+
+    def fits_in(self, other: Resources, eps: float = 1e-9) -> bool:
+        return self.gpu <= other.gpu + eps and self.cpu <= other.cpu + eps and self.memory <= other.memory + eps
+
+    def as_dict(self) -> dict[str, float]:
+        return {"gpu": self.gpu, "cpu": self.cpu, "memory": self.memory}
+
+    @staticmethod
+    def names() -> tuple[str, str, str]:
+        return ("gpu", "cpu", "memory")
+
+
+ZERO = Resources()
+
+
+class PodPhase(str, Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"  # bound to a node (includes ContainerCreating)
+    RELEASING = "Releasing"  # terminating: still holds its node's resources
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Preemptibility(str, Enum):
+    PREEMPTIBLE = "preemptible"
+    NON_PREEMPTIBLE = "non-preemptible"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # empty key with operator Exists tolerates everything
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    """One matchExpression of a required node-affinity term (In, NotIn, Exists, DoesNotExist, Gt, Lt)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    allocatable: Resources
+    max_pods: int = 110
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
+    gpu_memory_mib: int = 0  # memory of one GPU (node label nvidia.com/gpu.memory); 0 = unknown
+    unschedulable: bool = False  # cordoned
+    ready: bool = True
+
+
+@dataclass(slots=True)
+class Pod:
+    """One pod of a PodGroup. ``uid`` is the identity used in decisions (``namespace/name`` is fine)."""
+
+    uid: str
+    name: str
+    namespace: str
+    job: str  # key of its Job (``namespace/podgroup-name``)
+    request: Resources
+    phase: PodPhase = PodPhase.PENDING
+    node: str | None = None
+    subgroup: str | None = None  # kai.scheduler/subgroup-name; None when the job has no subgroups
+    task_priority: int = 0  # kai.scheduler/task-priority: higher is placed first, evicted last
+    is_ray_head: bool = False  # ray.io/node-type=head: placed first, evicted last
+    gpu_fraction: float | None = None  # gpu-fraction annotation: share of ONE GPU (0 < f < 1)
+    gpu_memory_mib: int | None = None  # gpu-memory annotation: MiB of one GPU
+    gpu_group: str | None = None  # for a bound fractional pod: which shared GPU it sits on
+    node_selector: dict[str, str] = field(default_factory=dict)
+    required_affinity: list[list[NodeSelectorRequirement]] = field(default_factory=list)  # OR of ANDed terms
+    tolerations: list[Toleration] = field(default_factory=list)
+    start_time: float | None = None  # seconds (snapshot clock) when it became Running
+    gated: bool = False  # has scheduling gates: not ready to schedule
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    topology: str  # name of a Topology
+    required_level: str | None = None  # a node label key from the Topology's levels
+    preferred_level: str | None = None
+
+
+@dataclass(slots=True)
+class Topology:
+    name: str
+    levels: list[str]  # node label keys, largest domain first
+
+
+@dataclass(slots=True)
+class SubGroup:
+    name: str
+    min_member: int | None = None  # a leaf: pods required
+    min_subgroup: int | None = None  # an inner node: children required (None = all)
+    parent: str | None = None
+    max_member: int | None = None  # kai-ray.io/subgroup-max: elastic ceiling of this subgroup
+    topology: TopologyConstraint | None = None
+
+
+@dataclass(slots=True)
+class Job:
+    """A PodGroup and its pods: the unit of gang scheduling."""
+
+    namespace: str
+    name: str
+    queue: str
+    priority: int = 50
+    priority_class: str = ""
+    preemptibility: Preemptibility | None = None  # None: derived, priority < 100 is preemptible
+    min_member: int = 1
+    min_subgroup: int | None = None
+    subgroups: list[SubGroup] = field(default_factory=list)
+    max_member: int | None = None  # kai-ray.io/max-member: elastic ceiling of the whole gang
+    topology: TopologyConstraint | None = None
+    created_at: float = 0.0
+    last_start: float | None = None  # kai.scheduler/last-start-timestamp
+    preemption_delay: float | None = None  # seconds pending before this job may cause evictions
+    staleness_grace: float | None = None  # seconds; negative disables stale-gang eviction
+    uid: str = ""
+    kind: str = ""  # RayCluster / RayJob / RayService / "" - informational
+    pods: list[Pod] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def preemptible(self) -> bool:
+        if self.preemptibility is not None:
+            return self.preemptibility is Preemptibility.PREEMPTIBLE
+        return self.priority < 100
+
+
+@dataclass(slots=True)
+class Queue:
+    name: str
+    parent: str | None = None
+    priority: int = 100
+    quota: Resources = field(default_factory=lambda: Resources(0.0, 0.0, 0.0))  # deserved; -1 = unlimited
+    limit: Resources = field(default_factory=lambda: Resources(UNLIMITED, UNLIMITED, UNLIMITED))  # -1 = no cap
+    over_quota_weight: Resources = field(default_factory=lambda: Resources(1.0, 1.0, 1.0))
+    preempt_min_runtime: float | None = None  # seconds
+    reclaim_min_runtime: float | None = None
+    created_at: float = 0.0
+    uid: str = ""
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Options of one scheduling cycle. Defaults are KAI's."""
+
+    placement_gpu: str = "binpack"  # binpack | spread
+    placement_cpu: str = "binpack"
+    actions: tuple[str, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+    queue_priority_in_quota_reclaim: bool = False  # kai-ray/KAI alpha: higher-priority queue reclaims in-quota
+    default_preemption_delay: float = 0.0
+    default_staleness_grace: float = 60.0
+    default_preempt_min_runtime: float = 0.0
+    default_reclaim_min_runtime: float = 0.0
+    k_value: float = 1.0
+    reclaimer_saturation_multiplier: float = 1.0
+    max_consolidation_preemptees: int = 16
+    default_priority: int = 50  # value of an unknown PriorityClass
+
+
+@dataclass(slots=True)
+class Snapshot:
+    nodes: list[Node]
+    queues: list[Queue]
+    jobs: list[Job]
+    now: float = 0.0
+    topologies: list[Topology] = field(default_factory=list)
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
