@@ -26,7 +26,7 @@ K8S_VERSION = "v1.33.13"
 ETCD_VERSION = "v3.5.21"
 KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v4.2.4"
-KUBERAY_VERSION = "v1.7.0"
+KUBERAY_VERSION = "v1.6.1"  # v1.7.0 is answered 403 "not available" by the module proxy here
 
 KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
 KWOK_MODULE = "sigs.k8s.io/kwok"
@@ -85,7 +85,8 @@ def _kube_ldflags() -> list[str]:
     major, minor = K8S_VERSION.lstrip("v").split(".")[:2]
     pkg = "k8s.io/component-base/version"
     return [
-        "-s", "-w",
+        "-s",
+        "-w",
         f"-X {pkg}.gitVersion={K8S_VERSION}",
         f"-X {pkg}.gitMajor={major}",
         f"-X {pkg}.gitMinor={minor}",
@@ -97,11 +98,13 @@ def _kube_ldflags() -> list[str]:
 BINARIES: dict[str, Binary] = {
     "etcd": Binary("etcd", ETCD_VERSION, "etcd", module="go.etcd.io/etcd/server/v3"),
     "kwok": Binary("kwok", KWOK_VERSION, "install", module=KWOK_MODULE, package=f"{KWOK_MODULE}/cmd/kwok"),
-    "kube-apiserver": Binary("kube-apiserver", K8S_VERSION, "kube", module="k8s.io/kubernetes",
-                             ldflags=_kube_ldflags()),
+    "kube-apiserver": Binary(
+        "kube-apiserver", K8S_VERSION, "kube", module="k8s.io/kubernetes", ldflags=_kube_ldflags()
+    ),
     "helm": Binary("helm", HELM_VERSION, "install", module="helm.sh/helm/v4", package="helm.sh/helm/v4/cmd/helm"),
-    "kuberay-operator": Binary("kuberay-operator", KUBERAY_VERSION, "install", module=KUBERAY_MODULE,
-                               package=KUBERAY_MODULE),
+    "kuberay-operator": Binary(
+        "kuberay-operator", KUBERAY_VERSION, "install", module=KUBERAY_MODULE, package=KUBERAY_MODULE
+    ),
 }
 
 KUBE_MAIN = """package main
@@ -170,7 +173,9 @@ def _build_install(b: Binary, work: Path, out: Path) -> None:
     env_bin = work / "gobin"
     proc = subprocess.run(
         ["go", "install", "-ldflags", "-s -w", f"{b.package}@{b.version}"],
-        env={**go_env(), "GOBIN": str(env_bin)}, capture_output=True, text=True,
+        env={**go_env(), "GOBIN": str(env_bin)},
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"go install {b.package}@{b.version} failed:\n{proc.stderr[-4000:]}")

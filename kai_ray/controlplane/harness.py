@@ -1,0 +1,772 @@
+"""Start a real kube-apiserver + etcd + KWOK on loopback, for tests, benchmarks and debugging.
+
+Why not envtest or kind: there is no Docker here and no release downloads, only the Go module proxy, so the binaries
+come from :mod:`kai_ray.controlplane.build`. This module owns everything around them: PKI, a token kubeconfig, process
+lifetimes (each in its own process group, killed on exit, with a parent-death signal as a last resort), bounded
+readiness waits, and helpers that tests need (fake GPU nodes, CRDs, namespaces).
+
+Run one by hand::
+
+    python -m kai_ray.controlplane.harness --nodes 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import yaml
+
+from kai_ray.controlplane import build, pki
+
+ADMIN_USER = "admin"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_VALUE = "fake"
+NODE_BATCH_LABEL = "kai-ray.test/node-batch"
+GPU_RESOURCE = "nvidia.com/gpu"
+FIELD_MANAGER = "kai-ray-controlplane"
+SERVICE_CIDR = "10.0.0.0/24"
+POD_CIDR = "10.244.0.0/16"
+
+KWOK_STAGES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+
+T = TypeVar("T")
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not start or a bounded wait ran out; the message carries the relevant log tail."""
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def our_crd_dir() -> Path:
+    """kai-ray's CRDs (Queue, PodGroup), shipped in the Helm chart."""
+    return repo_root() / "helm" / "kai-ray" / "crds"
+
+
+@lru_cache(maxsize=1)
+def kuberay_crd_dir() -> Path:
+    """KubeRay's ``config/crd/bases`` from its Go module (downloaded through the proxy, never committed)."""
+    path = build.module_dir(build.KUBERAY_MODULE, build.KUBERAY_VERSION) / "config" / "crd" / "bases"
+    if not path.is_dir():
+        raise ControlPlaneError(f"KubeRay module {build.KUBERAY_VERSION} has no {path}")
+    return path
+
+
+def kuberay_crd_files() -> list[Path]:
+    """The RayCluster, RayJob and RayService CRDs."""
+    return sorted(kuberay_crd_dir().glob("ray.io_*.yaml"))
+
+
+@lru_cache(maxsize=1)
+def kwok_stage_files() -> list[Path]:
+    """Stage files from the pinned KWOK module: v0.7 has built-in defaults, v0.8+ requires them, so always pass."""
+    base = build.module_dir(build.KWOK_MODULE, build.KWOK_VERSION) / "kustomize" / "stage"
+    files = [base / rel for rel in KWOK_STAGES]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ControlPlaneError(f"KWOK {build.KWOK_VERSION} module lacks stage files: {', '.join(missing)}")
+    return files
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (the OS may hand it out again; callers start promptly)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(
+    what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.1, on_timeout: str = ""
+) -> T:
+    """Poll ``check`` until it returns something other than None/False; raise ControlPlaneError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = check()
+            if result is not None and result is not False:
+                return result
+        except ControlPlaneError:
+            raise
+        except Exception as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}{detail}{on_timeout}")
+        time.sleep(interval)
+
+
+def _decode_proc_addr(hex_addr: str) -> tuple[str, int]:
+    host, port = hex_addr.split(":")
+    raw = bytes.fromhex(host)
+    # /proc/net/tcp{,6} prints each 32-bit word in host (little-endian) order.
+    raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
+    return socket.inet_ntop(family, raw), int(port, 16)
+
+
+def listening_sockets(pid: int) -> list[tuple[str, int]]:
+    """(address, port) of the TCP sockets process ``pid`` listens on."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 9 and parts[3] == "0A" and parts[9] in inodes:
+                found.append(_decode_proc_addr(parts[1]))
+    return found
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL it if the parent (thread) dies, so no orphan survives."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class Component:
+    """One child process, in its own process group, logging to a file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError as exc:
+            return f"(no log: {exc})"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def rss_bytes(self) -> int:
+        """Resident set size now, from /proc (0 if gone)."""
+        try:
+            for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def listening(self) -> list[tuple[str, int]]:
+        """(address, port) of every TCP socket this process listens on, from /proc; used to prove loopback-only."""
+        return listening_sockets(self.popen.pid)
+
+    def failure(self, what: str) -> ControlPlaneError:
+        state = "running" if self.alive() else f"exited with code {self.popen.returncode}"
+        return ControlPlaneError(f"{self.name} {what} ({state}); last lines of {self.log}:\n{self.tail()}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL it if it has not gone after ``grace`` seconds."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=grace)
+        # The group may hold children even after the leader exited.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+
+
+_LIVE: set[ControlPlane] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _stop_all_at_exit() -> None:
+    with _LIVE_LOCK:
+        planes = list(_LIVE)
+    for plane in planes:
+        with contextlib.suppress(Exception):
+            plane.stop()
+
+
+atexit.register(_stop_all_at_exit)
+
+
+@dataclass
+class Timings:
+    """Seconds from the start of :meth:`ControlPlane.start`; for the report and the benchmarks."""
+
+    pki: float = 0.0
+    etcd_ready: float = 0.0
+    apiserver_ready: float = 0.0
+    kwok_ready: float = 0.0
+    total: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.__dict__.items()}
+
+
+@dataclass(eq=False)
+class ControlPlane:
+    """etcd + kube-apiserver (+ KWOK) on 127.0.0.1, as a context manager.
+
+    ``startup_timeout`` bounds each readiness wait; it is generous because a cold machine with two busy cores can take
+    tens of seconds to bring the apiserver to ``/readyz``. ``keep_workdir`` keeps certs, data and logs after stop
+    (also when ``KAI_RAY_KEEP_CONTROLPLANE=1``).
+    """
+
+    kwok: bool = True
+    startup_timeout: float = 180.0
+    workdir: Path | None = None
+    keep_workdir: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_KEEP_CONTROLPLANE") == "1")
+    apiserver_extra_args: list[str] = field(default_factory=list)
+
+    token: str = field(default="", init=False)
+    apiserver_port: int = field(default=0, init=False)
+    etcd_port: int = field(default=0, init=False)
+    kwok_port: int = field(default=0, init=False)
+    timings: Timings = field(default_factory=Timings, init=False)
+    components: dict[str, Component] = field(default_factory=dict, init=False)
+    _owns_workdir: bool = field(default=False, init=False)
+    _pki: pki.Pki | None = field(default=None, init=False)
+    _client: Any = field(default=None, init=False, repr=False)
+
+    # --- lifecycle -------------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> ControlPlane:
+        """Build (or reuse) the binaries, then start etcd, kube-apiserver and KWOK, waiting for each to be ready."""
+        binaries = {name: build.ensure(name) for name in ("etcd", "kube-apiserver", *(("kwok",) if self.kwok else ()))}
+        stages = kwok_stage_files() if self.kwok else []
+        begin = time.monotonic()
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="kai-ray-cp-"))
+            self._owns_workdir = True
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            self._pki = pki.generate(self.workdir / "pki")
+            self.token = secrets.token_hex(24)
+            (self.workdir / "tokens.csv").write_text(f'{self.token},{ADMIN_USER},uid-{ADMIN_USER},"system:masters"\n')
+            (self.workdir / "tokens.csv").chmod(0o600)
+            self.timings.pki = time.monotonic() - begin
+
+            self._start_etcd(binaries["etcd"])
+            self.timings.etcd_ready = time.monotonic() - begin
+            self._start_apiserver(binaries["kube-apiserver"])
+            self.timings.apiserver_ready = time.monotonic() - begin
+            self._write_kubeconfig()
+            if self.kwok:
+                self._start_kwok(binaries["kwok"], stages)
+            self.timings.kwok_ready = time.monotonic() - begin
+            self.timings.total = time.monotonic() - begin
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop KWOK, then the apiserver, then etcd (each TERM then KILL of its process group); idempotent."""
+        for name in ("kwok", "kube-apiserver", "etcd"):
+            comp = self.components.get(name)
+            if comp is not None:
+                comp.stop()
+        for name in list(self.components):
+            self.components[name].stop()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if self._owns_workdir and self.workdir is not None and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Component:
+        assert self.workdir is not None
+        log = self.workdir / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as fh:
+            fh.write(f"# {' '.join(argv)}\n".encode())
+            fh.flush()
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=env or dict(os.environ),
+                start_new_session=True,
+                # The parent-death signal is tied to the forking thread, so only use it from the main thread.
+                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
+            )
+        comp = Component(name, popen, log)
+        self.components[name] = comp
+        return comp
+
+    def _start_etcd(self, binary: Path) -> None:
+        assert self.workdir is not None
+        self.etcd_port = free_port()
+        peer_port = free_port()
+        data = self.workdir / "etcd"
+        client_url = f"http://127.0.0.1:{self.etcd_port}"
+        peer_url = f"http://127.0.0.1:{peer_port}"
+        comp = self._spawn(
+            "etcd",
+            [
+                str(binary),
+                "--name=kai-ray",
+                f"--data-dir={data}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=kai-ray={peer_url}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+                "--quota-backend-bytes=4294967296",
+                "--auto-compaction-mode=periodic",
+                "--auto-compaction-retention=5m",
+            ],
+        )
+
+        def healthy() -> bool:
+            if not comp.alive():
+                raise comp.failure("exited during startup")
+            with urllib.request.urlopen(f"{client_url}/health", timeout=2) as resp:
+                return bool(json.loads(resp.read()).get("health") == "true")
+
+        self._wait(comp, "to report /health", healthy)
+
+    def _start_apiserver(self, binary: Path) -> None:
+        assert self.workdir is not None and self._pki is not None
+        self.apiserver_port = free_port()
+        p = self._pki
+        argv = [
+            str(binary),
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--etcd-prefix=/registry",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--cert-dir={self.workdir / 'pki'}",
+            f"--tls-cert-file={p.serving_cert}",
+            f"--tls-private-key-file={p.serving_key}",
+            f"--client-ca-file={p.ca_cert}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={p.sa_pub}",
+            f"--service-account-signing-key-file={p.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--enable-priority-and-fairness=false",
+            "--max-requests-inflight=0",
+            "--max-mutating-requests-inflight=0",
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+            "--v=1",
+            *self.apiserver_extra_args,
+        ]
+        comp = self._spawn("kube-apiserver", argv)
+        url = f"{self.server}/readyz"
+        ctx = self.ssl_context()
+
+        def ready() -> bool:
+            if not comp.alive():
+                raise comp.failure("exited during startup")
+            req = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}"})
+            try:
+                with urllib.request.urlopen(req, timeout=3, context=ctx) as resp:
+                    return bool(resp.status == 200)
+            except urllib.error.HTTPError:
+                return False
+
+        self._wait(comp, "to report /readyz", ready, interval=0.2)
+
+    def _start_kwok(self, binary: Path, stages: list[Path]) -> None:
+        self.kwok_port = free_port()
+        argv = [
+            str(binary),
+            f"--kubeconfig={self.kubeconfig_path}",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
+            f"--cidr={POD_CIDR}",
+            "--node-ip=10.0.0.1",
+            "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{self.kwok_port}",
+        ]
+        for stage in stages:
+            argv.append(f"--config={stage}")
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.workdir)  # keeps ~/.kwok untouched
+        comp = self._spawn("kwok", argv, env=env)
+        url = f"http://127.0.0.1:{self.kwok_port}/healthz"
+
+        def healthy() -> bool:
+            if not comp.alive():
+                raise comp.failure("exited during startup")
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+
+        self._wait(comp, "to report /healthz", healthy)
+
+    def _wait(self, comp: Component, what: str, check: Callable[[], bool], interval: float = 0.1) -> None:
+        try:
+            wait_for(f"{comp.name} {what}", check, self.startup_timeout, interval=interval)
+        except ControlPlaneError as exc:
+            if comp.name in str(exc) and "last lines" in str(exc):
+                raise
+            raise comp.failure(f"did not become ready: {exc}") from None
+
+    # --- access ----------------------------------------------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def ca_path(self) -> Path:
+        assert self._pki is not None, "control plane not started"
+        return self._pki.ca_cert
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        assert self.workdir is not None, "control plane not started"
+        return self.workdir / "kubeconfig"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_path))
+
+    def _write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "kai-ray-test",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": _b64(self.ca_path.read_bytes()),
+                    },
+                }
+            ],
+            "users": [{"name": ADMIN_USER, "user": {"token": self.token}}],
+            "contexts": [{"name": "kai-ray-test", "context": {"cluster": "kai-ray-test", "user": ADMIN_USER}}],
+            "current-context": "kai-ray-test",
+            "preferences": {},
+        }
+        self.kubeconfig_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.kubeconfig_path.chmod(0o600)
+
+    def env(self) -> dict[str, str]:
+        """``os.environ`` plus ``KUBECONFIG`` for subprocesses (operators, helm, the KubeRay operator)."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig_path)}
+
+    def api_client(self, pool_size: int = 16) -> Any:
+        """A fresh ``kubernetes.client.ApiClient`` for this control plane (the global default config is untouched)."""
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.server
+        cfg.ssl_ca_cert = str(self.ca_path)
+        cfg.verify_ssl = True
+        cfg.api_key = {"authorization": self.token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        cfg.connection_pool_maxsize = pool_size
+        return client.ApiClient(cfg)
+
+    def request(
+        self, path: str, method: str = "GET", headers: dict[str, str] | None = None, timeout: float = 10.0
+    ) -> Any:
+        """A raw JSON request with the admin token (for /version, /readyz, Table output...)."""
+        req = urllib.request.Request(
+            f"{self.server}{path}", method=method, headers={"Authorization": f"Bearer {self.token}", **(headers or {})}
+        )
+        with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context()) as resp:
+            return json.loads(resp.read())
+
+    def version(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("/version")
+        return result
+
+    def rss_bytes(self, component: str) -> int:
+        comp = self.components.get(component)
+        return comp.rss_bytes() if comp else 0
+
+    def log_path(self, component: str) -> Path:
+        return self.components[component].log
+
+    def check_alive(self) -> None:
+        """Raise with the log tail if any component has died (call it when a test sees the API misbehave)."""
+        for comp in self.components.values():
+            if not comp.alive():
+                raise comp.failure("is not running")
+
+    # --- helpers for tests ----------------------------------------------------------------------------------------
+
+    def create_gpu_nodes(
+        self,
+        n: int,
+        gpus: int = 8,
+        cpu: str = "64",
+        memory: str = "512Gi",
+        pods: int = 110,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        extra_resources: dict[str, str] | None = None,
+        gpu_product: str = "NVIDIA-H100-80GB-HBM3",
+        gpu_memory_mib: int = 81920,
+        prefix: str = "kwok-gpu",
+        wait: bool = True,
+        timeout: float = 60.0,
+    ) -> list[str]:
+        """Create ``n`` KWOK-managed nodes with ``nvidia.com/gpu`` capacity and wait until they are Ready.
+
+        Names are ``<prefix>-<batch>-<i>``; every node of the call carries label ``kai-ray.test/node-batch=<batch>``.
+        The GPU Feature Discovery labels KAI reads (``nvidia.com/gpu.memory`` etc.) are set too.
+        """
+        from kubernetes import client
+
+        if self.kwok is False:
+            raise ControlPlaneError("create_gpu_nodes needs KWOK (ControlPlane(kwok=True))")
+        batch = uuid.uuid4().hex[:6]
+        resources = {"cpu": cpu, "memory": memory, "pods": str(pods), **(extra_resources or {})}
+        node_labels_base = {
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+            NODE_BATCH_LABEL: batch,
+        }
+        if gpus:
+            resources[GPU_RESOURCE] = str(gpus)
+            node_labels_base.update(
+                {
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.count": str(gpus),
+                    "nvidia.com/gpu.product": gpu_product,
+                    "nvidia.com/gpu.memory": str(gpu_memory_mib),
+                }
+            )
+        core: Any = client.CoreV1Api(self._shared_client())
+        names = []
+        for i in range(n):
+            name = f"{prefix}-{batch}-{i}"
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {**node_labels_base, "kubernetes.io/hostname": name, **(labels or {})},
+                    "annotations": {
+                        KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE,
+                        "node.alpha.kubernetes.io/ttl": "0",
+                        **(annotations or {}),
+                    },
+                },
+                "spec": {"taints": taints or []},
+                "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+            }
+            core.create_node(body)
+            names.append(name)
+        if wait:
+            self.wait_nodes_ready(names, timeout=timeout)
+        return names
+
+    def wait_nodes_ready(self, names: Iterable[str], timeout: float = 60.0) -> None:
+        """Wait until every named node has condition Ready=True (KWOK sets it)."""
+        from kubernetes import client
+
+        wanted = set(names)
+        core: Any = client.CoreV1Api(self._shared_client())
+
+        def all_ready() -> bool:
+            self.check_alive()
+            ready = set()
+            for node in core.list_node().items:
+                if node.metadata.name in wanted and _node_ready(node):
+                    ready.add(node.metadata.name)
+            return ready == wanted
+
+        wait_for(f"{len(wanted)} KWOK nodes to become Ready", all_ready, timeout, interval=0.2)
+
+    def delete_nodes(self, names: Iterable[str]) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        core: Any = client.CoreV1Api(self._shared_client())
+        for name in names:
+            try:
+                core.delete_node(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def apply_crds(self, paths: Iterable[Path | str], timeout: float = 60.0) -> list[str]:
+        """Server-side apply every CRD document in ``paths`` (files or directories) and wait until Established."""
+        from kubernetes import client
+
+        api: Any = client.ApiextensionsV1Api(self._shared_client())
+        names: list[str] = []
+        for doc in _crd_documents(paths):
+            name = doc["metadata"]["name"]
+            api.patch_custom_resource_definition(
+                name,
+                doc,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+            )
+            names.append(name)
+
+        def established() -> bool:
+            for name in names:
+                crd = api.read_custom_resource_definition(name)
+                conds = (crd.status.conditions or []) if crd.status else []
+                if not any(c.type == "Established" and c.status == "True" for c in conds):
+                    return False
+            return True
+
+        wait_for(f"CRDs {', '.join(names)} to be Established", established, timeout, interval=0.1)
+        return names
+
+    def install_crds(self, kuberay: bool = True) -> list[str]:
+        """Our Queue/PodGroup CRDs and, unless ``kuberay=False``, KubeRay's RayCluster/RayJob/RayService CRDs."""
+        paths: list[Path] = [our_crd_dir()]
+        if kuberay:
+            paths.extend(kuberay_crd_files())
+        return self.apply_crds(paths)
+
+    def new_namespace(self, prefix: str = "test", labels: dict[str, str] | None = None) -> str:
+        """Create a namespace with a unique name (no controller-manager runs, so namespaces are never reused)."""
+        from kubernetes import client
+
+        name = f"{prefix[:40].rstrip('-')}-{uuid.uuid4().hex[:8]}"
+        core: Any = client.CoreV1Api(self._shared_client())
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+        return name
+
+    def clear_namespace(self, name: str, extra: Iterable[tuple[str, str, str]] = ()) -> None:
+        """Delete a namespace's pods at once (grace 0) and its PodGroups, then the namespace itself.
+
+        Why by hand: without kube-controller-manager a deleted namespace keeps its pods forever, and bound pods would
+        keep occupying KWOK nodes for later tests. ``extra`` names more custom resources ``(group, version, plural)``.
+        """
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        api = self._shared_client()
+        core: Any = client.CoreV1Api(api)
+        custom: Any = client.CustomObjectsApi(api)
+        with contextlib.suppress(ApiException):
+            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        for group, version, plural in (("scheduling.run.ai", "v2alpha2", "podgroups"), *extra):
+            with contextlib.suppress(ApiException):
+                custom.delete_collection_namespaced_custom_object(group, version, name, plural)
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(name)
+
+    def _shared_client(self) -> Any:
+        if self._client is None:
+            self._client = self.api_client()
+        return self._client
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def _node_ready(node: Any) -> bool:
+    conds = (node.status.conditions or []) if node.status else []
+    return any(c.type == "Ready" and c.status == "True" for c in conds)
+
+
+def _crd_documents(paths: Iterable[Path | str]) -> Iterator[dict[str, Any]]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
+    for f in files:
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                yield doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Start the kai-ray test control plane and wait for Ctrl-C.")
+    parser.add_argument("--nodes", type=int, default=0, help="KWOK GPU nodes to create")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    parser.add_argument("--no-crds", action="store_true", help="skip installing our CRDs and KubeRay's")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep certs, data and logs here")
+    args = parser.parse_args(argv)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    plane = ControlPlane(workdir=args.workdir, keep_workdir=args.workdir is not None)
+    with plane:
+        if not args.no_crds:
+            plane.install_crds()
+        if args.nodes:
+            plane.create_gpu_nodes(args.nodes, gpus=args.gpus, prefix="node")
+        print(f"kube-apiserver {plane.version().get('gitVersion')} at {plane.server}")
+        print(f"timings: {plane.timings.as_dict()}")
+        print(f"logs: {plane.workdir}/logs")
+        print(f"export KUBECONFIG={plane.kubeconfig_path}", flush=True)
+        try:
+            while True:
+                time.sleep(1)
+                plane.check_alive()
+        except KeyboardInterrupt:
+            print("stopping", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
