@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any
 
 
-class Action(str, Enum):
+class Action(str, Enum):  # noqa: UP042  (str() kept as before)
     ALLOCATE = "allocate"
     CONSOLIDATION = "consolidation"
     RECLAIM = "reclaim"
@@ -20,7 +20,7 @@ class Action(str, Enum):
     STALE_GANG_EVICTION = "stalegangeviction"
 
 
-class Reason(str, Enum):
+class Reason(str, Enum):  # noqa: UP042  (str() kept as before)
     """Stable reason codes. KAI's names where KAI has one."""
 
     # bind

@@ -48,7 +48,7 @@ class Resources:
 ZERO = Resources()
 
 
-class PodPhase(str, Enum):
+class PodPhase(str, Enum):  # noqa: UP042  (str() kept as before)
     PENDING = "Pending"
     RUNNING = "Running"  # bound to a node (includes ContainerCreating)
     RELEASING = "Releasing"  # terminating: still holds its node's resources
@@ -56,7 +56,7 @@ class PodPhase(str, Enum):
     FAILED = "Failed"
 
 
-class Preemptibility(str, Enum):
+class Preemptibility(str, Enum):  # noqa: UP042  (str() kept as before)
     PREEMPTIBLE = "preemptible"
     NON_PREEMPTIBLE = "non-preemptible"
 
@@ -119,6 +119,7 @@ class Pod:
     tolerations: list[Toleration] = field(default_factory=list)
     start_time: float | None = None  # seconds (snapshot clock) when it became Running
     gated: bool = False  # has scheduling gates: not ready to schedule
+    created_at: float = 0.0  # creation time (snapshot clock): older pods are placed first within a PodSet
 
 
 @dataclass(frozen=True, slots=True)

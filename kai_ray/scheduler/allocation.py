@@ -1,0 +1,367 @@
+"""Placing a gang: the shared core of allocate, preempt, reclaim and consolidation.
+
+``allocate_job`` places the job's next step (its missing minimum, or one elastic pod) inside the current statement:
+capacity checks on the queue and every ancestor first (limit; in-quota for non-preemptible jobs), then the gang tree
+member by member, each pod on the best-scoring node that fits. A pod that only fits on resources still held by
+releasing pods (victims) is pipelined; then the whole job's placements of this statement become pipelined, as in
+KAI. Nothing is undone here: the caller rolls back to its checkpoint when this returns False.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kai_ray.scheduler.decisions import Reason
+from kai_ray.scheduler.gang import member_key, tasks_to_allocate
+from kai_ray.scheduler.queues import RES_NAMES
+from kai_ray.scheduler.session import CPU, EPS, GPU, MEM, PIPELINED, JobInfo, PodSet, Session, SubGroupSet, le
+from kai_ray.scheduler.topology import TopologyError, subset_nodes
+
+INF = float("inf")
+
+
+@dataclass(slots=True)
+class Failure:
+    reason: Reason
+    message: str
+    details: dict[str, Any]
+
+
+def quota_request(ses: Session, tasks: list[int]) -> tuple[float, float, float]:
+    """What the tasks charge against limits and quotas (gpu-memory pods as a fraction of the LARGEST GPU, as KAI)."""
+    g = c = m = 0.0
+    for p in tasks:
+        r = ses.p_req[p]
+        if ses.p_gpumem[p]:
+            g += ses.p_gpumem[p] / ses.max_gpu_mem if ses.max_gpu_mem > 0 else 0.0
+        else:
+            g += r[0]
+        c += r[1]
+        m += r[2]
+    return (g, c, m)
+
+
+def queue_details(ses: Session, q: int, req: tuple[float, float, float], job: JobInfo) -> dict[str, Any]:
+    node = ses.tree.nodes[q]
+    as_d = lambda v: dict(zip(RES_NAMES, (float(x) for x in v), strict=True))  # noqa: E731
+    return {
+        "name": node.name,
+        "deserved": as_d(node.quota),
+        "limit": as_d(node.limit),
+        "fairShare": as_d(ses.q_fair[q]),
+        "allocated": as_d(ses.q_alloc[q]),
+        "allocatedNonPreemptible": as_d(ses.q_alloc_np[q]),
+        "requested": as_d(ses.q_request[q]),
+        "podGroupRequested": as_d(req),
+        "podGroupRequestedNonPreemptible": as_d(req if not job.preemptible else (0.0, 0.0, 0.0)),
+    }
+
+
+def capacity_failure(ses: Session, job: JobInfo, tasks: list[int]) -> Failure | None:
+    """KAI's IsJobOverQueueCapacity: limit on the queue and every ancestor, then in-quota for non-preemptible."""
+    if job.queue < 0:
+        return None
+    req = quota_request(ses, tasks)
+    chain = ses.tree.nodes[job.queue].chain
+    for q in chain:
+        node = ses.tree.nodes[q]
+        alloc = ses.q_alloc[q]
+        for r in range(3):
+            if node.limit[r] == -1 or req[r] == 0:
+                continue
+            if not le(alloc[r] + req[r], node.limit[r]):
+                msg = (
+                    f"queue {node.name!r} would exceed its {RES_NAMES[r]} limit: limit {node.limit[r]:g}, "
+                    f"allocated {alloc[r]:g}, requested {req[r]:g}"
+                )
+                return Failure(
+                    Reason.OVER_LIMIT, msg, {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]}
+                )
+    if not job.preemptible:
+        for q in chain:
+            node = ses.tree.nodes[q]
+            anp = ses.q_alloc_np[q]
+            for r in range(3):
+                if node.quota[r] == -1 or req[r] == 0:
+                    continue
+                if not le(anp[r] + req[r], node.quota[r]):
+                    msg = (
+                        f"non-preemptible job needs in-quota {RES_NAMES[r]} of queue {node.name!r}: quota "
+                        f"{node.quota[r]:g}, non-preemptible allocated {anp[r]:g}, requested {req[r]:g}"
+                    )
+                    return Failure(
+                        Reason.NON_PREEMPTIBLE_OVER_QUOTA,
+                        msg,
+                        {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]},
+                    )
+    return None
+
+
+# ---------------------------------------------------------------------- one pod
+
+
+def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarray:
+    g, c, m = ses.p_req[p]
+    free = ses.free
+    if future:
+        free = free + ses.rel
+    mask = base & (ses.pods_free > 0)
+    if ses.p_frac[p] or ses.p_gpumem[p]:
+        room = ses.frac_room_future if future else ses.frac_room
+        if ses.p_gpumem[p]:
+            with np.errstate(divide="ignore"):
+                need = np.where(ses.gpu_mem > 0, ses.p_gpumem[p] / np.maximum(ses.gpu_mem, 1e-9), INF)
+            mask = mask & (need <= 1.0 + EPS) & ((room + EPS >= need) | (free[GPU] >= 1.0 - EPS))
+        else:
+            mask = mask & ((room + EPS >= g) | (free[GPU] >= 1.0 - EPS))
+    elif g > 0:
+        mask = mask & (free[GPU] + EPS >= g)
+    if c > 0:
+        mask = mask & (free[CPU] + EPS * max(1.0, c) >= c)
+    if m > 0:
+        mask = mask & (free[MEM] + EPS * max(1.0, m) >= m)
+    return mask
+
+
+def _choose_node(ses: Session, p: int, cand: np.ndarray) -> int:
+    g = ses.p_req[p][0]
+    gpu_task = g > 0 or ses.p_frac[p] > 0 or ses.p_gpumem[p] > 0
+    r = GPU if gpu_task else CPU
+    strategy = ses.cfg.placement_gpu if gpu_task else ses.cfg.placement_cpu
+    free = ses.free[r]
+    if strategy == "spread":
+        alloc = ses.alloc[r]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = np.where(alloc > 0, free / np.where(alloc > 0, alloc, 1.0), 0.0)
+        return int(np.where(cand, score, -INF).argmax())
+    key = np.where(cand, free, INF)
+    if ses.p_frac[p] or ses.p_gpumem[p]:
+        # shared GPUs with room first, so fractions pack onto GPUs already in use
+        key = key + np.where(ses.frac_room > EPS, 0.0, 1e6)
+    return int(key.argmin())
+
+
+def _choose_group(ses: Session, p: int, node: int, pipelined: bool) -> str | None:
+    f = ses.node_gpu_fraction(p, node)
+    best: tuple[float, str] | None = None
+    for name, (used, rel) in sorted(ses.groups[node].items()):
+        room = 1.0 - used + (rel if pipelined else 0.0)
+        if room + EPS >= f and (best is None or used > best[0]):
+            best = (used, name)
+    return best[1] if best else None
+
+
+def place_pod(ses: Session, p: int, allowed: np.ndarray | None) -> bool:
+    """Put one pending pod on the best node that fits (idle first, else pipelined onto releasing resources)."""
+    base = ses.masks.mask(ses.pods[p])
+    if allowed is not None:
+        base = base & allowed
+    fit = _fit_mask(ses, p, base, future=False)
+    cand = _fit_mask(ses, p, base, future=True) if ses.any_releasing else fit
+    if not cand.any():
+        return False
+    node = _choose_node(ses, p, cand)
+    pipelined = not bool(fit[node])
+    group = None
+    if ses.p_frac[p] or ses.p_gpumem[p]:
+        group = _choose_group(ses, p, node, pipelined)
+    ses.allocate(p, node, pipelined, group)
+    return True
+
+
+# ---------------------------------------------------------------------- gang
+
+
+class GangPlacer:
+    """One attempt to place a job's tasks; remembers the first pod that did not fit and where it failed."""
+
+    def __init__(self, ses: Session, job: JobInfo) -> None:
+        self.ses = ses
+        self.job = job
+        self.failed_pod: int | None = None
+        self.failed_allowed: np.ndarray | None = None
+        self.placed_before_fail = 0
+        self.topology_error: str | None = None
+
+    def run(self, tasks: list[int], allowed: np.ndarray | None = None) -> bool:
+        if allowed is None:
+            allowed = np.ones(len(self.ses.nodes), dtype=bool)
+        return self._set(self.job.root, tasks, allowed)
+
+    def _need(self, tasks: list[int]) -> tuple[float, float, float]:
+        g = c = m = 0.0
+        for p in tasks:
+            r = self.ses.p_req[p]
+            g += r[0]
+            c += r[1]
+            m += r[2]
+        return (g, c, m)
+
+    def _subsets(self, member: PodSet | SubGroupSet, tasks: list[int], allowed: np.ndarray) -> list[np.ndarray]:
+        try:
+            return subset_nodes(self.ses, member.topology, self._need(tasks), allowed)
+        except TopologyError as exc:
+            self.topology_error = str(exc)
+            return []
+
+    def _set(self, sgs: SubGroupSet, tasks: list[int], allowed: np.ndarray) -> bool:
+        if not tasks:
+            return True
+        ses = self.ses
+        for nodes in self._subsets(sgs, tasks, allowed):
+            cp = ses.checkpoint()
+            if self._members(sgs, tasks, nodes):
+                return True
+            ses.rollback(cp)
+        return False
+
+    def _members(self, sgs: SubGroupSet, tasks: list[int], allowed: np.ndarray) -> bool:
+        ses = self.ses
+        for member in sorted(sgs.members, key=member_key):
+            if isinstance(member, PodSet):
+                mine = [p for p in tasks if ses.p_set[p] is member]
+                if mine and not self._podset(member, mine, allowed):
+                    return False
+            else:
+                sets = {id(ps) for ps in member.podsets()}
+                mine = [p for p in tasks if id(ses.p_set[p]) in sets]
+                if mine and not self._set(member, mine, allowed):
+                    return False
+        return True
+
+    def _podset(self, ps: PodSet, tasks: list[int], allowed: np.ndarray) -> bool:
+        ses = self.ses
+        for nodes in self._subsets(ps, tasks, allowed):
+            cp = ses.checkpoint()
+            ok = True
+            for i, p in enumerate(tasks):
+                if not place_pod(ses, p, nodes):
+                    if self.failed_pod is None:
+                        self.failed_pod = p
+                        self.failed_allowed = nodes
+                        self.placed_before_fail = i
+                    ok = False
+                    break
+            if ok:
+                return True
+            ses.rollback(cp)
+        return False
+
+
+def allocate_job(ses: Session, job: JobInfo, explain: bool = True) -> tuple[bool, bool]:
+    """Place the job's next step in the open statement. Returns (placed, pipelined)."""
+    tasks = tasks_to_allocate(ses, job)
+    if not tasks:
+        return False, False
+    fail = capacity_failure(ses, job, tasks)
+    if fail is not None:
+        if explain:
+            job.fail(fail.reason, fail.message, fail.details)
+        return False, False
+    since = ses.checkpoint()
+    placer = GangPlacer(ses, job)
+    if not placer.run(tasks):
+        if explain:
+            explain_fit_failure(ses, job, tasks, placer)
+        return False, False
+    pipelined = any(ses.p_status[op[1]] == PIPELINED for op in ses.log[since:] if op[0] == 0)
+    if pipelined:
+        ses.convert_to_pipelined(job, since)
+    return True, pipelined
+
+
+def explain_fit_failure(ses: Session, job: JobInfo, tasks: list[int], placer: GangPlacer) -> None:
+    if placer.topology_error and placer.failed_pod is None:
+        job.fail(Reason.TOPOLOGY, placer.topology_error)
+        return
+    p = placer.failed_pod if placer.failed_pod is not None else tasks[0]
+    pod = ses.pods[p]
+    never = never_fits(ses, p)
+    if never is not None:
+        job.fail(Reason.NEVER_FITS, f"pod {pod.name} can never fit: {never}", {"pod": pod.uid})
+        return
+    total = ses_need(ses, tasks)
+    over = [RES_NAMES[r] for r in range(3) if total[r] > ses.capacity[r] + EPS * max(1.0, total[r])]
+    if over:
+        job.fail(
+            Reason.NEVER_FITS,
+            f"the gang needs more {', '.join(over)} than the whole cluster has",
+            {
+                "requested": dict(zip(RES_NAMES, total, strict=True)),
+                "capacity": dict(zip(RES_NAMES, ses.capacity, strict=True)),
+            },
+        )
+        return
+    best, shortfall = best_node_shortfall(ses, p, placer.failed_allowed)
+    pset = ses.p_set[p]
+    placed = placer.placed_before_fail
+    sub = f" of subgroup {pset.name}" if pset is not None and pset.name != "default" else ""
+    msg = f"gang does not fit: {len(tasks)} pods required{sub}, {placed} placed before pod {pod.name} found no node"
+    if best is not None:
+        lacking = ", ".join(f"{k} {v:g}" for k, v in shortfall.items() if v > 0) or "pod slots"
+        msg += f"; best node {best} lacks {lacking}"
+    details: dict[str, Any] = {
+        "pod": pod.uid,
+        "required": len(tasks),
+        "placedBeforeFailure": placed,
+        "bestNode": best,
+        "shortfall": shortfall,
+    }
+    if placer.topology_error:
+        details["topology"] = placer.topology_error
+    job.fail(Reason.GANG_DOES_NOT_FIT, msg, details)
+
+
+def ses_need(ses: Session, tasks: list[int]) -> tuple[float, float, float]:
+    g = c = m = 0.0
+    for p in tasks:
+        r = ses.p_req[p]
+        g += r[0]
+        c += r[1]
+        m += r[2]
+    return (g, c, m)
+
+
+def never_fits(ses: Session, p: int) -> str | None:
+    """Why no node could hold this pod even if empty (static predicates or size), else None."""
+    pod = ses.pods[p]
+    base = ses.masks.mask(pod)
+    if not base.any():
+        return "no node passes its node selector, affinity, taints and readiness"
+    g, c, m = ses.p_req[p]
+    alloc = ses.alloc
+    if ses.p_frac[p] or ses.p_gpumem[p]:
+        ok = base & (alloc[GPU] >= 1)
+        if ses.p_gpumem[p]:
+            ok = ok & (ses.gpu_mem >= ses.p_gpumem[p])
+    else:
+        ok = base & (alloc[GPU] + EPS >= g)
+    ok = ok & (alloc[CPU] + EPS * max(1.0, c) >= c) & (alloc[MEM] + EPS * max(1.0, m) >= m)
+    if not ok.any():
+        return f"bigger than every eligible node (gpu={g:g} cpu={c:g}m memory={m:g})"
+    return None
+
+
+def best_node_shortfall(ses: Session, p: int, allowed: np.ndarray | None) -> tuple[str | None, dict[str, float]]:
+    base = ses.masks.mask(ses.pods[p])
+    if allowed is not None and (base & allowed).any():
+        base = base & allowed
+    if not base.any():
+        return None, {}
+    g: float | np.ndarray
+    g, c, m = ses.p_req[p]
+    if ses.p_frac[p] or ses.p_gpumem[p]:
+        g = np.where(ses.frac_room + EPS >= ses.p_frac[p], 0.0, 1.0) if ses.p_frac[p] else 1.0
+    free = ses.free
+    short = np.stack([np.maximum(0.0, g - free[GPU]), np.maximum(0.0, c - free[CPU]), np.maximum(0.0, m - free[MEM])])
+    scale = np.array([max(1.0, float(np.max(ses.alloc[r]))) for r in range(3)])[:, None]
+    cost = (short / scale).sum(axis=0) + (ses.pods_free <= 0) * 1.0
+    cost = np.where(base, cost, INF)
+    i = int(cost.argmin())
+    out = {RES_NAMES[r]: float(short[r, i]) for r in range(3)}
+    if ses.pods_free[i] <= 0:
+        out["pods"] = 1.0
+    return ses.nodes[i].name, out

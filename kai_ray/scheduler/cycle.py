@@ -1,0 +1,52 @@
+"""``run_cycle``: one scheduling cycle, KAI's action order, decisions out.
+
+The core never raises on bad input: validation problems become findings or pending reasons. An unexpected internal
+error is also caught, so that one bad snapshot never crash-loops an operator; it is reported as a finding and the
+cycle returns no decisions (a safe no-op).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+from kai_ray.scheduler.allocate import allocate_action
+from kai_ray.scheduler.decisions import CycleResult, Finding
+from kai_ray.scheduler.proportion import compute_fair_share
+from kai_ray.scheduler.results import build_result
+from kai_ray.scheduler.session import Session
+from kai_ray.scheduler.snapshot import Snapshot
+
+ACTIONS = {
+    "allocate": allocate_action,
+}
+
+
+def open_session(snapshot: Snapshot) -> Session:
+    ses = Session(snapshot)
+    compute_fair_share(ses)
+    return ses
+
+
+def run_cycle(snapshot: Snapshot) -> CycleResult:
+    """Decide binds and evictions for one snapshot. Deterministic: same snapshot => same result."""
+    t0 = time.perf_counter()
+    try:
+        ses = open_session(snapshot)
+        t1 = time.perf_counter()
+        ses.stats["open_seconds"] = t1 - t0
+        for name in snapshot.config.actions:
+            fn = ACTIONS.get(name)
+            if fn is None:
+                continue
+            ta = time.perf_counter()
+            fn(ses)
+            ses.stats[f"{name}_seconds"] = time.perf_counter() - ta
+        result = build_result(ses)
+    except Exception as exc:  # pragma: no cover - defensive: the core must not crash its caller
+        result = CycleResult()
+        result.findings.append(
+            Finding("Cycle", "", "", f"internal error, no decisions made: {exc!r}\n{traceback.format_exc(limit=5)}")
+        )
+    result.stats["cycle_seconds"] = time.perf_counter() - t0
+    return result

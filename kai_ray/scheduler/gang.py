@@ -1,0 +1,154 @@
+"""Which pods of a gang to place next, and which to take away first.
+
+Allocation (KAI ``GetTasksToAllocate``): while a SubGroupSet is below its minimum, the first K unsatisfied children
+(ordered least-satisfied first) contribute exactly the pods they lack; once satisfied, the job grows by ONE pod (or
+one subgroup's missing minimum) per attempt, so elastic growth interleaves with other jobs. kai-ray adds ceilings:
+``Job.max_member`` and ``SubGroup.max_member`` stop elastic growth.
+
+Eviction (KAI ``GetTasksToEvict``): one surplus pod above a PodSet's minimum first (lowest task priority, Ray head
+last), else one whole surplus subgroup above ``minSubGroup``, else the whole gang.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kai_ray.scheduler.session import ACTIVE, PENDING, JobInfo, PodSet, Session, SubGroupSet
+
+if TYPE_CHECKING:
+    Member = PodSet | SubGroupSet
+
+
+def task_key(ses: Session, p: int) -> tuple[int, int, float, str]:
+    """Placement order within a PodSet: Ray head first, then higher task priority, then older, then uid."""
+    pod = ses.pods[p]
+    return (0 if pod.is_ray_head else 1, -pod.task_priority, pod.created_at, pod.uid)
+
+
+def member_key(m: Member) -> tuple[int, float, str]:
+    """KAI's subgroup order: unsatisfied first, then lower satisfaction ratio, then name."""
+    count = m.n_satisfied_members()
+    k = m.k()
+    if count < k:
+        return (0, 0.0, m.name)
+    if k == 0:
+        return (2, float(count), m.name)
+    return (1, count / k, m.name)
+
+
+def _ordered(members: list[Member]) -> list[Member]:
+    return sorted(members, key=member_key)
+
+
+def tasks_to_allocate(ses: Session, job: JobInfo) -> list[int]:
+    if job.n_active >= job.max_total and job.root.satisfied():
+        return []
+    return _collect_set(ses, job, job.root)
+
+
+def _pending_sorted(ses: Session, ps: PodSet) -> list[int]:
+    st = ses.p_status
+    pods = ses.pods
+    cands = [p for p in ps.pods if st[p] == PENDING and not pods[p].gated]
+    cands.sort(key=lambda p: task_key(ses, p))
+    return cands
+
+
+def _collect_podset(ses: Session, job: JobInfo, ps: PodSet) -> list[int]:
+    if ps.n_active >= ps.min:
+        if ps.n_active >= ps.max or job.n_active >= job.max_total:
+            return []
+        return _pending_sorted(ses, ps)[:1]
+    return _pending_sorted(ses, ps)[: ps.min - ps.n_active]
+
+
+def _collect_set(ses: Session, job: JobInfo, sgs: SubGroupSet) -> list[int]:
+    k = sgs.k()
+    children = _ordered(sgs.members)
+    if not sgs.satisfied():
+        out: list[int] = []
+        for child in children[:k]:
+            if child.satisfied():
+                continue
+            if isinstance(child, SubGroupSet):
+                out.extend(_collect_set(ses, job, child))
+            else:
+                out.extend(_collect_podset(ses, job, child))
+        return out
+    for child in children:
+        tasks = _collect_set(ses, job, child) if isinstance(child, SubGroupSet) else _collect_podset(ses, job, child)
+        if tasks:
+            return tasks
+    return []
+
+
+def has_tasks_to_allocate(ses: Session, job: JobInfo) -> bool:
+    return bool(tasks_to_allocate(ses, job))
+
+
+# ---------------------------------------------------------------------- eviction
+
+
+def evict_key(ses: Session, p: int) -> tuple[int, int, float, str]:
+    """Reverse of placement order: workers before the head, lower task priority first, newest first."""
+    pod = ses.pods[p]
+    return (1 if pod.is_ray_head else 0, pod.task_priority, -pod.created_at, _neg(pod.uid))
+
+
+def _neg(s: str) -> str:
+    return "".join(chr(0x10FFFF - ord(c)) for c in s)
+
+
+def _active_sorted(ses: Session, ps: PodSet) -> list[int]:
+    st = ses.p_status
+    cands = [p for p in ps.pods if st[p] in ACTIVE]
+    cands.sort(key=lambda p: evict_key(ses, p))
+    return cands
+
+
+def _has_surplus(m: Member) -> bool:
+    if isinstance(m, PodSet):
+        return m.n_active > m.min
+    if m.n_satisfied_members() > m.k():
+        return True
+    return any(_has_surplus(c) for c in m.members)
+
+
+def _all_active(ses: Session, m: Member) -> list[int]:
+    out: list[int] = []
+    for ps in m.podsets():
+        out.extend(_active_sorted(ses, ps))
+    return out
+
+
+def _elastic_from_set(ses: Session, sgs: SubGroupSet) -> list[int]:
+    n_sat = sgs.n_satisfied_members()
+    if n_sat == 0:
+        return []
+    members = _ordered(sgs.members)
+    members.reverse()
+    if _has_surplus(sgs):
+        for m in members:
+            if isinstance(m, SubGroupSet):
+                tasks = _elastic_from_set(ses, m)
+            elif m.n_active > m.min:
+                tasks = _active_sorted(ses, m)[:1]
+            else:
+                tasks = []
+            if tasks:
+                return tasks
+    if sgs.k() < n_sat:
+        for m in members:
+            if m.satisfied():
+                tasks = _all_active(ses, m)
+                if tasks:
+                    return tasks
+    return []
+
+
+def tasks_to_evict(ses: Session, job: JobInfo) -> tuple[list[int], bool]:
+    """The next eviction step for a victim job, and whether the job keeps running afterwards."""
+    tasks = _elastic_from_set(ses, job.root)
+    if tasks:
+        return tasks, True
+    return _all_active(ses, job.root), False

@@ -1,0 +1,30 @@
+"""Fair share of every queue for this cycle (KAI's proportion plugin session-open step).
+
+Capacity is the allocatable of Ready nodes; requests are allocated + pending (pending pods beyond an elastic
+ceiling are not requested), summed up the tree; the division itself lives in :mod:`fairshare`.
+"""
+
+from __future__ import annotations
+
+from kai_ray.scheduler.fairshare import ShareQueue, divide_tree
+from kai_ray.scheduler.session import Session
+
+
+def compute_fair_share(ses: Session) -> None:
+    tree = ses.tree
+    shares = [
+        ShareQueue(
+            uid=n.uid,
+            priority=n.priority,
+            created_at=n.created_at,
+            deserved=list(n.quota),
+            max_allowed=list(n.limit),
+            weight=list(n.weight),
+            request=list(ses.q_request[n.idx]),
+        )
+        for n in tree.nodes
+    ]
+    for n in tree.nodes:
+        shares[n.idx].children = [shares[c] for c in n.children]
+    divide_tree(ses.capacity, [shares[r] for r in tree.roots], ses.cfg.k_value)
+    ses.q_fair = [list(s.fair_share) for s in shares]

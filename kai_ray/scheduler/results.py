@@ -1,0 +1,154 @@
+"""Turning the final session state into decisions: binds, evictions, per-job verdicts and queue status.
+
+Why diff states instead of recording decisions as actions go: actions try and roll back many hypotheses; only the
+surviving state matters. A pod pending at the start and allocated at the end is a bind; a pod active at the start
+and evicted at the end is an eviction, carrying the action and preemptor recorded when it was evicted.
+"""
+
+from __future__ import annotations
+
+from kai_ray.scheduler.decisions import Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
+from kai_ray.scheduler.queues import RES_NAMES
+from kai_ray.scheduler.session import ACTIVE, ALLOCATED, EVICTED, OP_ALLOC, PENDING, PIPELINED, JobInfo, Session
+
+
+def _as_dict(v: list[float] | tuple[float, ...]) -> dict[str, float]:
+    return {k: float(x) for k, x in zip(RES_NAMES, v, strict=True)}
+
+
+def build_result(ses: Session) -> CycleResult:
+    res = CycleResult()
+    init = ses.initial_status
+    st = ses.p_status
+    order: list[int] = []
+    seen: set[int] = set()
+    for op in ses.log:
+        if op[0] == OP_ALLOC and op[1] not in seen:
+            seen.add(op[1])
+            order.append(op[1])
+    # count of active pods per PodSet at the start, to tell gang binds from elastic growth
+    base: dict[int, int] = {}
+    for p in range(len(ses.pods)):
+        ps = ses.p_set[p]
+        if ps is not None and init[p] in ACTIVE:
+            base[id(ps)] = base.get(id(ps), 0) + 1
+    bound_jobs: dict[int, int] = {}
+    for p in order:
+        if init[p] != PENDING or st[p] not in (ALLOCATED, PIPELINED):
+            continue
+        ps = ses.p_set[p]
+        assert ps is not None
+        job = ses.jobs[ses.p_job[p]]
+        n = base.get(id(ps), 0) + 1
+        base[id(ps)] = n
+        pipelined = st[p] == PIPELINED
+        if pipelined:
+            reason = Reason.PIPELINED
+        elif n > ps.min:
+            reason = Reason.ELASTIC_SCALE_UP
+        else:
+            reason = Reason.SCHEDULED
+        node = ses.nodes[ses.p_node[p]].name
+        msg = f"{'pipelined onto resources being released on' if pipelined else 'bound to'} {node}"
+        res.binds.append(
+            Bind(
+                pod=ses.pods[p].uid,
+                job=job.key,
+                node=node,
+                reason=reason,
+                gpu_group=ses.p_group[p],
+                pipelined=pipelined,
+                message=msg,
+            )
+        )
+        bound_jobs[job.idx] = bound_jobs.get(job.idx, 0) + 1
+    for op in ses.log:
+        if op[0] != OP_ALLOC and st[op[1]] == EVICTED and init[op[1]] in ACTIVE:
+            p = op[1]
+            info = ses.evict_info[p]
+            job = ses.jobs[ses.p_job[p]]
+            res.evictions.append(
+                Evict(
+                    pod=ses.pods[p].uid,
+                    job=job.key,
+                    action=info.action,
+                    reason=info.reason,
+                    preemptor=info.preemptor,
+                    elastic=info.elastic,
+                    whole_gang=info.whole_gang,
+                    message=info.message,
+                )
+            )
+    seen_evict: set[str] = set()
+    uniq = []
+    for e in res.evictions:
+        if e.pod not in seen_evict:
+            seen_evict.add(e.pod)
+            uniq.append(e)
+    res.evictions = uniq
+    for job in ses.jobs:
+        res.jobs[job.key] = job_status(ses, job, bound_jobs.get(job.idx, 0))
+    for qn in ses.tree.nodes:
+        i = qn.idx
+        res.queues[qn.name] = QueueStatus(
+            name=qn.name,
+            fair_share=_as_dict(ses.q_fair[i]),
+            allocated=_as_dict(ses.q_alloc[i]),
+            allocated_non_preemptible=_as_dict(ses.q_alloc_np[i]),
+            requested=_as_dict(ses.q_request[i]),
+        )
+    res.findings = list(ses.findings)
+    res.stats = dict(ses.stats)
+    return res
+
+
+def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
+    st = ses.p_status
+    if job.invalid is not None:
+        reason, msg = job.invalid
+        return JobStatus(job.key, False, reason, msg)
+    pending = sum(1 for p in job.pods if st[p] == PENDING)
+    evicted = sum(1 for p in job.pods if st[p] == EVICTED)
+    pipelined = sum(1 for p in job.pods if st[p] == PIPELINED)
+    satisfied = job.min_satisfied()
+    if evicted and not satisfied:
+        e = next(ses.evict_info[p] for p in job.pods if st[p] == EVICTED)
+        return JobStatus(
+            job.key,
+            False,
+            e.reason,
+            f"evicted: {e.message}",
+            {"action": e.action.value, "preemptor": e.preemptor, "evictedPods": evicted},
+        )
+    if satisfied and job.n_active > 0:
+        if pipelined:
+            return JobStatus(
+                job.key,
+                True,
+                Reason.PIPELINED,
+                f"{pipelined} pods pipelined onto resources that evicted pods are releasing",
+                {"pipelined": pipelined},
+            )
+        if pending and job.fail_reason is not None:
+            return JobStatus(
+                job.key,
+                True,
+                Reason.SCHEDULED,
+                f"running at or above its minimum; {pending} elastic pods pending: {job.fail_message}",
+                {"pendingElastic": pending, "blocking": job.fail_reason.value, **job.fail_details},
+            )
+        msg = f"{bound} pods bound this cycle" if bound else "running"
+        if pending:
+            msg += f"; {pending} pods pending"
+        if evicted:
+            msg += f"; {evicted} surplus pods evicted"
+        return JobStatus(job.key, True, Reason.SCHEDULED, msg, {"bound": bound})
+    if not job.ready:
+        return JobStatus(
+            job.key, False, Reason.NOT_READY, "fewer schedulable (non-gated) pods exist than the gang minimum requires"
+        )
+    if job.fail_reason is not None:
+        return JobStatus(job.key, False, job.fail_reason, job.fail_message, dict(job.fail_details))
+    if pending == 0:
+        return JobStatus(job.key, False, Reason.GANG_DOES_NOT_FIT, "no schedulable pods")
+    return JobStatus(job.key, False, Reason.GANG_DOES_NOT_FIT, "not attempted this cycle")

@@ -1,0 +1,723 @@
+"""The session: one cycle's mutable picture of the cluster, and the statement log that makes what-ifs cheap.
+
+Why one shared operation log instead of copying state: KAI's actions try many hypotheses (place this gang; evict
+these victims and place it; ...). Every mutation (allocate, pipeline, evict) goes through :meth:`Session.allocate`
+or :meth:`Session.evict`, appends an undo record and updates node, GPU-group, queue and gang counters in place.
+A checkpoint is the log length; rollback undoes records back to it. So a failed hypothesis costs exactly the work
+it did, and the final decisions are the difference between the initial and final pod states.
+
+Node accounting lives in numpy arrays (one row per resource) so that finding a node for a pod is a few vector
+operations over all nodes rather than a Python loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kai_ray.scheduler.decisions import Action, Finding, Reason
+from kai_ray.scheduler.placement import StaticMasks
+from kai_ray.scheduler.queues import QueueTree, build_queue_tree
+from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Snapshot, TopologyConstraint
+
+GPU, CPU, MEM = 0, 1, 2
+EPS = 1e-9
+
+# pod states inside a session
+PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED = range(8)
+ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED))
+STATUS_NAMES = ("Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored")
+
+OP_ALLOC, OP_EVICT = 0, 1
+
+
+def le(a: float, b: float) -> bool:
+    """a <= b with KAI's meaning of -1 (unlimited) and a small relative tolerance."""
+    if b == UNLIMITED:
+        return True
+    if a == UNLIMITED:
+        return False
+    return a <= b + EPS * max(1.0, abs(b))
+
+
+class PodSet:
+    """A leaf of the gang tree: pods of one subgroup (or the implicit ``default`` set), with min and max."""
+
+    __slots__ = ("job", "max", "min", "n_active", "name", "parent", "pods", "topology")
+    is_set = False
+
+    def __init__(self, name: str, min_member: int, max_member: int, topology: TopologyConstraint | None) -> None:
+        self.name = name
+        self.min = min_member
+        self.max = max_member
+        self.pods: list[int] = []
+        self.n_active = 0
+        self.parent: SubGroupSet | None = None
+        self.topology = topology
+        self.job: JobInfo | None = None
+
+    def satisfied(self) -> bool:
+        return self.n_active >= self.min
+
+    def n_satisfied_members(self) -> int:
+        return self.n_active
+
+    def k(self) -> int:
+        return self.min
+
+    def podsets(self) -> list[PodSet]:
+        return [self]
+
+
+class SubGroupSet:
+    """An inner node of the gang tree: satisfied when ``min_k`` of its members are (all when ``None``)."""
+
+    __slots__ = ("members", "min_k", "name", "parent", "topology")
+    is_set = True
+
+    def __init__(self, name: str, min_k: int | None, topology: TopologyConstraint | None) -> None:
+        self.name = name
+        self.min_k = min_k
+        self.members: list[PodSet | SubGroupSet] = []
+        self.parent: SubGroupSet | None = None
+        self.topology = topology
+
+    def k(self) -> int:
+        return self.min_k if self.min_k is not None else len(self.members)
+
+    def n_satisfied_members(self) -> int:
+        return sum(1 for m in self.members if m.satisfied())
+
+    def satisfied(self) -> bool:
+        return self.n_satisfied_members() >= self.k()
+
+    def podsets(self) -> list[PodSet]:
+        out: list[PodSet] = []
+        for m in self.members:
+            out.extend(m.podsets())
+        return out
+
+
+@dataclass(slots=True)
+class JobInfo:
+    idx: int
+    spec: Job
+    key: str
+    queue: int  # leaf queue index, -1 when unusable
+    priority: int
+    preemptible: bool
+    created_at: float
+    uid: str
+    root: SubGroupSet
+    podsets: dict[str, PodSet]
+    pods: list[int] = field(default_factory=list)
+    n_active: int = 0
+    max_total: int = 1 << 30
+    invalid: tuple[Reason, str] | None = None
+    ready: bool = True
+    # explanation of the cycle (last word wins: actions run in KAI order)
+    fail_reason: Reason | None = None
+    fail_message: str = ""
+    fail_details: dict[str, Any] = field(default_factory=dict)
+    touched: bool = False  # got an allocation attempt this cycle
+
+    def has_pending(self, ses: Session) -> bool:
+        st = ses.p_status
+        return any(st[p] == PENDING for p in self.pods)
+
+    def n_pending(self, ses: Session) -> int:
+        st = ses.p_status
+        return sum(1 for p in self.pods if st[p] == PENDING)
+
+    def elastic_state(self) -> int:
+        """0 below min, 1 exactly at min, 2 above min (KAI's elastic plugin, per PodSet)."""
+        at = True
+        for ps in self.podsets.values():
+            if ps.n_active < ps.min:
+                return 0
+            if ps.n_active > ps.min:
+                at = False
+        return 1 if at else 2
+
+    def min_satisfied(self) -> bool:
+        return self.root.satisfied()
+
+    def fail(self, reason: Reason, message: str, details: dict[str, Any] | None = None) -> None:
+        self.fail_reason = reason
+        self.fail_message = message
+        self.fail_details = details or {}
+
+
+@dataclass(slots=True)
+class EvictInfo:
+    action: Action
+    reason: Reason
+    preemptor: str | None
+    message: str
+    elastic: bool
+    whole_gang: bool
+
+
+class Session:
+    """All state of one scheduling cycle. Built from a :class:`Snapshot`; never mutates the snapshot."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.cfg = snapshot.config
+        self.now = snapshot.now
+        self.findings: list[Finding] = []
+        self.tree: QueueTree = build_queue_tree(snapshot.queues)
+        self.findings.extend(self.tree.findings)
+        self.topologies = {t.name: t for t in snapshot.topologies}
+        self._build_nodes(snapshot.nodes)
+        self._build_jobs(snapshot.jobs)
+        self._build_queue_accounting()
+        self.log: list[tuple[Any, ...]] = []
+        self.evict_info: dict[int, EvictInfo] = {}
+        self.stats: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ building
+    def _build_nodes(self, nodes: list[Node]) -> None:
+        seen: dict[str, Node] = {}
+        for n in nodes:
+            if n.name in seen:
+                self.findings.append(Finding("Node", n.name, "name", "duplicate node name; the first is used"))
+                continue
+            seen[n.name] = n
+        self.nodes: list[Node] = [seen[k] for k in sorted(seen)]
+        self.node_index: dict[str, int] = {n.name: i for i, n in enumerate(self.nodes)}
+        nn = len(self.nodes)
+        alloc = np.zeros((3, nn))
+        for i, n in enumerate(self.nodes):
+            a = n.allocatable
+            vals = (a.gpu, a.cpu, a.memory)
+            if any(v < 0 or math.isnan(v) for v in vals):
+                self.findings.append(Finding("Node", n.name, "allocatable", "negative allocatable treated as 0"))
+            alloc[:, i] = [max(0.0, v) if not math.isnan(v) else 0.0 for v in vals]
+        alloc[GPU] = np.floor(alloc[GPU] + EPS)
+        self.alloc = alloc
+        self.free = alloc.copy()  # alloc - everything on the node (bound, allocated, pipelined, releasing)
+        self.rel = np.zeros((3, nn))  # held by releasing pods
+        self.pods_free = np.array([n.max_pods for n in self.nodes], dtype=np.int64)
+        self.ready = np.array([n.ready for n in self.nodes], dtype=bool)
+        self.masks = StaticMasks(self.nodes)
+        self.gpu_mem = np.array([n.gpu_memory_mib for n in self.nodes], dtype=np.float64)
+        # fractional GPU sharing: node -> group -> [used fraction, releasing fraction]
+        self.groups: list[dict[str, list[float]]] = [{} for _ in range(nn)]
+        self.frac_room = np.zeros(nn)  # best idle room on an existing shared GPU
+        self.frac_room_future = np.zeros(nn)  # same, counting releasing fractions as free
+        self.any_releasing = False
+        known = self.gpu_mem[self.gpu_mem > 0]
+        self.min_gpu_mem = float(known.min()) if known.size else 0.0
+        self.max_gpu_mem = float(known.max()) if known.size else 0.0
+        ready_alloc = alloc[:, self.ready] if nn else alloc
+        self.capacity = [float(ready_alloc[r].sum()) for r in range(3)]
+
+    def _build_jobs(self, jobs: list[Job]) -> None:
+        self.jobs: list[JobInfo] = []
+        self.job_index: dict[str, int] = {}
+        self.pods: list[Pod] = []
+        self.p_job: list[int] = []
+        self.p_set: list[PodSet | None] = []
+        self.p_status: list[int] = []
+        self.p_node: list[int] = []
+        self.p_group: list[str | None] = []
+        self.p_req: list[tuple[float, float, float]] = []  # queue-charge vector (gpu = GPUs or fraction)
+        self.p_frac: list[float] = []  # >0: shares one GPU with others
+        self.p_gpumem: list[float] = []  # >0: gpu-memory request in MiB (fraction depends on node)
+        self.p_start: list[float] = []
+        seen_pods: set[str] = set()
+        by_key: dict[str, Job] = {}
+        for j in jobs:
+            if j.key in by_key:
+                self.findings.append(Finding("PodGroup", j.key, "name", "duplicate PodGroup; the first is used"))
+                continue
+            by_key[j.key] = j
+        for key in sorted(by_key):
+            self._add_job(by_key[key], seen_pods)
+        self.initial_status = list(self.p_status)
+        self.initial_node = list(self.p_node)
+
+    def _add_job(self, j: Job, seen_pods: set[str]) -> None:
+        findings = self.findings
+        invalid: tuple[Reason, str] | None = None
+        root, podsets, err = _build_gang_tree(j)
+        if err:
+            findings.append(Finding("PodGroup", j.key, "subGroups", err))
+            invalid = (Reason.INVALID, err)
+        q = self.tree.get(j.queue)
+        qidx = -1
+        if q is None:
+            if j.queue in self.tree.invalid:
+                invalid = invalid or (
+                    Reason.QUEUE_DOES_NOT_EXIST,
+                    f"queue {j.queue!r} is unusable: {self.tree.invalid[j.queue]}",
+                )
+            else:
+                invalid = invalid or (Reason.QUEUE_DOES_NOT_EXIST, f"queue {j.queue!r} does not exist")
+        elif not q.is_leaf:
+            invalid = invalid or (
+                Reason.QUEUE_NOT_LEAF,
+                f"queue {j.queue!r} has child queues; only leaf queues hold jobs",
+            )
+        else:
+            qidx = q.idx
+        info = JobInfo(
+            idx=len(self.jobs),
+            spec=j,
+            key=j.key,
+            queue=qidx,
+            priority=int(j.priority),
+            preemptible=j.preemptible,
+            created_at=float(j.created_at),
+            uid=j.uid or j.key,
+            root=root,
+            podsets=podsets,
+            invalid=invalid,
+        )
+        if j.max_member is not None:
+            total_min = sum(ps.min for ps in podsets.values())
+            if j.max_member < total_min:
+                findings.append(
+                    Finding(
+                        "PodGroup",
+                        j.key,
+                        "maxMember",
+                        f"max-member {j.max_member} is below the gang minimum {total_min}; using {total_min}",
+                    )
+                )
+            info.max_total = max(j.max_member, total_min)
+        for ps in podsets.values():
+            ps.job = info
+        self.job_index[j.key] = info.idx
+        self.jobs.append(info)
+        has_subgroups = bool(j.subgroups)
+        for pod in sorted(j.pods, key=lambda p: (p.uid, p.name)):
+            if pod.uid in seen_pods:
+                findings.append(Finding("Pod", pod.uid, "uid", "duplicate pod uid; the first is used"))
+                continue
+            seen_pods.add(pod.uid)
+            self._add_pod(info, pod, podsets, has_subgroups)
+        info.ready = _ready(root, self)
+
+    def _add_pod(self, info: JobInfo, pod: Pod, podsets: dict[str, PodSet], has_subgroups: bool) -> None:
+        findings = self.findings
+        p = len(self.pods)
+        self.pods.append(pod)
+        info.pods.append(p)
+        self.p_job.append(info.idx)
+        status = {
+            PodPhase.PENDING: PENDING,
+            PodPhase.RUNNING: BOUND,
+            PodPhase.RELEASING: RELEASING,
+            PodPhase.SUCCEEDED: DONE,
+            PodPhase.FAILED: DONE,
+        }[pod.phase]
+        node = -1
+        if status in (BOUND, RELEASING):
+            if pod.node is None or pod.node not in self.node_index:
+                findings.append(
+                    Finding(
+                        "Pod", pod.uid, "nodeName", f"bound to unknown node {pod.node!r}; its resources are not counted"
+                    )
+                )
+            else:
+                node = self.node_index[pod.node]
+        elif status == PENDING and pod.node and pod.node in self.node_index:
+            # a pending pod that already names a node is treated as bound there (KAI: Bound/Binding)
+            node = self.node_index[pod.node]
+            status = BOUND
+        if has_subgroups:
+            ps = podsets.get(pod.subgroup or "")
+            if ps is None:
+                findings.append(
+                    Finding(
+                        "Pod",
+                        pod.uid,
+                        "subgroup",
+                        f"subgroup {pod.subgroup!r} is not in PodGroup {info.key}; the pod is never scheduled",
+                    )
+                )
+        else:
+            ps = podsets["default"]
+        req = pod.request
+        g, c, m = req.gpu, req.cpu, req.memory
+        if min(g, c, m) < 0 or any(math.isnan(v) for v in (g, c, m)):
+            findings.append(Finding("Pod", pod.uid, "resources", "negative request treated as 0"))
+            g, c, m = (max(0.0, v) if not math.isnan(v) else 0.0 for v in (g, c, m))
+        frac = 0.0
+        gpumem = 0.0
+        if pod.gpu_fraction is not None:
+            f = pod.gpu_fraction
+            if not (0 < f <= 1) or math.isnan(f):
+                findings.append(
+                    Finding(
+                        "Pod", pod.uid, "gpu-fraction", f"gpu-fraction {f} outside (0, 1]; the pod is never scheduled"
+                    )
+                )
+                ps = None
+            else:
+                frac = float(f)
+                g = frac
+        elif pod.gpu_memory_mib is not None:
+            if pod.gpu_memory_mib <= 0:
+                findings.append(
+                    Finding("Pod", pod.uid, "gpu-memory", "gpu-memory must be positive; the pod is never scheduled")
+                )
+                ps = None
+            else:
+                gpumem = float(pod.gpu_memory_mib)
+                g = gpumem / self.min_gpu_mem if self.min_gpu_mem > 0 else 0.0
+        elif g != math.floor(g):
+            findings.append(
+                Finding(
+                    "Pod", pod.uid, "nvidia.com/gpu", f"whole-GPU request {g} is not an integer; using {math.ceil(g)}"
+                )
+            )
+            g = float(math.ceil(g))
+        if ps is None and status == PENDING:
+            status = IGNORED
+        if ps is not None:
+            ps.pods.append(p)
+        self.p_set.append(ps)
+        self.p_status.append(status)
+        self.p_node.append(-1)
+        self.p_group.append(None)
+        self.p_req.append((g, c, m))
+        self.p_frac.append(frac)
+        self.p_gpumem.append(gpumem)
+        self.p_start.append(pod.start_time if pod.start_time is not None else self.now)
+        if node >= 0:
+            if gpumem and self.gpu_mem[node] > 0:
+                g = min(1.0, gpumem / self.gpu_mem[node])
+                self.p_req[p] = (g, c, m)
+                self.p_frac[p] = g
+            self._occupy(p, node, pod.gpu_group, initial=True)
+            if status == RELEASING:
+                self._release(p)
+        if status in ACTIVE and ps is not None:
+            ps.n_active += 1
+            info.n_active += 1
+
+    def _build_queue_accounting(self) -> None:
+        nq = len(self.tree.nodes)
+        self.q_alloc = [[0.0, 0.0, 0.0] for _ in range(nq)]
+        self.q_alloc_np = [[0.0, 0.0, 0.0] for _ in range(nq)]
+        self.q_request = [[0.0, 0.0, 0.0] for _ in range(nq)]
+        for job in self.jobs:
+            if job.queue < 0:
+                continue
+            chain = self.tree.nodes[job.queue].chain
+            pending_per_set: dict[str, int] = {}
+            for p in job.pods:
+                st = self.p_status[p]
+                req = self.p_req[p]
+                if st in ACTIVE:
+                    for qi in chain:
+                        a = self.q_alloc[qi]
+                        r = self.q_request[qi]
+                        for k in range(3):
+                            a[k] += req[k]
+                            r[k] += req[k]
+                        if not job.preemptible:
+                            anp = self.q_alloc_np[qi]
+                            for k in range(3):
+                                anp[k] += req[k]
+                elif st == PENDING and not self.pods[p].gated:
+                    ps = self.p_set[p]
+                    assert ps is not None
+                    n = pending_per_set.get(ps.name, 0)
+                    if ps.n_active + n >= ps.max:
+                        continue
+                    pending_per_set[ps.name] = n + 1
+                    for qi in chain:
+                        r = self.q_request[qi]
+                        for k in range(3):
+                            r[k] += req[k]
+        self.q_fair = [[0.0, 0.0, 0.0] for _ in range(nq)]
+
+    # ------------------------------------------------------------------ node accounting
+    def node_gpu_fraction(self, p: int, node: int) -> float:
+        if self.p_gpumem[p]:
+            mem = self.gpu_mem[node]
+            return self.p_gpumem[p] / mem if mem > 0 else math.inf
+        return self.p_frac[p]
+
+    def _new_group_name(self, node: int) -> str:
+        groups = self.groups[node]
+        k = 0
+        name = self.nodes[node].name
+        while f"{name}-gpu{k}" in groups:
+            k += 1
+        return f"{name}-gpu{k}"
+
+    def _refresh_frac(self, node: int) -> None:
+        best = 0.0
+        best_f = 0.0
+        for used, rel in self.groups[node].values():
+            best = max(best, 1.0 - used)
+            best_f = max(best_f, 1.0 - used + rel)
+        self.frac_room[node] = best
+        self.frac_room_future[node] = best_f
+
+    def _group_rel_count(self, node: int, group: str) -> int:
+        used, rel = self.groups[node][group]
+        return 1 if used > EPS and rel >= used - EPS else 0
+
+    def _occupy(self, p: int, node: int, group: str | None, initial: bool = False) -> tuple[str | None, bool]:
+        """Put pod ``p``'s resources on ``node``; returns (gpu group, whether the group was created)."""
+        g, c, m = self.p_req[p]
+        free = self.free
+        created = False
+        frac = self.p_frac[p] if not self.p_gpumem[p] else self.node_gpu_fraction(p, node)
+        if frac > 0:
+            groups = self.groups[node]
+            if group is None:
+                group = self._new_group_name(node)
+            if group not in groups:
+                groups[group] = [0.0, 0.0]
+                free[GPU, node] -= 1.0
+                created = True
+            before = self._group_rel_count(node, group)
+            groups[group][0] += frac
+            after = self._group_rel_count(node, group)
+            self.rel[GPU, node] += after - before
+            self._refresh_frac(node)
+        else:
+            free[GPU, node] -= g
+            group = None
+        free[CPU, node] -= c
+        free[MEM, node] -= m
+        self.pods_free[node] -= 1
+        self.p_node[p] = node
+        self.p_group[p] = group
+        return group, created
+
+    def _vacate(self, p: int, created: bool) -> None:
+        node = self.p_node[p]
+        g, c, m = self.p_req[p]
+        free = self.free
+        group = self.p_group[p]
+        if group is not None:
+            groups = self.groups[node]
+            frac = self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p]
+            before = self._group_rel_count(node, group)
+            groups[group][0] -= frac
+            after = self._group_rel_count(node, group) if groups[group][0] > EPS else 0
+            self.rel[GPU, node] += after - before
+            if created or groups[group][0] <= EPS:
+                del groups[group]
+                free[GPU, node] += 1.0
+            self._refresh_frac(node)
+        else:
+            free[GPU, node] += g
+        free[CPU, node] += c
+        free[MEM, node] += m
+        self.pods_free[node] += 1
+        self.p_node[p] = -1
+        self.p_group[p] = None
+
+    def _release(self, p: int, sign: float = 1.0) -> None:
+        node = self.p_node[p]
+        group = self.p_group[p]
+        g, c, m = self.p_req[p]
+        if group is not None:
+            before = self._group_rel_count(node, group)
+            self.groups[node][group][1] += sign * self.p_frac_on_node(p)
+            after = self._group_rel_count(node, group)
+            self.rel[GPU, node] += after - before
+            self._refresh_frac(node)
+        else:
+            self.rel[GPU, node] += sign * g
+        self.rel[CPU, node] += sign * c
+        self.rel[MEM, node] += sign * m
+        self.any_releasing = True
+
+    def p_frac_on_node(self, p: int) -> float:
+        if self.p_gpumem[p]:
+            return self.node_gpu_fraction(p, self.p_node[p])
+        return self.p_frac[p]
+
+    # ------------------------------------------------------------------ queue accounting
+    def charge(self, job: JobInfo, req: tuple[float, float, float], sign: float) -> None:
+        if job.queue < 0:
+            return
+        np_ = not job.preemptible
+        for qi in self.tree.nodes[job.queue].chain:
+            a = self.q_alloc[qi]
+            a[0] += sign * req[0]
+            a[1] += sign * req[1]
+            a[2] += sign * req[2]
+            if np_:
+                b = self.q_alloc_np[qi]
+                b[0] += sign * req[0]
+                b[1] += sign * req[1]
+                b[2] += sign * req[2]
+
+    # ------------------------------------------------------------------ statement operations
+    def checkpoint(self) -> int:
+        return len(self.log)
+
+    def rollback(self, cp: int) -> None:
+        log = self.log
+        while len(log) > cp:
+            op = log.pop()
+            if op[0] == OP_ALLOC:
+                _, p, created, prev_req = op
+                job = self.jobs[self.p_job[p]]
+                self._vacate(p, created)
+                self.charge(job, self.p_req[p], -1.0)
+                self.p_req[p] = prev_req
+                self.p_status[p] = PENDING
+                ps = self.p_set[p]
+                assert ps is not None
+                ps.n_active -= 1
+                job.n_active -= 1
+            else:
+                _, p, prev_status, prev_info = op
+                job = self.jobs[self.p_job[p]]
+                self._release(p, -1.0)
+                self.charge(job, self.p_req[p], 1.0)
+                self.p_status[p] = prev_status
+                ps = self.p_set[p]
+                assert ps is not None
+                ps.n_active += 1
+                job.n_active += 1
+                if prev_info is None:
+                    self.evict_info.pop(p, None)
+                else:
+                    self.evict_info[p] = prev_info
+
+    def allocate(self, p: int, node: int, pipelined: bool, group: str | None = None) -> None:
+        job = self.jobs[self.p_job[p]]
+        prev_req = self.p_req[p]
+        if self.p_gpumem[p]:
+            f = min(1.0, self.node_gpu_fraction(p, node))
+            self.p_req[p] = (f, prev_req[1], prev_req[2])
+            self.p_frac[p] = f
+        _, created = self._occupy(p, node, group)
+        self.charge(job, self.p_req[p], 1.0)
+        self.p_status[p] = PIPELINED if pipelined else ALLOCATED
+        ps = self.p_set[p]
+        assert ps is not None
+        ps.n_active += 1
+        job.n_active += 1
+        self.log.append((OP_ALLOC, p, created, prev_req))
+
+    def evict(self, p: int, info: EvictInfo) -> None:
+        job = self.jobs[self.p_job[p]]
+        prev = self.p_status[p]
+        self.p_status[p] = EVICTED
+        self._release(p)
+        self.charge(job, self.p_req[p], -1.0)
+        ps = self.p_set[p]
+        assert ps is not None
+        ps.n_active -= 1
+        job.n_active -= 1
+        self.log.append((OP_EVICT, p, prev, self.evict_info.get(p)))
+        self.evict_info[p] = info
+
+    def convert_to_pipelined(self, job: JobInfo, since: int) -> None:
+        """KAI: once one task of a job is pipelined, all its tasks allocated in the statement are pipelined."""
+        st = self.p_status
+        for op in self.log[since:]:
+            if op[0] == OP_ALLOC and self.p_job[op[1]] == job.idx and st[op[1]] == ALLOCATED:
+                st[op[1]] = PIPELINED
+
+    # ------------------------------------------------------------------ helpers
+    def queue_of(self, job: JobInfo) -> int:
+        return job.queue
+
+    def iter_active(self, job: JobInfo) -> Iterable[int]:
+        st = self.p_status
+        return (p for p in job.pods if st[p] in ACTIVE)
+
+
+def _build_gang_tree(j: Job) -> tuple[SubGroupSet, dict[str, PodSet], str]:
+    """The root SubGroupSet and the leaf PodSets of a PodGroup, or an error message (then a trivial tree)."""
+    big = 1 << 30
+    if not j.subgroups:
+        root = SubGroupSet("", j.min_subgroup, j.topology)
+        mm = j.min_member if j.min_member is not None else 1
+        err = ""
+        if mm < 0:
+            err, mm = "minMember is negative", 0
+        ps = PodSet("default", mm, big, None)
+        ps.parent = root
+        root.members.append(ps)
+        root.min_k = None
+        return root, {"default": ps}, err
+    names = [sg.name for sg in j.subgroups]
+    by_name = {sg.name: sg for sg in j.subgroups}
+    err = ""
+    if len(set(names)) != len(names):
+        err = "duplicate subgroup names"
+    children: dict[str | None, list[str]] = {}
+    for sg in j.subgroups:
+        parent = sg.parent or None
+        if parent is not None and parent not in by_name:
+            err = err or f"subgroup {sg.name!r} names unknown parent {parent!r}"
+            parent = None
+        children.setdefault(parent, []).append(sg.name)
+    root = SubGroupSet("", j.min_subgroup, j.topology)
+    podsets: dict[str, PodSet] = {}
+    visited: set[str] = set()
+
+    def build(parent_set: SubGroupSet, names_: list[str]) -> None:
+        nonlocal err
+        for name in sorted(set(names_)):
+            if name in visited:
+                err = err or f"subgroup {name!r} is part of a cycle"
+                continue
+            visited.add(name)
+            sg = by_name[name]
+            kids = children.get(name, [])
+            if kids:
+                if sg.min_member is not None and sg.min_subgroup is None:
+                    err = err or f"subgroup {name!r} has children and minMember"
+                s = SubGroupSet(name, sg.min_subgroup, sg.topology)
+                s.parent = parent_set
+                parent_set.members.append(s)
+                build(s, kids)
+                if s.min_k is not None and not (0 <= s.min_k <= len(s.members)):
+                    err = err or f"subgroup {name!r} minSubGroup {s.min_k} out of range"
+                    s.min_k = None
+            else:
+                mm = sg.min_member if sg.min_member is not None else 1
+                if mm < 0:
+                    err = err or f"subgroup {name!r} minMember is negative"
+                    mm = 0
+                mx = sg.max_member if sg.max_member is not None else big
+                if mx < mm:
+                    err = err or f"subgroup {name!r} max-member {mx} is below minMember {mm}"
+                    mx = mm
+                ps = PodSet(name, mm, mx, sg.topology)
+                ps.parent = parent_set
+                parent_set.members.append(ps)
+                podsets[name] = ps
+
+    build(root, children.get(None, []))
+    if len(visited) != len(by_name):
+        err = err or "subgroup parents form a cycle"
+    if root.min_k is not None and not (0 <= root.min_k <= len(root.members)):
+        err = err or f"minSubGroup {root.min_k} out of range"
+        root.min_k = None
+    # KAI orders members: subgroup sets first, then pod sets
+    root.members.sort(key=lambda m: (not m.is_set, m.name))
+    return root, podsets, err
+
+
+def _ready(member: PodSet | SubGroupSet, ses: Session) -> bool:
+    if isinstance(member, PodSet):
+        alive = 0
+        for p in member.pods if member.pods else ():
+            st = ses.p_status[p]
+            if st in (PENDING, BOUND, ALLOCATED, PIPELINED) and not ses.pods[p].gated:
+                alive += 1
+        return alive >= member.min
+    ready = sum(1 for m in member.members if _ready(m, ses))
+    return ready >= member.k()
