@@ -185,6 +185,7 @@ class GangPlacer:
         self.failed_allowed: np.ndarray | None = None
         self.placed_before_fail = 0
         self.topology_error: str | None = None
+        self.shortfall: tuple[str | None, dict[str, float]] = (None, {})
 
     def run(self, tasks: list[int], allowed: np.ndarray | None = None) -> bool:
         if allowed is None:
@@ -243,6 +244,7 @@ class GangPlacer:
                         self.failed_pod = p
                         self.failed_allowed = nodes
                         self.placed_before_fail = i
+                        self.shortfall = best_node_shortfall(ses, p, nodes)
                     ok = False
                     break
             if ok:
@@ -295,7 +297,7 @@ def explain_fit_failure(ses: Session, job: JobInfo, tasks: list[int], placer: Ga
             },
         )
         return
-    best, shortfall = best_node_shortfall(ses, p, placer.failed_allowed)
+    best, shortfall = placer.shortfall
     pset = ses.p_set[p]
     placed = placer.placed_before_fail
     sub = f" of subgroup {pset.name}" if pset is not None and pset.name != "default" else ""
