@@ -31,25 +31,15 @@ def _register() -> None:
     from kai_ray.cli import commands  # noqa: F401  (imports every command module)
 
 
+@app.callback()
+def _root() -> None:
+    """KAI Scheduler semantics for Ray on Kubernetes: gang PodGroups, queues, fair share, preemption."""
+
+
 def main(argv: list[str] | None = None) -> None:
     _register()
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="kai-ray")
     except CliError as exc:
         print(f"kai-ray: error: {exc}", file=sys.stderr)
         sys.exit(exc.code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
-        raise

@@ -1,0 +1,284 @@
+"""API objects -> scheduler snapshot: the one translation between the wire and the core.
+
+Both adapters (the Kubernetes operators and the simulator) build their snapshot here, so a PodGroup means the same
+thing to the core whichever world it came from. Nothing here raises on bad data: unparsable quantities count as
+zero and are reported through ``problems``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from kai_ray import constants as c
+from kai_ray.api.meta import Pod as ApiPod
+from kai_ray.api.podgroup import PodGroup, TopologyConstraint
+from kai_ray.api.quantity import QuantityError, parse_quantity
+from kai_ray.api.queue import Queue as ApiQueue
+from kai_ray.scheduler import snapshot as s
+
+_DURATION = re.compile(r"(-?\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | None) -> float | None:
+    """A Go duration ("90s", "1h30m", "-1s") in seconds; None when absent or unparsable."""
+    if not text:
+        return None
+    text = text.strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    parts = _DURATION.findall(body)
+    if not parts or "".join(n + u for n, u in parts) != body:
+        return None
+    return sign * sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _q(value: Any, problems: list[str], where: str) -> float:
+    try:
+        return parse_quantity(value)
+    except QuantityError as exc:
+        problems.append(f"{where}: {exc}")
+        return 0.0
+
+
+def container_resources(resources: Any, problems: list[str], where: str) -> s.Resources:
+    """Requests, falling back to limits per resource (Kubernetes defaults requests to limits)."""
+    if resources is None:
+        return s.ZERO
+    merged: dict[str, Any] = {**(resources.limits or {}), **(resources.requests or {})}
+    return s.Resources(
+        gpu=_q(merged.get(c.GPU_RESOURCE, 0), problems, f"{where}[{c.GPU_RESOURCE}]"),
+        cpu=_q(merged.get("cpu", 0), problems, f"{where}[cpu]") * 1000.0,
+        memory=_q(merged.get("memory", 0), problems, f"{where}[memory]"),
+    )
+
+
+def pod_request(pod: ApiPod, problems: list[str] | None = None) -> s.Resources:
+    """Effective request: sum over containers, at least the largest init container; plus the gpu-fraction."""
+    problems = problems if problems is not None else []
+    name = pod.metadata.name
+    total = s.ZERO
+    for i, ctr in enumerate(pod.spec.containers):
+        total = total + container_resources(ctr.resources, problems, f"Pod {name} containers[{i}]")
+    for i, ctr in enumerate(pod.spec.init_containers or []):
+        init = container_resources(ctr.resources, problems, f"Pod {name} initContainers[{i}]")
+        total = s.Resources(max(total.gpu, init.gpu), max(total.cpu, init.cpu), max(total.memory, init.memory))
+    fraction = gpu_fraction(pod, problems)
+    if fraction is not None:
+        total = s.Resources(fraction, total.cpu, total.memory)
+    return total
+
+
+def gpu_fraction(pod: ApiPod, problems: list[str] | None = None) -> float | None:
+    raw = pod.metadata.annotations.get(c.GPU_FRACTION)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        if problems is not None:
+            problems.append(f"Pod {pod.metadata.name} annotations[{c.GPU_FRACTION}]: {raw!r} is not in (0, 1]")
+        return None
+    return value
+
+
+def _affinity_terms(pod: ApiPod) -> list[list[s.NodeSelectorRequirement]]:
+    aff = pod.spec.affinity or {}
+    required = (aff.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms: list[list[s.NodeSelectorRequirement]] = []
+    for term in required.get("nodeSelectorTerms") or []:
+        terms.append(
+            [
+                s.NodeSelectorRequirement(e.get("key", ""), e.get("operator", "In"), tuple(e.get("values") or ()))
+                for e in term.get("matchExpressions") or []
+            ]
+        )
+    return terms
+
+
+def pod_phase(pod: ApiPod) -> s.PodPhase:
+    if pod.metadata.deletion_timestamp:
+        return s.PodPhase.RELEASING
+    phase = pod.status.phase if pod.status else None
+    if phase in ("Succeeded", "Failed"):
+        return s.PodPhase(phase)
+    if pod.spec.node_name:
+        return s.PodPhase.RUNNING
+    return s.PodPhase.PENDING
+
+
+def pod_from_api(pod: ApiPod, job_key: str, problems: list[str] | None = None) -> s.Pod:
+    meta = pod.metadata
+    try:
+        task_priority = int(meta.labels.get(c.TASK_PRIORITY_LABEL, "0"))
+    except ValueError:
+        task_priority = 0
+    gpu_mem = meta.annotations.get(c.GPU_MEMORY)
+    return s.Pod(
+        uid=meta.uid or f"{meta.namespace}/{meta.name}",
+        name=meta.name or "",
+        namespace=meta.namespace or "",
+        job=job_key,
+        request=pod_request(pod, problems),
+        phase=pod_phase(pod),
+        node=pod.spec.node_name,
+        subgroup=meta.labels.get(c.SUBGROUP_LABEL),
+        task_priority=task_priority,
+        is_ray_head=meta.labels.get(c.RAY_NODE_TYPE) == "head",
+        gpu_fraction=gpu_fraction(pod),
+        gpu_memory_mib=int(gpu_mem) if gpu_mem and gpu_mem.isdigit() else None,
+        node_selector=dict(pod.spec.node_selector or {}),
+        required_affinity=_affinity_terms(pod),
+        tolerations=[
+            s.Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
+            for t in pod.spec.tolerations or []
+        ],
+        start_time=parse_time(pod.status.start_time if pod.status else None),
+        gated=bool(pod.spec.scheduling_gates),
+    )
+
+
+def _topology(tc: TopologyConstraint | None) -> s.TopologyConstraint | None:
+    if tc is None or not tc.topology:
+        return None
+    return s.TopologyConstraint(tc.topology, tc.required_topology_level, tc.preferred_topology_level)
+
+
+def job_from_podgroup(
+    pg: PodGroup,
+    pods: Iterable[ApiPod],
+    priority_classes: dict[str, int] | None = None,
+    problems: list[str] | None = None,
+) -> s.Job:
+    """A PodGroup and its pods as a scheduler Job (priority from the class table, unknown class -> 50 as KAI)."""
+    classes = c.PRIORITY_CLASSES if priority_classes is None else priority_classes
+    meta, spec = pg.metadata, pg.spec
+    key = f"{meta.namespace}/{meta.name}"
+    sub_max: dict[str, int] = {}
+    try:
+        sub_max = {str(k): int(v) for k, v in json.loads(meta.annotations.get(c.SUBGROUP_MAX, "{}")).items()}
+    except (ValueError, AttributeError):
+        if problems is not None:
+            problems.append(f"PodGroup {meta.name} annotations[{c.SUBGROUP_MAX}]: not a JSON map of integers")
+    max_member: int | None = None
+    raw_max = meta.annotations.get(c.MAX_MEMBER)
+    if raw_max is not None:
+        try:
+            max_member = int(raw_max) + (sub_max.get(c.SUBMITTER_SUBGROUP, 0))
+        except ValueError:
+            if problems is not None:
+                problems.append(f"PodGroup {meta.name} annotations[{c.MAX_MEMBER}]: {raw_max!r} is not an integer")
+    pclass = spec.priority_class_name or ""
+    preempt = None
+    if spec.preemptibility in ("preemptible", "non-preemptible"):
+        preempt = s.Preemptibility(spec.preemptibility)
+    return s.Job(
+        namespace=meta.namespace or "",
+        name=meta.name or "",
+        uid=meta.uid or "",
+        queue=spec.queue or c.DEFAULT_QUEUE,
+        priority=classes.get(pclass, c.DEFAULT_PRIORITY_VALUE),
+        priority_class=pclass,
+        preemptibility=preempt,
+        min_member=spec.min_member if spec.min_member is not None else (0 if spec.min_sub_group is not None else 1),
+        min_subgroup=spec.min_sub_group,
+        subgroups=[
+            s.SubGroup(
+                name=sg.name,
+                min_member=sg.min_member,
+                min_subgroup=sg.min_sub_group,
+                parent=sg.parent,
+                max_member=sub_max.get(sg.name),
+                topology=_topology(sg.topology_constraint),
+            )
+            for sg in spec.sub_groups or []
+        ],
+        max_member=max_member,
+        topology=_topology(spec.topology_constraint),
+        created_at=parse_time(meta.creation_timestamp) or 0.0,
+        last_start=parse_time(meta.annotations.get(c.LAST_START)),
+        preemption_delay=parse_duration(spec.preemption_delay),
+        staleness_grace=parse_duration(spec.staleness_grace_period),
+        kind=_top_owner_kind(pg),
+        pods=[pod_from_api(p, key, problems) for p in pods],
+    )
+
+
+def _top_owner_kind(pg: PodGroup) -> str:
+    refs = pg.metadata.owner_references or []
+    return refs[0].kind if refs else ""
+
+
+_MB = 1e6
+
+
+def queue_from_api(q: ApiQueue) -> s.Queue:
+    """Queue units: memory MB -> bytes; cpu stays millicores; -1 stays -1 (unlimited)."""
+    res = q.spec.resources
+
+    def vec(attr: str) -> s.Resources:
+        if res is None:
+            default = {"quota": 0.0, "limit": s.UNLIMITED, "over_quota_weight": 1.0}[attr]
+            return s.Resources(default, default, default)
+        mem = getattr(res.memory, attr)
+        if attr != "over_quota_weight" and mem != -1:
+            mem = mem * _MB
+        return s.Resources(getattr(res.gpu, attr), getattr(res.cpu, attr), mem)
+
+    return s.Queue(
+        name=q.name,
+        parent=q.spec.parent_queue or None,
+        priority=q.spec.priority if q.spec.priority is not None else 100,
+        quota=vec("quota"),
+        limit=vec("limit"),
+        over_quota_weight=vec("over_quota_weight"),
+        preempt_min_runtime=parse_duration(q.spec.preempt_min_runtime),
+        reclaim_min_runtime=parse_duration(q.spec.reclaim_min_runtime),
+        created_at=parse_time(q.metadata.creation_timestamp) or 0.0,
+        uid=q.metadata.uid or q.name,
+    )
+
+
+def node_from_api(node: dict[str, Any], problems: list[str] | None = None) -> s.Node:
+    """A v1 Node (as a dict from the API) -> scheduler Node."""
+    problems = problems if problems is not None else []
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    name = meta.get("name", "")
+    labels = dict(meta.get("labels") or {})
+    ready = any(cond.get("type") == "Ready" and cond.get("status") == "True" for cond in status.get("conditions") or [])
+    gpu_mem = labels.get(c.GPU_MEMORY_NODE_LABEL, "0")
+    return s.Node(
+        name=name,
+        allocatable=s.Resources(
+            gpu=_q(alloc.get(c.GPU_RESOURCE, 0), problems, f"Node {name} allocatable[{c.GPU_RESOURCE}]"),
+            cpu=_q(alloc.get("cpu", 0), problems, f"Node {name} allocatable[cpu]") * 1000.0,
+            memory=_q(alloc.get("memory", 0), problems, f"Node {name} allocatable[memory]"),
+        ),
+        max_pods=int(_q(alloc.get("pods", 110), problems, f"Node {name} allocatable[pods]")),
+        labels=labels,
+        taints=[
+            s.Taint(t.get("key", ""), t.get("value", "") or "", t.get("effect", "NoSchedule"))
+            for t in spec.get("taints") or []
+        ],
+        gpu_memory_mib=int(gpu_mem) if str(gpu_mem).isdigit() else 0,
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready if status.get("conditions") else True,
+    )

@@ -1,0 +1,69 @@
+"""``kai-ray podgroup -f FILE``: show the PodGroup(s) kai-ray would create for Ray manifests."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from kai_ray.api.loader import ManifestError, load_documents, parse_object
+from kai_ray.api.ray import RayCluster, RayJob, RayService
+from kai_ray.cli import CliError, app
+from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group
+
+
+def read_source(path: str) -> tuple[str, str]:
+    """Read FILE or stdin ('-'); a missing or unreadable file is a one-line error."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        return Path(path).read_text(), path
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    try:
+        for where, doc in load_documents(text, source):
+            obj = parse_object(doc, where)
+            if not isinstance(obj, RayCluster | RayJob | RayService):
+                raise CliError(f"{where}: {type(obj).__name__} is not a Ray CR (RayCluster, RayJob or RayService)")
+            try:
+                out.append(group(obj, config=config).to_dict())
+            except GroupingError as exc:
+                raise CliError(f"{where}: {exc}") from None
+    except ManifestError as exc:
+        raise CliError(str(exc)) from None
+    if not out:
+        raise CliError(f"{source}: no Ray CR found")
+    return out
+
+
+@app.command("podgroup")
+def podgroup_cmd(
+    filename: Annotated[
+        str, typer.Option("-f", "--filename", help="Manifest file (multi-document YAML); '-' for stdin")
+    ],
+    output: Annotated[str, typer.Option("-o", "--output", help="yaml or json")] = "yaml",
+    kai_defaults: Annotated[
+        bool, typer.Option("--kai-defaults", help="KAI's priority defaults (every Ray kind -> train)")
+    ] = False,
+    queue_label_key: Annotated[str | None, typer.Option(help="Label key that names the queue")] = None,
+) -> None:
+    """Print the PodGroup(s) for the Ray CRs in FILE (KAI scheduling.run.ai/v2alpha2)."""
+    if output not in ("yaml", "json"):
+        raise CliError(f"--output: {output!r} is not 'yaml' or 'json'")
+    config = PodgrouperConfig.kai_compatible() if kai_defaults else PodgrouperConfig()
+    if queue_label_key:
+        config.queue_label_key = queue_label_key
+    text, source = read_source(filename)
+    groups = podgroups_from_text(text, source, config)
+    if output == "json":
+        typer.echo(json.dumps(groups, indent=2))
+    else:
+        typer.echo(yaml.safe_dump_all(groups, sort_keys=False).rstrip())

@@ -1,0 +1,48 @@
+"""Label and annotation keys, and defaults. KAI's keys where KAI has one; ``kai-ray.io/*`` for our additions."""
+
+from __future__ import annotations
+
+SCHEDULER_NAME = "kai-scheduler"
+
+# KAI wire keys
+QUEUE_LABEL = "kai.scheduler/queue"
+PRIORITY_LABEL = "priorityClassName"
+RAY_PRIORITY_LABEL = "ray.io/priority-class-name"
+PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
+PODGROUP_ANNOTATION = "pod-group-name"
+SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
+TASK_PRIORITY_LABEL = "kai.scheduler/task-priority"
+TOP_OWNER_METADATA = "kai.scheduler/top-owner-metadata"
+TOPOLOGY = "kai.scheduler/topology"
+TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
+TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
+PREEMPTION_DELAY = "kai.scheduler/preemption-delay"
+STALENESS_GRACE = "kai.scheduler/staleness-grace-period"
+LAST_START = "kai.scheduler/last-start-timestamp"
+LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
+STALE_SINCE = "kai.scheduler/stale-podgroup-timestamp"
+GPU_FRACTION = "gpu-fraction"
+GPU_MEMORY = "gpu-memory"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_MEMORY_NODE_LABEL = "nvidia.com/gpu.memory"
+
+# kai-ray additions (KAI's PodGroup has no maxMember)
+MAX_MEMBER = "kai-ray.io/max-member"
+SUBGROUP_MAX = "kai-ray.io/subgroup-max"
+SUBGROUP_NAMES = "kai-ray.io/subgroup-names"
+SUBMITTER_SUBGROUP = "submitter"
+
+# KubeRay pod labels
+RAY_GROUP = "ray.io/group"
+RAY_NODE_TYPE = "ray.io/node-type"
+RAY_CLUSTER = "ray.io/cluster"
+RAY_HEAD_GROUP = "headgroup"
+RAY_SUBMITTER_GROUP = "submittergroup"
+
+DEFAULT_QUEUE = "default-queue"
+
+# KAI's Helm PriorityClasses
+PRIORITY_CLASSES: dict[str, int] = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
+PREEMPTIBLE_BELOW = 100
+DEFAULT_PRIORITY_VALUE = 50

@@ -1,0 +1,243 @@
+"""Ray custom resource -> one gang PodGroup, KAI's way, with the elastic ceilings KAI cannot express.
+
+Pure: no API calls. The caller passes the top owner (RayCluster, RayJob or RayService) and, for RayJob/RayService,
+optionally the RayCluster currently in effect; otherwise the embedded cluster spec is used.
+
+Gang size follows KAI's Ray grouper: the head counts 1; each worker group contributes ``minReplicas x numOfHosts``,
+or ``replicas x numOfHosts`` when ``minReplicas`` is 0; suspended groups and groups with replicas = minReplicas = 0
+contribute nothing. Unlike KAI we clamp replicas into [min, max] as KubeRay does instead of failing, read the real
+``suspend`` field, map non-DNS group names, and record max worker counts in annotations.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import yaml
+
+from kai_ray import constants as c
+from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod
+from kai_ray.api.podgroup import PodGroup, PodGroupSpec, SubGroup, TopologyConstraint
+from kai_ray.api.ray import MAX_INT32, RayCluster, RayClusterSpec, RayJob, RayObject, RayService
+from kai_ray.podgrouper.config import PodgrouperConfig
+from kai_ray.podgrouper.naming import subgroup_name
+
+
+class GroupingError(ValueError):
+    """The Ray object cannot be grouped; the message names the object and the field."""
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One worker group's contribution, before it becomes a subgroup."""
+
+    group_name: str
+    subgroup: str
+    min_member: int
+    max_member: int
+
+
+def cluster_spec_path(obj: RayObject) -> str:
+    return {"RayCluster": "spec", "RayJob": "spec.rayClusterSpec", "RayService": "spec.rayClusterConfig"}[obj.kind]
+
+
+def effective_cluster_spec(obj: RayObject, cluster: RayCluster | None = None) -> RayClusterSpec:
+    """The RayCluster spec that decides the gang: the live cluster if given, else the one embedded in the owner."""
+    if cluster is not None:
+        return cluster.spec
+    if isinstance(obj, RayCluster):
+        return obj.spec
+    if isinstance(obj, RayJob):
+        if obj.spec.ray_cluster_spec is None:
+            what = "clusterSelector jobs use an existing RayCluster" if obj.spec.cluster_selector else "missing"
+            raise GroupingError(f"RayJob {obj.metadata.name}: spec.rayClusterSpec: {what}")
+        return obj.spec.ray_cluster_spec
+    if obj.spec.ray_cluster_config is None:
+        raise GroupingError(f"RayService {obj.metadata.name}: spec.rayClusterConfig: missing")
+    return obj.spec.ray_cluster_config
+
+
+def plan_groups(obj: RayObject, spec: RayClusterSpec) -> list[GroupPlan]:
+    """Per worker group: subgroup name, gang minimum and elastic ceiling (pods, i.e. replicas x numOfHosts)."""
+    path = cluster_spec_path(obj)
+    if spec.head_group_spec is None:
+        raise GroupingError(f"{obj.kind} {obj.metadata.name}: {path}.headGroupSpec: missing head group")
+    autoscaling = bool(spec.enable_in_tree_autoscaling)
+    plans: list[GroupPlan] = []
+    seen: dict[str, str] = {}
+    for i, wg in enumerate(spec.worker_group_specs):
+        name = wg.group_name or f"worker-group-{i}"
+        sg = subgroup_name(name)
+        if sg == c.RAY_HEAD_GROUP or sg == c.SUBMITTER_SUBGROUP or sg in seen.values():
+            raise GroupingError(
+                f"{obj.kind} {obj.metadata.name}: {path}.workerGroupSpecs[{i}].groupName: {name!r} duplicates "
+                "another group"
+            )
+        seen[name] = sg
+        if wg.suspend or (not wg.replicas and not wg.min_replicas and not (autoscaling and wg.max > 0)):
+            continue
+        hosts = wg.hosts
+        desired = wg.desired_replicas()
+        minimum = (min(wg.min, wg.max) if wg.min > 0 else desired) * hosts
+        ceiling = min(wg.max * hosts, MAX_INT32) if autoscaling else desired * hosts
+        plans.append(GroupPlan(name, sg, minimum, max(ceiling, minimum)))
+    return plans
+
+
+def _first_label(key: str, *metas: ObjectMeta | None) -> str | None:
+    for meta in metas:
+        if meta is not None and meta.labels.get(key):
+            return meta.labels[key]
+    return None
+
+
+def resolve_queue(owner: ObjectMeta, pod: Pod | None, config: PodgrouperConfig) -> str:
+    return _first_label(config.queue_label_key, owner, pod.metadata if pod else None) or config.default_queue
+
+
+def resolve_priority(obj: RayObject, spec: RayClusterSpec, pod: Pod | None, config: PodgrouperConfig) -> str:
+    """ray.io/priority-class-name on the top owner, then the priorityClassName label (owner, then pod), then the
+    pod's spec.priorityClassName (or the head template's), then the per-kind default."""
+    pod_meta = pod.metadata if pod else None
+    found = _first_label(c.RAY_PRIORITY_LABEL, obj.metadata) or _first_label(c.PRIORITY_LABEL, obj.metadata, pod_meta)
+    if found:
+        return found
+    if pod is not None and pod.spec.priority_class_name:
+        return pod.spec.priority_class_name
+    if spec.head_group_spec is not None and spec.head_group_spec.template.spec.priority_class_name:
+        return spec.head_group_spec.template.spec.priority_class_name
+    return config.default_priority.get(obj.kind, "train")
+
+
+def resolve_preemptibility(
+    obj: RayObject, pod: Pod | None, priority_class: str, config: PodgrouperConfig
+) -> str | None:
+    label = _first_label(c.PREEMPTIBILITY_LABEL, obj.metadata, pod.metadata if pod else None)
+    if label is not None:
+        if label not in ("preemptible", "non-preemptible"):
+            raise GroupingError(
+                f"{obj.kind} {obj.metadata.name}: metadata.labels[{c.PREEMPTIBILITY_LABEL}]: {label!r} is not "
+                "'preemptible' or 'non-preemptible'"
+            )
+        return label
+    value = config.priority_classes.get(priority_class)
+    if value is None:
+        return None  # unknown class: the scheduler derives it from the class value it sees
+    return "preemptible" if value < c.PREEMPTIBLE_BELOW else "non-preemptible"
+
+
+def topology_from(annotations: dict[str, str], where: str) -> TopologyConstraint | None:
+    topology = annotations.get(c.TOPOLOGY)
+    required = annotations.get(c.TOPOLOGY_REQUIRED)
+    preferred = annotations.get(c.TOPOLOGY_PREFERRED)
+    if not (topology or required or preferred):
+        return None
+    if not topology:
+        raise GroupingError(f"{where}.annotations[{c.TOPOLOGY}]: required when a topology placement level is set")
+    return TopologyConstraint(topology=topology, required_topology_level=required, preferred_topology_level=preferred)
+
+
+def podgroup_name(obj: RayObject) -> str:
+    uid = obj.metadata.uid
+    return f"pg-{obj.metadata.name}-{uid}" if uid else f"pg-{obj.metadata.name}"
+
+
+def _owner_ref(obj: RayObject) -> list[OwnerReference] | None:
+    if not obj.metadata.uid:
+        return None
+    return [
+        OwnerReference(
+            api_version=obj.api_version,
+            kind=obj.kind,
+            name=obj.metadata.name or "",
+            uid=obj.metadata.uid,
+            controller=False,
+            block_owner_deletion=False,
+        )
+    ]
+
+
+def group(
+    obj: RayObject,
+    *,
+    cluster: RayCluster | None = None,
+    pod: Pod | None = None,
+    config: PodgrouperConfig | None = None,
+) -> PodGroup:
+    """Build the PodGroup for a Ray top owner. Raises GroupingError naming the field on bad input."""
+    config = config or PodgrouperConfig()
+    if not obj.metadata.name:
+        raise GroupingError(f"{obj.kind}: metadata.name: required")
+    spec = effective_cluster_spec(obj, cluster)
+    plans = plan_groups(obj, spec)
+    path = cluster_spec_path(obj)
+
+    head = spec.head_group_spec
+    assert head is not None  # plan_groups raised otherwise
+    head_topology = topology_from(head.template.metadata.annotations, f"{path}.headGroupSpec.template")
+    subgroups = [SubGroup(name=c.RAY_HEAD_GROUP, min_member=1, topology_constraint=head_topology)]
+    by_name = {wg.group_name or f"worker-group-{i}": wg for i, wg in enumerate(spec.worker_group_specs)}
+    for i, plan in enumerate(plans):
+        wg = by_name[plan.group_name]
+        where = f"{path}.workerGroupSpecs[{i}].template"
+        subgroups.append(
+            SubGroup(
+                name=plan.subgroup,
+                min_member=plan.min_member,
+                topology_constraint=topology_from(wg.template.metadata.annotations, where),
+            )
+        )
+    submitter = isinstance(obj, RayJob) and obj.submission_mode == "K8sJobMode"
+    if submitter:
+        subgroups.append(SubGroup(name=c.SUBMITTER_SUBGROUP, min_member=0))
+
+    min_member = 1 + sum(p.min_member for p in plans)
+    max_member = min(1 + sum(p.max_member for p in plans), MAX_INT32)
+    subgroup_max = {c.RAY_HEAD_GROUP: 1, **{p.subgroup: p.max_member for p in plans}}
+    if submitter:
+        subgroup_max[c.SUBMITTER_SUBGROUP] = 1
+
+    priority = resolve_priority(obj, spec, pod, config)
+    annotations = dict(obj.metadata.annotations)
+    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    annotations[c.TOP_OWNER_METADATA] = yaml.safe_dump(
+        {
+            "name": obj.metadata.name,
+            "uid": obj.metadata.uid or "",
+            "group": obj.api_version.split("/")[0],
+            "version": obj.api_version.split("/")[-1],
+            "kind": obj.kind,
+        },
+        sort_keys=True,
+    )
+    annotations[c.MAX_MEMBER] = str(max_member)
+    annotations[c.SUBGROUP_MAX] = json.dumps(subgroup_max, sort_keys=True)
+    renamed = {p.group_name: p.subgroup for p in plans if p.group_name != p.subgroup}
+    if renamed:
+        annotations[c.SUBGROUP_NAMES] = json.dumps(renamed, sort_keys=True)
+
+    owner_where = f"{obj.kind} {obj.metadata.name}: metadata"
+    return PodGroup(
+        metadata=ObjectMeta(
+            name=podgroup_name(obj),
+            namespace=obj.metadata.namespace,
+            labels=dict(obj.metadata.labels),
+            annotations=annotations,
+            owner_references=_owner_ref(obj),
+        ),
+        spec=PodGroupSpec(
+            min_member=min_member,
+            sub_groups=subgroups,
+            queue=resolve_queue(obj.metadata, pod, config),
+            priority_class_name=priority,
+            preemptibility=resolve_preemptibility(obj, pod, priority, config),
+            topology_constraint=topology_from(obj.metadata.annotations, owner_where),
+            preemption_delay=obj.metadata.annotations.get(c.PREEMPTION_DELAY),
+            staleness_grace_period=obj.metadata.annotations.get(c.STALENESS_GRACE),
+        ),
+    )
+
+
+def is_ray_object(obj: object) -> bool:
+    return isinstance(obj, RayCluster | RayJob | RayService)
