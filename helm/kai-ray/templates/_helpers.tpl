@@ -1,0 +1,77 @@
+{{- define "kai-ray.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kai-ray.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kai-ray.labels" -}}
+app.kubernetes.io/name: {{ include "kai-ray.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "kai-ray.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "kai-ray.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kai-ray.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Flags shared by both operators. */}}
+{{- define "kai-ray.commonArgs" -}}
+- --scheduler-name={{ .Values.schedulerName }}
+- --queue-label-key={{ .Values.queueLabelKey }}
+- --metrics-port={{ .Values.metrics.port }}
+- --health-port={{ .Values.health.port }}
+{{- range .Values.watchNamespaces }}
+- --namespace={{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kai-ray.podCommon" -}}
+serviceAccountName: {{ include "kai-ray.serviceAccountName" . }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "kai-ray.probes" -}}
+ports:
+  - {name: metrics, containerPort: {{ .Values.metrics.port }}}
+  - {name: health, containerPort: {{ .Values.health.port }}}
+livenessProbe:
+  httpGet: {path: /healthz, port: health}
+  initialDelaySeconds: 10
+  periodSeconds: 10
+readinessProbe:
+  httpGet: {path: /healthz, port: health}
+  periodSeconds: 5
+{{- end -}}
