@@ -1,0 +1,119 @@
+"""The Helm chart with the real `helm` (built from its Go module): lint, render, schema, and what it grants."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kai_ray.controlplane import build
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "kai-ray"
+NON_DEFAULT = [
+    "--set", "mode=kai-coexistence",
+    "--set", "schedulerName=my-scheduler",
+    "--set", "queueLabelKey=runai/queue",
+    "--set", "podgrouper.defaultPriority.RayService=build",
+    "--set", "priorityClasses.create=false",
+    "--set", "defaultQueues.create=false",
+    "--set", "watchNamespaces={team-a,team-b}",
+]
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return build.ensure("helm")
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120)
+
+
+def render(helm: Path, *extra: str) -> list[dict[str, Any]]:
+    out = run_helm(helm, "template", "rel", str(CHART), "--namespace", "kai-system", *extra)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def args_of(deploy: dict[str, Any]) -> list[str]:
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    return [*container["command"], *container["args"]]
+
+
+def test_lint_default_and_non_default(helm):
+    assert run_helm(helm, "lint", str(CHART)).returncode == 0
+    lint = run_helm(helm, "lint", str(CHART), *NON_DEFAULT)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_default_render(helm):
+    docs = render(helm)
+    deploys = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+    assert set(deploys) == {"rel-kai-ray-podgrouper", "rel-kai-ray-scheduler"}
+    sched = args_of(deploys["rel-kai-ray-scheduler"])
+    assert sched[:3] == ["kai-ray", "operator", "scheduler"]
+    assert "--leader-elect" in sched and "--lease-namespace=kai-system" in sched
+    assert "--scheduler-name=kai-scheduler" in sched and "--placement-strategy=binpack" in sched
+    assert "--queue-priority-reclaim" not in sched
+    grouper = args_of(deploys["rel-kai-ray-podgrouper"])
+    assert "--default-priority=RayService=inference" in grouper
+    for d in deploys.values():
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert c["resources"]["requests"]
+        assert d["spec"]["template"]["spec"]["serviceAccountName"] == "rel-kai-ray"
+    classes = {d["metadata"]["name"]: d["value"] for d in by_kind(docs, "PriorityClass")}
+    assert classes == {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
+    queues = {d["metadata"]["name"]: d for d in by_kind(docs, "Queue")}
+    assert queues["default-queue"]["spec"]["parentQueue"] == "default-parent-queue"
+    assert queues["default-queue"]["spec"]["resources"]["gpu"]["limit"] == -1
+    assert by_kind(docs, "Service")[0]["spec"]["ports"][0]["port"] == 8080
+
+
+def test_values_reach_the_flags(helm):
+    docs = render(helm, "--set", "scheduler.queuePriorityReclaim=true", "--set", "scheduler.placementStrategy=spread",
+                  "--set", "scheduler.preemptionDelay=30s", "--set", "leaderElection.enabled=false")
+    sched = args_of(next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("scheduler")))
+    assert {"--queue-priority-reclaim", "--placement-strategy=spread", "--preemption-delay=30s",
+            "--no-leader-elect"} <= set(sched)
+    assert not any(d["kind"] == "Role" for d in docs)
+
+
+def test_kai_coexistence_mode_runs_only_the_podgrouper(helm):
+    docs = render(helm, *NON_DEFAULT)
+    deploys = by_kind(docs, "Deployment")
+    assert [d["metadata"]["name"] for d in deploys] == ["rel-kai-ray-podgrouper"]
+    grouper = args_of(deploys[0])
+    assert "--kai-coexistence" in grouper and "--scheduler-name=my-scheduler" in grouper
+    assert "--namespace=team-a" in grouper and "--namespace=team-b" in grouper
+    assert "--default-priority=RayService=build" in grouper
+    assert not by_kind(docs, "PriorityClass") and not by_kind(docs, "Queue")
+    rules = by_kind(docs, "ClusterRole")[0]["rules"]
+    resources = {r for rule in rules for r in rule["resources"]}
+    assert "pods/binding" not in resources and "pods/eviction" not in resources
+
+
+def test_rbac_is_least_privilege(helm):
+    rules = by_kind(render(helm), "ClusterRole")[0]["rules"]
+    granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert ("", "pods/binding", "create") in granted
+    assert not any(r in ("secrets", "configmaps") for _, r, _ in granted)
+    assert not any(r == "nodes" and v not in ("get", "list", "watch") for _, r, v in granted)
+    assert not any(v in ("*", "escalate", "bind", "impersonate") for _, _, v in granted)
+    assert not any(g == "ray.io" and v == "delete" for g, _, v in granted)
+
+
+@pytest.mark.parametrize("bad,field", [("mode=sideways", "mode"), ("scheduler.placementStrategy=random",
+                                                                    "placementStrategy"),
+                                        ("scheduler.preemptionDelay=soon", "preemptionDelay")])
+def test_schema_rejects_bad_values(helm, bad, field):
+    out = run_helm(helm, "template", "rel", str(CHART), "--set", bad)
+    assert out.returncode != 0
+    assert field in out.stderr
