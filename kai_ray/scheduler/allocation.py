@@ -108,7 +108,9 @@ def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarra
     free = ses.free
     if future:
         free = free + ses.rel
-    mask = base & (ses.pods_free > 0)
+        mask = base & (ses.pods_free + ses.rel_pods > 0)
+    else:
+        mask = base & (ses.pods_free > 0)
     if ses.p_frac[p] or ses.p_gpumem[p]:
         room = ses.frac_room_future if future else ses.frac_room
         if ses.p_gpumem[p]:

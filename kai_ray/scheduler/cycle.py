@@ -11,14 +11,22 @@ import time
 import traceback
 
 from kai_ray.scheduler.allocate import allocate_action
+from kai_ray.scheduler.consolidation import consolidation_action
 from kai_ray.scheduler.decisions import CycleResult, Finding
+from kai_ray.scheduler.preempt import preempt_action
 from kai_ray.scheduler.proportion import compute_fair_share
+from kai_ray.scheduler.reclaim import reclaim_action
 from kai_ray.scheduler.results import build_result
 from kai_ray.scheduler.session import Session
 from kai_ray.scheduler.snapshot import Snapshot
+from kai_ray.scheduler.stale import stale_gang_action
 
 ACTIONS = {
     "allocate": allocate_action,
+    "consolidation": consolidation_action,
+    "reclaim": reclaim_action,
+    "preempt": preempt_action,
+    "stalegangeviction": stale_gang_action,
 }
 
 

@@ -38,6 +38,7 @@ class Reason(str, Enum):  # noqa: UP042  (str() kept as before)
     PREEMPTION_DELAY_NOT_ELAPSED = "PreemptionDelayNotElapsed"
     NOT_READY = "NotReadyForScheduling"  # fewer pods exist than the gang's minimum
     INVALID = "InvalidPodGroup"
+    QUEUE_INVALID = "QueueInvalid"  # its queue (or an ancestor) has an unknown parent or is in a cycle
     # evict
     PREEMPTED = "Preempted"
     RECLAIMED = "Reclaimed"

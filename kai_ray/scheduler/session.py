@@ -32,7 +32,7 @@ PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED = range(
 ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED))
 STATUS_NAMES = ("Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored")
 
-OP_ALLOC, OP_EVICT = 0, 1
+OP_ALLOC, OP_EVICT, OP_RESERVE = 0, 1, 2
 
 
 def le(a: float, b: float) -> bool:
@@ -124,6 +124,7 @@ class JobInfo:
     fail_message: str = ""
     fail_details: dict[str, Any] = field(default_factory=dict)
     touched: bool = False  # got an allocation attempt this cycle
+    stale_since: float | None = None  # set by stale-gang eviction when the gang is below its minimum
 
     def has_pending(self, ses: Session) -> bool:
         st = ses.p_status
@@ -202,6 +203,7 @@ class Session:
         self.alloc = alloc
         self.free = alloc.copy()  # alloc - everything on the node (bound, allocated, pipelined, releasing)
         self.rel = np.zeros((3, nn))  # held by releasing pods
+        self.rel_pods = np.zeros(nn, dtype=np.int64)  # pod slots held by releasing pods
         self.pods_free = np.array([n.max_pods for n in self.nodes], dtype=np.int64)
         self.ready = np.array([n.ready for n in self.nodes], dtype=bool)
         self.masks = StaticMasks(self.nodes)
@@ -254,7 +256,7 @@ class Session:
         if q is None:
             if j.queue in self.tree.invalid:
                 invalid = invalid or (
-                    Reason.QUEUE_DOES_NOT_EXIST,
+                    Reason.QUEUE_INVALID,
                     f"queue {j.queue!r} is unusable: {self.tree.invalid[j.queue]}",
                 )
             else:
@@ -535,6 +537,7 @@ class Session:
             self.rel[GPU, node] += sign * g
         self.rel[CPU, node] += sign * c
         self.rel[MEM, node] += sign * m
+        self.rel_pods[node] += 1 if sign > 0 else -1
         self.any_releasing = True
 
     def p_frac_on_node(self, p: int) -> float:
@@ -566,7 +569,10 @@ class Session:
         log = self.log
         while len(log) > cp:
             op = log.pop()
-            if op[0] == OP_ALLOC:
+            if op[0] == OP_RESERVE:
+                _, p, node, group, created = op
+                self._unreserve(p, node, group, created)
+            elif op[0] == OP_ALLOC:
                 _, p, created, prev_req = op
                 job = self.jobs[self.p_job[p]]
                 self._vacate(p, created)
@@ -620,6 +626,45 @@ class Session:
         job.n_active -= 1
         self.log.append((OP_EVICT, p, prev, self.evict_info.get(p)))
         self.evict_info[p] = info
+
+    def reserve(self, p: int, node: int, group: str | None) -> None:
+        """Hold room on ``node`` for a re-created copy of evicted pod ``p`` (consolidation); no decision."""
+        g, c, m = self.p_req[p]
+        free = self.free
+        created = False
+        frac = self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p]
+        if frac > 0:
+            groups = self.groups[node]
+            if group is None:
+                group = self._new_group_name(node)
+            if group not in groups:
+                groups[group] = [0.0, 0.0]
+                free[GPU, node] -= 1.0
+                created = True
+            groups[group][0] += frac
+            self._refresh_frac(node)
+        else:
+            free[GPU, node] -= g
+        free[CPU, node] -= c
+        free[MEM, node] -= m
+        self.pods_free[node] -= 1
+        self.log.append((OP_RESERVE, p, node, group, created))
+
+    def _unreserve(self, p: int, node: int, group: str | None, created: bool) -> None:
+        g, c, m = self.p_req[p]
+        free = self.free
+        if group is not None:
+            frac = self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p]
+            self.groups[node][group][0] -= frac
+            if created:
+                del self.groups[node][group]
+                free[GPU, node] += 1.0
+            self._refresh_frac(node)
+        else:
+            free[GPU, node] += g
+        free[CPU, node] += c
+        free[MEM, node] += m
+        self.pods_free[node] += 1
 
     def convert_to_pipelined(self, job: JobInfo, since: int) -> None:
         """KAI: once one task of a job is pipelined, all its tasks allocated in the statement are pipelined."""

@@ -164,6 +164,7 @@ class Job:
     last_start: float | None = None  # kai.scheduler/last-start-timestamp
     preemption_delay: float | None = None  # seconds pending before this job may cause evictions
     staleness_grace: float | None = None  # seconds; negative disables stale-gang eviction
+    stale_since: float | None = None  # kai.scheduler/stale-podgroup-timestamp: when it was first seen stale
     uid: str = ""
     kind: str = ""  # RayCluster / RayJob / RayService / "" - informational
     pods: list[Pod] = field(default_factory=list)
@@ -209,6 +210,8 @@ class SchedulerConfig:
     reclaimer_saturation_multiplier: float = 1.0
     max_consolidation_preemptees: int = 16
     default_priority: int = 50  # value of an unknown PriorityClass
+    reclaim_min_runtime_resolve: str = "lca"  # lca | queue (KAI minruntime reclaimResolveMethod)
+    max_preemptor_victim_units: int = 4096  # bound on victim units one preemptor may consider
 
 
 @dataclass(slots=True)

@@ -1,0 +1,55 @@
+"""The preempt action: a pending job takes room from strictly lower-priority preemptible jobs of its own queue.
+
+KAI's rules (``actions/preempt``): victims share the preemptor's leaf queue, are preemptible, have strictly lower
+priority, are running and past the queue's preempt min-runtime (else only their elastic surplus may go). A
+non-preemptible preemptor must also fit its queue's quota. Jobs still inside their preemption delay do not evict.
+"""
+
+from __future__ import annotations
+
+from kai_ray.scheduler.allocation import capacity_failure
+from kai_ray.scheduler.decisions import Action, Reason
+from kai_ray.scheduler.gang import tasks_to_allocate
+from kai_ray.scheduler.minruntime import preempt_min_runtime, protected
+from kai_ray.scheduler.pending import pending_jobs_in_order, record_eviction_failure
+from kai_ray.scheduler.session import JobInfo, Session
+from kai_ray.scheduler.victims import Solver, build_units
+
+
+def preempt_action(ses: Session) -> None:
+    for job in pending_jobs_in_order(ses, Action.PREEMPT):
+        preempt_for(ses, job)
+
+
+def preempt_for(ses: Session, job: JobInfo) -> bool:
+    tasks = tasks_to_allocate(ses, job)
+    if not tasks:
+        return False
+    if not job.preemptible:
+        fail = capacity_failure(ses, job, tasks)
+        if fail is not None and fail.reason is Reason.NON_PREEMPTIBLE_OVER_QUOTA:
+            job.fail(fail.reason, fail.message, fail.details)
+            return False
+    victims: list[JobInfo] = []
+    surplus_only: set[int] = set()
+    for v in ses.jobs:
+        if v.queue != job.queue or v.idx == job.idx or not v.preemptible or v.priority >= job.priority:
+            continue
+        if v.n_active == 0 or v.invalid is not None:
+            continue
+        if protected(ses, v, preempt_min_runtime(ses, v)):
+            surplus_only.add(v.idx)
+        victims.append(v)
+    units = build_units(ses, victims, lambda _j: (), surplus_only)
+    solver = Solver(ses, job, units, Action.PREEMPT, Reason.PREEMPTED)
+    if solver.solve():
+        job.fail_reason = None
+        return True
+    record_eviction_failure(
+        job,
+        "preempt",
+        f"no lower-priority preemptible victims in queue that make room ({solver.failure})"
+        if victims
+        else "no lower-priority preemptible jobs in its queue",
+    )
+    return False
