@@ -431,7 +431,8 @@ def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
     for k in cfg_raw:
         if k not in names:
             raise ScenarioError(f"config.{k}: unknown scheduler option")
-    cfg = SchedulerConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg_raw.items()})
+    cfg_args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg_raw.items()}
+    cfg = SchedulerConfig(**cfg_args)
     topologies = [
         Topology(
             str(_req(_map(t, f"topologies[{i}]"), "name", f"topologies[{i}]")),
