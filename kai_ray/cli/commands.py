@@ -1,3 +1,4 @@
 """Imports each command module so it registers itself on the app. One line per module."""
 
+from kai_ray.cli import bench  # noqa: F401, I001
 from kai_ray.cli import podgroup  # noqa: F401
