@@ -16,7 +16,7 @@ app.add_typer(bench, name="bench")
 
 @bench.command("core")
 def core(
-    nodes: int = typer.Option(5000, "--nodes", help="Nodes in the synthetic cluster."),
+    nodes: int = typer.Option(0, "--nodes", help="Nodes (default 5000; 500 with --preemption)."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node."),
     jobs: int = typer.Option(5000, "--jobs", help="Pending gangs."),
     gang: int = typer.Option(8, "--gang", help="Pods per gang (one GPU each)."),
@@ -28,6 +28,8 @@ def core(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Time one scheduling cycle of the core and report throughput, cycle time and peak memory."""
+    if nodes == 0:
+        nodes = 500 if preemption else 5000
     from kai_ray.scheduler.benchmark import CoreBenchSpec, run_allocate_bench, run_preemption_bench
 
     for name, value in (

@@ -41,9 +41,15 @@ def _ordered(members: list[Member]) -> list[Member]:
 
 
 def tasks_to_allocate(ses: Session, job: JobInfo) -> list[int]:
+    cached = job.cache.get("tta")
+    if cached is not None and cached[0] == job.version:
+        return list(cached[1])
     if job.n_active >= job.max_total and job.root.satisfied():
-        return []
-    return _collect_set(ses, job, job.root)
+        out: list[int] = []
+    else:
+        out = _collect_set(ses, job, job.root)
+    job.cache["tta"] = (job.version, out)
+    return list(out)
 
 
 def _pending_sorted(ses: Session, ps: PodSet) -> list[int]:

@@ -99,12 +99,16 @@ def job_request(ses: Session, job: JobInfo | None) -> tuple[float, float, float]
     """Resources of the job's next allocation step (KAI's GetTasksToAllocateInitResourceVector)."""
     if job is None:
         return (0.0, 0.0, 0.0)
+    cached = job.cache.get("req")
+    if cached is not None and cached[0] == job.version:
+        return cached[1]
     g = c = m = 0.0
     for p in tasks_to_allocate(ses, job):
         r = ses.p_req[p]
         g += r[0]
         c += r[1]
         m += r[2]
+    job.cache["req"] = (job.version, (g, c, m))
     return (g, c, m)
 
 

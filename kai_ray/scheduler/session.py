@@ -33,6 +33,17 @@ ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED))
 STATUS_NAMES = ("Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored")
 
 OP_ALLOC, OP_EVICT, OP_RESERVE = 0, 1, 2
+_PHASES = {
+    PodPhase.PENDING: PENDING,
+    PodPhase.RUNNING: BOUND,
+    PodPhase.RELEASING: RELEASING,
+    PodPhase.SUCCEEDED: DONE,
+    PodPhase.FAILED: DONE,
+}
+
+
+def _pod_sort_key(p: Pod) -> tuple[str, str]:
+    return (p.uid, p.name)
 
 
 def le(a: float, b: float) -> bool:
@@ -47,7 +58,7 @@ def le(a: float, b: float) -> bool:
 class PodSet:
     """A leaf of the gang tree: pods of one subgroup (or the implicit ``default`` set), with min and max."""
 
-    __slots__ = ("job", "max", "min", "n_active", "name", "parent", "pods", "topology")
+    __slots__ = ("job", "max", "min", "n_active", "n_alive", "name", "parent", "pods", "topology")
     is_set = False
 
     def __init__(self, name: str, min_member: int, max_member: int, topology: TopologyConstraint | None) -> None:
@@ -56,6 +67,7 @@ class PodSet:
         self.max = max_member
         self.pods: list[int] = []
         self.n_active = 0
+        self.n_alive = 0  # non-gated pods that are not finished: readiness
         self.parent: SubGroupSet | None = None
         self.topology = topology
         self.job: JobInfo | None = None
@@ -125,17 +137,25 @@ class JobInfo:
     fail_details: dict[str, Any] = field(default_factory=dict)
     touched: bool = False  # got an allocation attempt this cycle
     stale_since: float | None = None  # set by stale-gang eviction when the gang is below its minimum
+    n_pend: int = 0  # pods in PENDING state (maintained by allocate / rollback)
+    simple: PodSet | None = None  # the only PodSet of a job without subgroups (fast paths)
+    rank: int = 0  # position in (created_at, uid) order: victim ordering without string keys
+    init_active: list[float] = field(default_factory=list)  # resources of active pods at session open
+    init_pending: list[float] = field(default_factory=list)  # requested by pending pods (under ceilings)
+    version: int = 0  # bumped on every change of its pods' states: cache key for derived data
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def has_pending(self, ses: Session) -> bool:
-        st = ses.p_status
-        return any(st[p] == PENDING for p in self.pods)
+        return self.n_pend > 0
 
     def n_pending(self, ses: Session) -> int:
-        st = ses.p_status
-        return sum(1 for p in self.pods if st[p] == PENDING)
+        return self.n_pend
 
     def elastic_state(self) -> int:
         """0 below min, 1 exactly at min, 2 above min (KAI's elastic plugin, per PodSet)."""
+        ps = self.simple
+        if ps is not None:
+            return 0 if ps.n_active < ps.min else (1 if ps.n_active == ps.min else 2)
         at = True
         for ps in self.podsets.values():
             if ps.n_active < ps.min:
@@ -145,7 +165,18 @@ class JobInfo:
         return 1 if at else 2
 
     def min_satisfied(self) -> bool:
+        ps = self.simple
+        if ps is not None:
+            return ps.n_active >= ps.min
         return self.root.satisfied()
+
+    def has_surplus(self) -> bool:
+        ps = self.simple
+        if ps is not None:
+            return ps.n_active > ps.min
+        from kai_ray.scheduler.gang import _has_surplus
+
+        return _has_surplus(self.root)
 
     def fail(self, reason: Reason, message: str, details: dict[str, Any] | None = None) -> None:
         self.fail_reason = reason
@@ -206,6 +237,7 @@ class Session:
         self.rel_pods = np.zeros(nn, dtype=np.int64)  # pod slots held by releasing pods
         self.pods_free = np.array([n.max_pods for n in self.nodes], dtype=np.int64)
         self.ready = np.array([n.ready for n in self.nodes], dtype=bool)
+        self.node_arange = np.arange(nn, dtype=np.float64)
         self.masks = StaticMasks(self.nodes)
         self.gpu_mem = np.array([n.gpu_memory_mib for n in self.nodes], dtype=np.float64)
         # fractional GPU sharing: node -> group -> [used fraction, releasing fraction]
@@ -232,51 +264,71 @@ class Session:
         self.p_frac: list[float] = []  # >0: shares one GPU with others
         self.p_gpumem: list[float] = []  # >0: gpu-memory request in MiB (fraction depends on node)
         self.p_start: list[float] = []
+        # whole-GPU pods already on nodes: accounted in one vectorised step after the loop
+        self._init_nodes: list[int] = []
+        self._init_req: list[tuple[float, float, float]] = []
+        self._init_rel: list[int] = []
         seen_pods: set[str] = set()
         by_key: dict[str, Job] = {}
         for j in jobs:
-            if j.key in by_key:
-                self.findings.append(Finding("PodGroup", j.key, "name", "duplicate PodGroup; the first is used"))
+            key = j.key
+            if key in by_key:
+                self.findings.append(Finding("PodGroup", key, "name", "duplicate PodGroup; the first is used"))
                 continue
-            by_key[j.key] = j
+            by_key[key] = j
         for key in sorted(by_key):
-            self._add_job(by_key[key], seen_pods)
+            self._add_job(key, by_key[key], seen_pods)
+        self._apply_initial_nodes()
+        for rank, job in enumerate(sorted(self.jobs, key=lambda jb: (jb.created_at, jb.uid))):
+            job.rank = rank
         self.initial_status = list(self.p_status)
-        self.initial_node = list(self.p_node)
 
-    def _add_job(self, j: Job, seen_pods: set[str]) -> None:
+    def _apply_initial_nodes(self) -> None:
+        if self._init_nodes:
+            idx = np.asarray(self._init_nodes, dtype=np.int64)
+            req = np.asarray(self._init_req, dtype=np.float64)
+            nn = len(self.nodes)
+            for r in range(3):
+                self.free[r] -= np.bincount(idx, weights=req[:, r], minlength=nn)
+            self.pods_free -= np.bincount(idx, minlength=nn)
+            rel = np.asarray(self._init_rel, dtype=bool)
+            if rel.any():
+                ridx = idx[rel]
+                for r in range(3):
+                    self.rel[r] += np.bincount(ridx, weights=req[rel, r], minlength=nn)
+                self.rel_pods += np.bincount(ridx, minlength=nn)
+                self.any_releasing = True
+        del self._init_nodes, self._init_req, self._init_rel
+
+    def _queue_for(self, key: str, queue: str) -> tuple[int, tuple[Reason, str] | None]:
+        q = self.tree.get(queue)
+        if q is None:
+            if queue in self.tree.invalid:
+                return -1, (Reason.QUEUE_INVALID, f"queue {queue!r} is unusable: {self.tree.invalid[queue]}")
+            return -1, (Reason.QUEUE_DOES_NOT_EXIST, f"queue {queue!r} does not exist")
+        if not q.is_leaf:
+            return -1, (Reason.QUEUE_NOT_LEAF, f"queue {queue!r} has child queues; only leaf queues hold jobs")
+        return q.idx, None
+
+    def _add_job(self, key: str, j: Job, seen_pods: set[str]) -> None:
         findings = self.findings
         invalid: tuple[Reason, str] | None = None
         root, podsets, err = _build_gang_tree(j)
         if err:
-            findings.append(Finding("PodGroup", j.key, "subGroups", err))
+            findings.append(Finding("PodGroup", key, "subGroups", err))
             invalid = (Reason.INVALID, err)
-        q = self.tree.get(j.queue)
-        qidx = -1
-        if q is None:
-            if j.queue in self.tree.invalid:
-                invalid = invalid or (
-                    Reason.QUEUE_INVALID,
-                    f"queue {j.queue!r} is unusable: {self.tree.invalid[j.queue]}",
-                )
-            else:
-                invalid = invalid or (Reason.QUEUE_DOES_NOT_EXIST, f"queue {j.queue!r} does not exist")
-        elif not q.is_leaf:
-            invalid = invalid or (
-                Reason.QUEUE_NOT_LEAF,
-                f"queue {j.queue!r} has child queues; only leaf queues hold jobs",
-            )
-        else:
-            qidx = q.idx
+        qidx, qerr = self._queue_for(key, j.queue)
+        invalid = invalid or qerr
+        preemptible = j.preemptible
         info = JobInfo(
             idx=len(self.jobs),
             spec=j,
-            key=j.key,
+            key=key,
             queue=qidx,
             priority=int(j.priority),
-            preemptible=j.preemptible,
+            preemptible=preemptible,
             created_at=float(j.created_at),
-            uid=j.uid or j.key,
+            uid=j.uid or key,
             root=root,
             podsets=podsets,
             invalid=invalid,
@@ -287,7 +339,7 @@ class Session:
                 findings.append(
                     Finding(
                         "PodGroup",
-                        j.key,
+                        key,
                         "maxMember",
                         f"max-member {j.max_member} is below the gang minimum {total_min}; using {total_min}",
                     )
@@ -295,151 +347,155 @@ class Session:
             info.max_total = max(j.max_member, total_min)
         for ps in podsets.values():
             ps.job = info
-        self.job_index[j.key] = info.idx
+        simple = None if j.subgroups else podsets["default"]
+        info.simple = simple
+        self.job_index[key] = info.idx
         self.jobs.append(info)
-        has_subgroups = bool(j.subgroups)
-        for pod in sorted(j.pods, key=lambda p: (p.uid, p.name)):
-            if pod.uid in seen_pods:
-                findings.append(Finding("Pod", pod.uid, "uid", "duplicate pod uid; the first is used"))
+        pods = j.pods if len(j.pods) < 2 else sorted(j.pods, key=_pod_sort_key)
+        # running totals for queue accounting: active, pending (under the elastic ceilings)
+        act = [0.0, 0.0, 0.0]
+        pend = [0.0, 0.0, 0.0]
+        pend_count: dict[int, int] = {}
+        for pod in pods:
+            uid = pod.uid
+            if uid in seen_pods:
+                findings.append(Finding("Pod", uid, "uid", "duplicate pod uid; the first is used"))
                 continue
-            seen_pods.add(pod.uid)
-            self._add_pod(info, pod, podsets, has_subgroups)
+            seen_pods.add(uid)
+            p, status, pset = self._add_pod(info, pod, podsets, simple)
+            if pset is None:
+                continue
+            ps = pset
+            req = self.p_req[p]
+            if status in ACTIVE:
+                act[0] += req[0]
+                act[1] += req[1]
+                act[2] += req[2]
+            elif status == PENDING and not pod.gated:
+                k = id(ps)
+                n = pend_count.get(k, 0)
+                if ps.n_active + n < ps.max:
+                    pend_count[k] = n + 1
+                    pend[0] += req[0]
+                    pend[1] += req[1]
+                    pend[2] += req[2]
         info.ready = _ready(root, self)
+        info.init_active = act
+        info.init_pending = pend
 
-    def _add_pod(self, info: JobInfo, pod: Pod, podsets: dict[str, PodSet], has_subgroups: bool) -> None:
+    def _add_pod(
+        self, info: JobInfo, pod: Pod, podsets: dict[str, PodSet], simple: PodSet | None
+    ) -> tuple[int, int, PodSet | None]:
         findings = self.findings
         p = len(self.pods)
         self.pods.append(pod)
         info.pods.append(p)
         self.p_job.append(info.idx)
-        status = {
-            PodPhase.PENDING: PENDING,
-            PodPhase.RUNNING: BOUND,
-            PodPhase.RELEASING: RELEASING,
-            PodPhase.SUCCEEDED: DONE,
-            PodPhase.FAILED: DONE,
-        }[pod.phase]
+        status = _PHASES[pod.phase]
         node = -1
         if status in (BOUND, RELEASING):
-            if pod.node is None or pod.node not in self.node_index:
-                findings.append(
-                    Finding(
-                        "Pod", pod.uid, "nodeName", f"bound to unknown node {pod.node!r}; its resources are not counted"
-                    )
-                )
+            n = self.node_index.get(pod.node) if pod.node is not None else None
+            if n is None:
+                msg = f"bound to unknown node {pod.node!r}; its resources are not counted"
+                findings.append(Finding("Pod", pod.uid, "nodeName", msg))
             else:
-                node = self.node_index[pod.node]
-        elif status == PENDING and pod.node and pod.node in self.node_index:
-            # a pending pod that already names a node is treated as bound there (KAI: Bound/Binding)
-            node = self.node_index[pod.node]
-            status = BOUND
-        if has_subgroups:
+                node = n
+        elif status == PENDING and pod.node:
+            n = self.node_index.get(pod.node)
+            if n is not None:  # a pending pod that already names a node is bound there (KAI: Bound/Binding)
+                node = n
+                status = BOUND
+        ps: PodSet | None
+        if simple is not None:
+            ps = simple
+        else:
             ps = podsets.get(pod.subgroup or "")
             if ps is None:
-                findings.append(
-                    Finding(
-                        "Pod",
-                        pod.uid,
-                        "subgroup",
-                        f"subgroup {pod.subgroup!r} is not in PodGroup {info.key}; the pod is never scheduled",
-                    )
-                )
-        else:
-            ps = podsets["default"]
+                msg = f"subgroup {pod.subgroup!r} is not in PodGroup {info.key}; the pod is never scheduled"
+                findings.append(Finding("Pod", pod.uid, "subgroup", msg))
         req = pod.request
         g, c, m = req.gpu, req.cpu, req.memory
-        if min(g, c, m) < 0 or any(math.isnan(v) for v in (g, c, m)):
+        if not (g >= 0 and c >= 0 and m >= 0):  # also catches NaN
             findings.append(Finding("Pod", pod.uid, "resources", "negative request treated as 0"))
-            g, c, m = (max(0.0, v) if not math.isnan(v) else 0.0 for v in (g, c, m))
+            g, c, m = (v if v >= 0 else 0.0 for v in (g, c, m))
         frac = 0.0
         gpumem = 0.0
         if pod.gpu_fraction is not None:
             f = pod.gpu_fraction
-            if not (0 < f <= 1) or math.isnan(f):
-                findings.append(
-                    Finding(
-                        "Pod", pod.uid, "gpu-fraction", f"gpu-fraction {f} outside (0, 1]; the pod is never scheduled"
-                    )
-                )
+            if not (0 < f <= 1):
+                msg = f"gpu-fraction {f} outside (0, 1]; the pod is never scheduled"
+                findings.append(Finding("Pod", pod.uid, "gpu-fraction", msg))
                 ps = None
             else:
                 frac = float(f)
                 g = frac
         elif pod.gpu_memory_mib is not None:
-            if pod.gpu_memory_mib <= 0:
-                findings.append(
-                    Finding("Pod", pod.uid, "gpu-memory", "gpu-memory must be positive; the pod is never scheduled")
-                )
+            if not pod.gpu_memory_mib > 0:
+                msg = "gpu-memory must be positive; the pod is never scheduled"
+                findings.append(Finding("Pod", pod.uid, "gpu-memory", msg))
                 ps = None
             else:
                 gpumem = float(pod.gpu_memory_mib)
                 g = gpumem / self.min_gpu_mem if self.min_gpu_mem > 0 else 0.0
-        elif g != math.floor(g):
-            findings.append(
-                Finding(
-                    "Pod", pod.uid, "nvidia.com/gpu", f"whole-GPU request {g} is not an integer; using {math.ceil(g)}"
-                )
-            )
+        elif g % 1.0:
+            msg = f"whole-GPU request {g} is not an integer; using {math.ceil(g)}"
+            findings.append(Finding("Pod", pod.uid, "nvidia.com/gpu", msg))
             g = float(math.ceil(g))
-        if ps is None and status == PENDING:
-            status = IGNORED
-        if ps is not None:
+        if ps is None:
+            if status == PENDING:
+                status = IGNORED
+        else:
             ps.pods.append(p)
+            if status == PENDING:
+                info.n_pend += 1
+            elif status in ACTIVE:
+                ps.n_active += 1
+                info.n_active += 1
+            if status != DONE and not pod.gated:
+                ps.n_alive += 1
         self.p_set.append(ps)
         self.p_status.append(status)
-        self.p_node.append(-1)
+        self.p_node.append(node)
         self.p_group.append(None)
         self.p_req.append((g, c, m))
         self.p_frac.append(frac)
         self.p_gpumem.append(gpumem)
         self.p_start.append(pod.start_time if pod.start_time is not None else self.now)
         if node >= 0:
-            if gpumem and self.gpu_mem[node] > 0:
-                g = min(1.0, gpumem / self.gpu_mem[node])
-                self.p_req[p] = (g, c, m)
-                self.p_frac[p] = g
-            self._occupy(p, node, pod.gpu_group, initial=True)
-            if status == RELEASING:
-                self._release(p)
-        if status in ACTIVE and ps is not None:
-            ps.n_active += 1
-            info.n_active += 1
+            if frac or gpumem:
+                if gpumem and self.gpu_mem[node] > 0:
+                    g = min(1.0, gpumem / self.gpu_mem[node])
+                    self.p_req[p] = (g, c, m)
+                    self.p_frac[p] = g
+                self._occupy(p, node, pod.gpu_group, initial=True)
+                if status == RELEASING:
+                    self._release(p)
+            else:
+                self._init_nodes.append(node)
+                self._init_req.append((g, c, m))
+                self._init_rel.append(status == RELEASING)
+        return p, status, ps
 
     def _build_queue_accounting(self) -> None:
         nq = len(self.tree.nodes)
         self.q_alloc = [[0.0, 0.0, 0.0] for _ in range(nq)]
         self.q_alloc_np = [[0.0, 0.0, 0.0] for _ in range(nq)]
         self.q_request = [[0.0, 0.0, 0.0] for _ in range(nq)]
+        nodes = self.tree.nodes
         for job in self.jobs:
             if job.queue < 0:
                 continue
-            chain = self.tree.nodes[job.queue].chain
-            pending_per_set: dict[str, int] = {}
-            for p in job.pods:
-                st = self.p_status[p]
-                req = self.p_req[p]
-                if st in ACTIVE:
-                    for qi in chain:
-                        a = self.q_alloc[qi]
-                        r = self.q_request[qi]
-                        for k in range(3):
-                            a[k] += req[k]
-                            r[k] += req[k]
-                        if not job.preemptible:
-                            anp = self.q_alloc_np[qi]
-                            for k in range(3):
-                                anp[k] += req[k]
-                elif st == PENDING and not self.pods[p].gated:
-                    ps = self.p_set[p]
-                    assert ps is not None
-                    n = pending_per_set.get(ps.name, 0)
-                    if ps.n_active + n >= ps.max:
-                        continue
-                    pending_per_set[ps.name] = n + 1
-                    for qi in chain:
-                        r = self.q_request[qi]
-                        for k in range(3):
-                            r[k] += req[k]
+            act, pend = job.init_active, job.init_pending
+            np_ = not job.preemptible
+            for qi in nodes[job.queue].chain:
+                a, r = self.q_alloc[qi], self.q_request[qi]
+                for k in range(3):
+                    a[k] += act[k]
+                    r[k] += act[k] + pend[k]
+                if np_:
+                    b = self.q_alloc_np[qi]
+                    for k in range(3):
+                        b[k] += act[k]
         self.q_fair = [[0.0, 0.0, 0.0] for _ in range(nq)]
 
     # ------------------------------------------------------------------ node accounting
@@ -579,10 +635,12 @@ class Session:
                 self.charge(job, self.p_req[p], -1.0)
                 self.p_req[p] = prev_req
                 self.p_status[p] = PENDING
+                job.n_pend += 1
                 ps = self.p_set[p]
                 assert ps is not None
                 ps.n_active -= 1
                 job.n_active -= 1
+                job.version += 1
             else:
                 _, p, prev_status, prev_info = op
                 job = self.jobs[self.p_job[p]]
@@ -593,6 +651,7 @@ class Session:
                 assert ps is not None
                 ps.n_active += 1
                 job.n_active += 1
+                job.version += 1
                 if prev_info is None:
                     self.evict_info.pop(p, None)
                 else:
@@ -608,10 +667,12 @@ class Session:
         _, created = self._occupy(p, node, group)
         self.charge(job, self.p_req[p], 1.0)
         self.p_status[p] = PIPELINED if pipelined else ALLOCATED
+        job.n_pend -= 1
         ps = self.p_set[p]
         assert ps is not None
         ps.n_active += 1
         job.n_active += 1
+        job.version += 1
         self.log.append((OP_ALLOC, p, created, prev_req))
 
     def evict(self, p: int, info: EvictInfo) -> None:
@@ -624,6 +685,7 @@ class Session:
         assert ps is not None
         ps.n_active -= 1
         job.n_active -= 1
+        job.version += 1
         self.log.append((OP_EVICT, p, prev, self.evict_info.get(p)))
         self.evict_info[p] = info
 
@@ -758,11 +820,6 @@ def _build_gang_tree(j: Job) -> tuple[SubGroupSet, dict[str, PodSet], str]:
 
 def _ready(member: PodSet | SubGroupSet, ses: Session) -> bool:
     if isinstance(member, PodSet):
-        alive = 0
-        for p in member.pods if member.pods else ():
-            st = ses.p_status[p]
-            if st in (PENDING, BOUND, ALLOCATED, PIPELINED) and not ses.pods[p].gated:
-                alive += 1
-        return alive >= member.min
+        return member.n_alive >= member.min
     ready = sum(1 for m in member.members if _ready(m, ses))
     return ready >= member.k()

@@ -21,7 +21,7 @@ import numpy as np
 
 from kai_ray.scheduler.allocation import allocate_job, place_pod
 from kai_ray.scheduler.decisions import Action, Reason
-from kai_ray.scheduler.gang import _has_surplus, tasks_to_allocate, tasks_to_evict
+from kai_ray.scheduler.gang import tasks_to_allocate, tasks_to_evict
 from kai_ray.scheduler.session import ACTIVE, BOUND, CPU, EPS, GPU, MEM, EvictInfo, JobInfo, Session
 
 PRUNE_LIMIT = 64
@@ -45,10 +45,6 @@ def job_start(ses: Session, job: JobInfo) -> float:
     return min(starts) if starts else ses.now
 
 
-def _neg_str(s: str) -> tuple[int, ...]:
-    return tuple(-ord(c) for c in s)
-
-
 def build_units(
     ses: Session,
     victims: list[JobInfo],
@@ -64,7 +60,7 @@ def build_units(
         if not active or len(active) != job.n_active:
             continue  # pods placed this cycle are never victims
         steps: list[tuple[list[int], bool]] = []
-        if not _has_surplus(job.root):
+        if not job.has_surplus():
             steps.append((active, True))
         else:
             cp = ses.checkpoint()
@@ -81,7 +77,7 @@ def build_units(
         for seq, (pods, core) in enumerate(steps):
             if core and job.idx in surplus_only:
                 continue
-            key = (*queue_rank(job), job.priority, 0 if not core else below, -job.created_at, _neg_str(job.uid), seq)
+            key = (*queue_rank(job), job.priority, 0 if not core else below, -job.rank, seq)
             u = Unit(len(units), job, pods, core, key)
             g = c = m = 0.0
             for p in pods:
