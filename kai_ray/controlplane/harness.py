@@ -261,6 +261,7 @@ class ControlPlane:
     workdir: Path | None = None
     keep_workdir: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_KEEP_CONTROLPLANE") == "1")
     apiserver_extra_args: list[str] = field(default_factory=list)
+    kwok_log_level: str = field(default_factory=lambda: os.environ.get("KAI_RAY_KWOK_LOG_LEVEL", "WARN"))
 
     token: str = field(default="", init=False)
     apiserver_port: int = field(default=0, init=False)
@@ -441,6 +442,7 @@ class ControlPlane:
             "--node-ip=10.0.0.1",
             "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{self.kwok_port}",
+            f"--v={self.kwok_log_level}",
         ]
         for stage in stages:
             argv.append(f"--config={stage}")
@@ -650,27 +652,44 @@ class ControlPlane:
                     raise
 
     def apply_crds(self, paths: Iterable[Path | str], timeout: float = 60.0) -> list[str]:
-        """Server-side apply every CRD document in ``paths`` (files or directories) and wait until Established."""
+        """Create (or, if present, server-side apply) every CRD in ``paths`` (files or dirs); wait until Established.
+
+        Responses are read raw: KubeRay's CRDs are ~300 KB each and typed deserialisation of them costs more than the
+        request. The requests run in a few threads because the server, not the client, is the slow part.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
         from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
 
         api: Any = client.ApiextensionsV1Api(self._shared_client())
-        names: list[str] = []
-        for doc in _crd_documents(paths):
-            name = doc["metadata"]["name"]
-            api.patch_custom_resource_definition(
-                name,
-                doc,
-                field_manager=FIELD_MANAGER,
-                force=True,
-                _content_type="application/apply-patch+yaml",
-            )
-            names.append(name)
+        docs = list(_crd_documents(paths))
+
+        def put(doc: dict[str, Any]) -> str:
+            name: str = doc["metadata"]["name"]
+            try:
+                api.create_custom_resource_definition(doc, field_manager=FIELD_MANAGER, _preload_content=False).read()
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise ControlPlaneError(f"CRD {name} rejected: {exc.status} {exc.body}") from None
+                api.patch_custom_resource_definition(
+                    name,
+                    doc,
+                    field_manager=FIELD_MANAGER,
+                    force=True,
+                    _content_type="application/apply-patch+yaml",
+                    _preload_content=False,
+                ).read()
+            return name
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            names = list(pool.map(put, docs))
 
         def established() -> bool:
             for name in names:
-                crd = api.read_custom_resource_definition(name)
-                conds = (crd.status.conditions or []) if crd.status else []
-                if not any(c.type == "Established" and c.status == "True" for c in conds):
+                raw = json.loads(api.read_custom_resource_definition(name, _preload_content=False).read())
+                conds = raw.get("status", {}).get("conditions") or []
+                if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
                     return False
             return True
 
