@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kai_ray.scheduler.decisions import Reason
-from kai_ray.scheduler.gang import member_key, tasks_to_allocate
+from kai_ray.scheduler.gang import member_key, skippable_member, tasks_to_allocate
 from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import CPU, EPS, GPU, MEM, PIPELINED, JobInfo, PodSet, Session, SubGroupSet, le
@@ -317,20 +317,26 @@ class GangPlacer:
 
 def allocate_job(ses: Session, job: JobInfo, explain: bool = True) -> tuple[bool, bool]:
     """Place the job's next step in the open statement. Returns (placed, pipelined)."""
-    tasks = tasks_to_allocate(ses, job)
-    if not tasks:
-        return False, False
-    fail = capacity_failure(ses, job, tasks)
-    if fail is not None:
-        if explain:
-            job.fail(fail.reason, fail.message, fail.details)
-        return False, False
+    skip: frozenset[str] = frozenset()
     since = ses.checkpoint()
-    placer = GangPlacer(ses, job)
-    if not placer.run(tasks):
-        if explain:
-            explain_fit_failure(ses, job, tasks, placer)
-        return False, False
+    while True:
+        tasks = tasks_to_allocate(ses, job, skip)
+        if not tasks:
+            return False, False
+        fail = capacity_failure(ses, job, tasks)
+        if fail is not None:
+            if explain:
+                job.fail(fail.reason, fail.message, fail.details)
+            return False, False
+        placer = GangPlacer(ses, job)
+        if placer.run(tasks):
+            break
+        alt = skippable_member(ses, job, placer.failed_pod, skip) if placer.failed_pod is not None else None
+        if alt is None:
+            if explain:
+                explain_fit_failure(ses, job, tasks, placer)
+            return False, False
+        skip = skip | {alt}
     pipelined = any(ses.p_status[op[1]] == PIPELINED for op in ses.log[since:] if op[0] == 0)
     if pipelined:
         ses.convert_to_pipelined(job, since)

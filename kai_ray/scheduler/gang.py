@@ -40,7 +40,10 @@ def _ordered(members: list[Member]) -> list[Member]:
     return sorted(members, key=member_key)
 
 
-def tasks_to_allocate(ses: Session, job: JobInfo) -> list[int]:
+def tasks_to_allocate(ses: Session, job: JobInfo, skip: frozenset[str] = frozenset()) -> list[int]:
+    """The job's next allocation step. ``skip`` names subgroups to pass over in a minSubGroup gang phase."""
+    if skip:
+        return _collect_set(ses, job, job.root, skip)
     cached = job.cache.get("tta")
     if cached is not None and cached[0] == job.version:
         return list(cached[1])
@@ -68,16 +71,18 @@ def _collect_podset(ses: Session, job: JobInfo, ps: PodSet) -> list[int]:
     return _pending_sorted(ses, ps)[: ps.min - ps.n_active]
 
 
-def _collect_set(ses: Session, job: JobInfo, sgs: SubGroupSet) -> list[int]:
+def _collect_set(ses: Session, job: JobInfo, sgs: SubGroupSet, skip: frozenset[str] = frozenset()) -> list[int]:
     k = sgs.k()
     children = _ordered(sgs.members)
     if not sgs.satisfied():
+        if skip:
+            children = [c for c in children if c.name not in skip or c.satisfied()]
         out: list[int] = []
         for child in children[:k]:
             if child.satisfied():
                 continue
             if isinstance(child, SubGroupSet):
-                out.extend(_collect_set(ses, job, child))
+                out.extend(_collect_set(ses, job, child, skip))
             else:
                 out.extend(_collect_podset(ses, job, child))
         return out
@@ -86,6 +91,23 @@ def _collect_set(ses: Session, job: JobInfo, sgs: SubGroupSet) -> list[int]:
         if tasks:
             return tasks
     return []
+
+
+def skippable_member(ses: Session, job: JobInfo, pod: int, skip: frozenset[str]) -> str | None:
+    """The member to pass over after ``pod`` failed, when a minSubGroup set still has spare members.
+
+    KAI only ever tries the first minSubGroup children (least satisfied, then by name); kai-ray also tries the
+    next one when a child cannot be placed, so a gang is not blocked by one oversized optional subgroup.
+    """
+    member: PodSet | SubGroupSet | None = ses.p_set[pod]
+    while member is not None and member.parent is not None:
+        parent = member.parent
+        if parent.min_k is not None and not parent.satisfied():
+            spare = [m for m in parent.members if m.name not in skip and m is not member]
+            if len(spare) >= parent.min_k - sum(1 for m in parent.members if m.satisfied()):
+                return member.name
+        member = parent
+    return None
 
 
 def has_tasks_to_allocate(ses: Session, job: JobInfo) -> bool:
