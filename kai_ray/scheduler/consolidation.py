@@ -46,6 +46,7 @@ def consolidate_for(ses: Session, job: JobInfo) -> bool:
     need = quota_request(ses, tasks)
     idle = np.maximum(ses.free, 0.0)[:, ses.ready].sum(axis=1)
     if any(idle[r] + EPS * max(1.0, need[r]) < need[r] for r in range(3)):
+        record_eviction_failure(job, "consolidation", "not enough idle resources in the cluster to repack for it")
         return False  # moving pods cannot create capacity that does not exist
     victims = [
         v

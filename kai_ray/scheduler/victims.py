@@ -36,6 +36,7 @@ class Unit:
     key: tuple[object, ...]
     per_node: dict[int, list[float]] = field(default_factory=dict)
     total: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    deps: list[Unit] = field(default_factory=list)  # a core unit needs the job's earlier (surplus) units gone too
 
 
 def job_start(ses: Session, job: JobInfo) -> float:
@@ -74,6 +75,7 @@ def build_units(
                     ses.evict(p, info)
             ses.rollback(cp)
         below = 2 if job.elastic_state() == 0 else 1
+        earlier: list[Unit] = []
         for seq, (pods, core) in enumerate(steps):
             if core and job.idx in surplus_only:
                 continue
@@ -91,6 +93,9 @@ def build_units(
                 c += r[1]
                 m += r[2]
             u.total = (g, c, m)
+            if core:
+                u.deps = list(earlier)
+            earlier.append(u)
             units.append(u)
     units.sort(key=lambda u: u.key)
     for i, u in enumerate(units):
@@ -125,6 +130,19 @@ class Solver:
         self.admissible = admissible
         self.on_admit = on_admit
         self.failure = ""
+
+    @staticmethod
+    def closure(chosen: list[Unit]) -> list[Unit]:
+        """``chosen`` plus every unit a chosen core depends on: a gang is never left below its minimum."""
+        seen = {id(u) for u in chosen}
+        out = list(chosen)
+        for u in chosen:
+            for d in u.deps:
+                if id(d) not in seen:
+                    seen.add(id(d))
+                    out.append(d)
+        out.sort(key=lambda u: u.key)
+        return out
 
     # -- applying a set
     def _evict(self, chosen: list[Unit]) -> None:
@@ -216,6 +234,7 @@ class Solver:
             if best is None:
                 self.failure = "no node can make room for the gang by evicting eligible victims"
                 return None
+            best_units = [u for u in self.closure(best_units) if u.idx not in evicted]
             for u in best_units:
                 evicted.add(u.idx)
                 if self.on_admit is not None:
@@ -248,7 +267,10 @@ class Solver:
             return False
         if len(chosen) <= PRUNE_LIMIT:
             for u in sorted(chosen, key=lambda u: u.key, reverse=True):
-                trial = [v for v in chosen if v is not u]
+                if u not in chosen or any(u in v.deps for v in chosen):
+                    continue  # a kept core needs it
+                drop = {id(u)}
+                trial = [v for v in chosen if id(v) not in drop]
                 if not trial:
                     continue
                 ses.rollback(cp0)
