@@ -1,0 +1,574 @@
+"""The simulation engine: simulated time, an event queue, and the real scheduler core run on a period.
+
+Why event-driven with a scheduling period: KAI runs a cycle every ``--schedule-period`` (1 s); simulating every
+tick of a week-long trace would cost hours, and an idle tick cannot change anything. So the engine keeps KAI's grid
+(cycles only ever run at multiples of the period) but skips ticks when nothing changed since the last cycle and no
+time-based rule (min runtimes, preemption delay, stale-gang grace) can have ripened. Same inputs, same outputs:
+events are ordered by (time, kind, sequence), never by wall clock or hash order.
+
+The world plays every controller around the scheduler: a bind makes a pod Running on its node, an eviction
+deletes the pod (after ``termination_grace``) and KubeRay recreates it Pending; a workload runs while its gang
+minimum runs, loses its progress since the last checkpoint when the gang is lost, and pays ``restart_cost`` on
+each restart.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kai_ray.scheduler.cycle import run_cycle
+from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
+from kai_ray.scheduler.snapshot import Node, Pod, PodPhase, Queue, SchedulerConfig, Snapshot, Topology
+from kai_ray.sim.cluster import Cluster
+from kai_ray.sim.workloads import COMPLETED, NOT_ARRIVED, PENDING, RUNNING, RayWorkload, WorkloadBase
+
+# event kinds, in the order they are handled at the same instant
+COMPLETE, RELEASE, ARRIVE, SCALE, AUTOSCALE, CYCLE = range(6)
+EVENT_TYPES = ("bind", "evict", "preempt", "reclaim", "complete")
+
+
+@dataclass
+class EngineOptions:
+    schedule_period: float = 1.0
+    restart_cost: float = 60.0
+    checkpoint_interval: float = 0.0
+    autoscaler_period: float = 10.0
+    termination_grace: float = 0.0
+    elastic_speedup: str = "linear"
+    until: float | None = None
+    record_bind_events: bool = True
+    max_findings: int = 50
+
+
+@dataclass
+class SimResult:
+    """Everything a run produced; :mod:`kai_ray.sim.metrics` turns it into numbers and JSON."""
+
+    workloads: list[WorkloadBase]
+    events: list[dict[str, Any]]
+    samples: list[tuple[float, dict[str, float]]]  # (t, allocated GPUs per leaf queue) after each change
+    total_gpus: float
+    start: float
+    end: float
+    alloc_gpu_seconds: float
+    frag_gpu_seconds: float  # integral of the fragmentation ratio over time
+    queues: list[str]
+    cycles: int
+    cycle_seconds: float
+    wall_seconds: float
+    errors: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    nodes: int = 0
+    scales: list[tuple[float, str, str, int, int, float]] = field(default_factory=list)
+
+
+def _tick(t: float, period: float, strictly_after: bool = False) -> float:
+    k = math.floor(t / period + 1e-9) + 1 if strictly_after else math.ceil(t / period - 1e-9)
+    return round(k * period, 9)
+
+
+class Engine:
+    """An in-memory cluster over simulated time. Add workloads, then :meth:`run`."""
+
+    def __init__(
+        self,
+        nodes: list[Node],
+        queues: list[Queue],
+        config: SchedulerConfig | None = None,
+        options: EngineOptions | None = None,
+        topologies: list[Topology] | None = None,
+    ) -> None:
+        self.nodes = nodes
+        self.queues = queues
+        self.config = config or SchedulerConfig()
+        self.opt = options or EngineOptions()
+        self.topologies = topologies or []
+        self.cluster = Cluster(nodes)
+        parents = {q.parent for q in queues if q.parent}
+        self.leaf_queues = [q.name for q in queues if q.name not in parents]
+        self._queue_by_name = {q.name: q for q in queues}
+        self.workloads: list[WorkloadBase] = []
+        self.active: dict[str, WorkloadBase] = {}  # by job key, arrived and not completed
+        self.with_pending: dict[str, WorkloadBase] = {}  # active workloads with a Pending pod
+        self.stale: dict[str, WorkloadBase] = {}
+        self.pods: dict[str, tuple[WorkloadBase, Pod]] = {}  # pod uid -> owner, pod (Running or Releasing)
+        self.events: list[dict[str, Any]] = []
+        # (t, workload, group, replicas, pods removed, GPUs removed)
+        self.scales: list[tuple[float, str, str, int, int, float]] = []
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.queue_alloc: dict[str, float] = {}
+        self.errors: list[str] = []
+        self.findings: dict[str, None] = {}
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._cycle_at: float | None = None
+        self._last_cycle: float | None = None
+        self._dirty = False
+        self._last_t = 0.0
+        self.alloc_integral = 0.0
+        self.frag_integral = 0.0
+        self.cycles = 0
+        self.cycle_seconds = 0.0
+        self.now = 0.0
+        self._autoscale_armed: set[int] = set()
+        self._evicted_now: set[str] = set()
+        self._timers_possible = bool(
+            self.config.default_preempt_min_runtime
+            or self.config.default_reclaim_min_runtime
+            or any(q.preempt_min_runtime or q.reclaim_min_runtime for q in queues)
+        )
+        self.progress: Callable[[float, int, int], None] | None = None
+        self._completed = 0
+
+    # ------------------------------------------------------------------ setup
+    def add(self, w: WorkloadBase) -> None:
+        self.workloads.append(w)
+        self._push(w.arrive_at, ARRIVE, w)
+
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, payload))
+
+    def _want_cycle(self, t: float, strictly_after: bool = False) -> None:
+        at = _tick(t, self.opt.schedule_period, strictly_after)
+        if self._cycle_at is not None and self._cycle_at <= at:
+            return
+        self._cycle_at = at
+        self._push(at, CYCLE, at)
+
+    # ------------------------------------------------------------------ metrics bookkeeping
+    def _integrate(self, t: float) -> None:
+        dt = t - self._last_t
+        if dt > 0:
+            self.alloc_integral += self.cluster.allocated_gpus * dt
+            self.frag_integral += self.cluster.fragmentation() * dt
+            self._last_t = t
+
+    def _sample(self, t: float) -> None:
+        snap = {q: round(v, 9) for q, v in self.queue_alloc.items() if abs(v) > 1e-9}
+        if self.samples and self.samples[-1][0] == t:
+            self.samples[-1] = (t, snap)
+        elif not self.samples or self.samples[-1][1] != snap:
+            self.samples.append((t, snap))
+
+    def _gpus_held(self, w: WorkloadBase) -> float:
+        assert w.job is not None
+        return sum(p.request.gpu for p in w.job.pods if p.phase is PodPhase.RUNNING)
+
+    # ------------------------------------------------------------------ pods on nodes
+    def _bind(self, w: WorkloadBase, pod: Pod, node: str, group: str | None, t: float) -> None:
+        pod.gpu_group = self.cluster.bind(pod, node, group)
+        pod.node = node
+        pod.phase = PodPhase.RUNNING
+        pod.start_time = t
+        self.pods[pod.uid] = (w, pod)
+        self.queue_alloc[w.queue] = self.queue_alloc.get(w.queue, 0.0) + pod.request.gpu
+
+    def _unbind(self, w: WorkloadBase, pod: Pod) -> None:
+        assert pod.node is not None
+        self.cluster.unbind(pod, pod.node, pod.gpu_group)
+        self.pods.pop(pod.uid, None)
+        self.queue_alloc[w.queue] = self.queue_alloc.get(w.queue, 0.0) - pod.request.gpu
+
+    def _refresh_pending(self, w: WorkloadBase) -> None:
+        assert w.job is not None
+        key = w.job.key
+        if w.state != COMPLETED and any(p.phase is PodPhase.PENDING for p in w.job.pods):
+            self.with_pending[key] = w
+        else:
+            self.with_pending.pop(key, None)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        first = min((w.arrive_at for w in self.workloads), default=0.0)
+        self._last_t = first
+        until = self.opt.until
+        while self._heap:
+            t = self._heap[0][0]
+            if until is not None and t > until:
+                break
+            self._integrate(t)
+            self.now = t
+            while self._heap and self._heap[0][0] == t:
+                _, kind, _, payload = heapq.heappop(self._heap)
+                if kind == ARRIVE:
+                    self._arrive(payload, t)
+                elif kind == COMPLETE:
+                    w, version = payload
+                    if version == w.version and w.state == RUNNING:
+                        self._complete(w, t)
+                elif kind == RELEASE:
+                    self._release(payload, t)
+                elif kind == AUTOSCALE:
+                    self._autoscale(payload, t)
+                elif kind == SCALE:
+                    self._scale(payload, t)
+                elif kind == CYCLE and payload == self._cycle_at:
+                    self._cycle_at = None
+                    self._cycle(t)
+            self._sample(t)
+            if self._dirty and self.with_pending:
+                self._want_cycle(t, strictly_after=self._last_cycle == t)
+            self._dirty = False
+        end = self.now
+        if until is not None:
+            end = max(end, until) if not self._heap else until
+            self._integrate(end)
+        for w in self.workloads:
+            if w.state == RUNNING:
+                w.advance(end, self._gpus_held(w))
+            w.close(end)
+        return SimResult(
+            workloads=self.workloads,
+            events=self.events,
+            samples=self.samples,
+            total_gpus=self.cluster.total_gpus,
+            start=first,
+            end=end,
+            alloc_gpu_seconds=self.alloc_integral,
+            frag_gpu_seconds=self.frag_integral,
+            queues=self.leaf_queues,
+            cycles=self.cycles,
+            cycle_seconds=self.cycle_seconds,
+            wall_seconds=time.perf_counter() - wall0,
+            errors=self.errors,
+            findings=list(self.findings),
+            nodes=len(self.nodes),
+            scales=self.scales,
+        )
+
+    # ------------------------------------------------------------------ handlers
+    def _arrive(self, w: WorkloadBase, t: float) -> None:
+        job = w.create(t)
+        w.last_update = t
+        w.set_state(t, PENDING)
+        self.active[job.key] = w
+        self._refresh_pending(w)
+        self._dirty = True
+        for problem in getattr(w, "problems", []):
+            self._finding(f"{w.key}: {problem}")
+
+    def _complete(self, w: WorkloadBase, t: float) -> None:
+        assert w.job is not None
+        w.advance(t, self._gpus_held(w))
+        for pod in list(w.job.pods):
+            if pod.phase in (PodPhase.RUNNING, PodPhase.RELEASING):
+                self._unbind(w, pod)
+        w.job.pods = []
+        w.completed_at = t
+        w.set_state(t, COMPLETED)
+        w.version += 1
+        del self.active[w.job.key]
+        self.with_pending.pop(w.job.key, None)
+        self.stale.pop(w.job.key, None)
+        self._completed += 1
+        self._event(t, "complete", w, "Completed", f"{w.kind} {w.key} finished its work")
+        self._dirty = True
+        if self.progress is not None:
+            self.progress(t, self._completed, len(self.workloads))
+
+    def _release(self, payload: tuple[WorkloadBase, Pod], t: float) -> None:
+        w, pod = payload
+        if pod.phase is PodPhase.RELEASING:
+            w.advance(t, self._gpus_held(w))
+            self._unbind(w, pod)
+            assert w.job is not None
+            if pod in w.job.pods:
+                w.job.pods.remove(pod)
+            pod.phase = PodPhase.FAILED
+            self._dirty = True
+
+    def add_scale(self, w: RayWorkload, at: float, group: str, replicas: int) -> None:
+        """A scripted replica change of one worker group at ``at`` (Ray Serve autoscaling, a user's edit)."""
+        w.scripted = True
+        self._push(at, SCALE, (w, group, replicas))
+
+    def _scale(self, payload: tuple[RayWorkload, str, int], t: float) -> None:
+        w, group, replicas = payload
+        if w.state == COMPLETED:
+            return
+        if w.job is not None:
+            w.advance(t, self._gpus_held(w))
+        removed = w.scale_to(t, group, replicas)
+        gpus = sum(p.request.gpu for p in removed)
+        for pod in removed:
+            self._unbind(w, pod)
+            pod.phase = PodPhase.SUCCEEDED
+        if w.job is not None:
+            if removed:
+                self._transition(w, t)
+            self._refresh_pending(w)
+            self._dirty = True
+            self.scales.append((t, w.key, group, replicas, len(removed), gpus))
+
+    def _autoscale(self, w: WorkloadBase, t: float) -> None:
+        self._autoscale_armed.discard(id(w))
+        if w.state == COMPLETED or w.job is None:
+            return
+        if isinstance(w, RayWorkload) and w.autoscale(t):
+            self._refresh_pending(w)
+            self._dirty = True
+        self._arm_autoscaler(w, t)
+
+    def _arm_autoscaler(self, w: WorkloadBase, t: float) -> None:
+        if not isinstance(w, RayWorkload) or not w.autoscaling or id(w) in self._autoscale_armed:
+            return
+        if w.state == RUNNING and w.wants_more():
+            self._autoscale_armed.add(id(w))
+            self._push(t + self.opt.autoscaler_period, AUTOSCALE, w)
+
+    def _finding(self, text: str) -> None:
+        if len(self.findings) < self.opt.max_findings:
+            self.findings[text] = None
+
+    def _event(self, t: float, typ: str, w: WorkloadBase, reason: str, message: str, **extra: Any) -> None:
+        self.events.append({"t": t, "type": typ, "workload": w.key, "reason": reason, "message": message, **extra})
+
+    # ------------------------------------------------------------------ one scheduling cycle
+    def _cycle(self, t: float) -> None:
+        if not self.with_pending:
+            return
+        snap = Snapshot(
+            nodes=self.nodes,
+            queues=self.queues,
+            jobs=[w.job for w in self.active.values() if w.job is not None],
+            now=t,
+            topologies=self.topologies,
+            config=self.config,
+        )
+        self._last_cycle = t
+        t0 = time.perf_counter()
+        res = run_cycle(snap)
+        self.cycle_seconds += time.perf_counter() - t0
+        self.cycles += 1
+        for f in res.findings:
+            self._finding(f"{f.kind} {f.name} {f.field}: {f.message}".replace("  ", " "))
+        touched = self._apply(res, t)
+        self._after_cycle(res, touched, t)
+
+    def _apply(self, res: CycleResult, t: float) -> dict[str, WorkloadBase]:
+        touched: dict[str, WorkloadBase] = {}
+        evicted: dict[str, list[tuple[Pod, Evict]]] = {}
+        for e in res.evictions:
+            owner = self.pods.get(e.pod)
+            if owner is None or owner[1].phase is not PodPhase.RUNNING:
+                self.errors.append(f"t={t:g}: eviction of {e.pod} ({e.job}), which is not running")
+                continue
+            w, pod = owner
+            assert w.job is not None
+            w.advance(t, self._gpus_held(w))
+            evicted.setdefault(w.job.key, []).append((pod, e))
+            touched[w.job.key] = w
+            if self.opt.termination_grace > 0:
+                pod.phase = PodPhase.RELEASING
+                w.wasted_gpu_seconds += pod.request.gpu * self.opt.termination_grace
+                self._push(t + self.opt.termination_grace, RELEASE, (w, pod))
+            else:
+                self._unbind(w, pod)
+                w.job.pods.remove(pod)
+                pod.phase = PodPhase.FAILED
+        binds: dict[str, list[Bind]] = {}
+        for b in res.binds:
+            owner_w = self.active.get(b.job)
+            pod_obj = next((p for p in owner_w.job.pods if p.uid == b.pod), None) if owner_w and owner_w.job else None
+            if owner_w is None or pod_obj is None or pod_obj.phase is not PodPhase.PENDING:
+                self.errors.append(f"t={t:g}: bind of {b.pod} ({b.job}), which is not a pending pod")
+                continue
+            why = self.cluster.fits(pod_obj, b.node, b.gpu_group)
+            if why is not None:
+                if not b.pipelined:
+                    self.errors.append(f"t={t:g}: bind of {b.pod} to {b.node} rejected: {why}")
+                continue
+            owner_w.advance(t, self._gpus_held(owner_w))
+            self._bind(owner_w, pod_obj, b.node, b.gpu_group, t)
+            binds.setdefault(b.job, []).append(b)
+            touched[b.job] = owner_w
+        self._record(evicted, binds, t)
+        self._evicted_now = set(evicted)
+        for key, items in evicted.items():
+            w = touched[key]
+            w.evicted_pods += len(items)
+            w.replace_evicted(t, [(pod, e.elastic) for pod, e in items])
+        return touched
+
+    def _record(self, evicted: dict[str, list[tuple[Pod, Evict]]], binds: dict[str, list[Bind]], t: float) -> None:
+        for key, items in evicted.items():
+            w = self.active[key]
+            by_action: dict[Action, list[Evict]] = {}
+            for _, e in items:
+                by_action.setdefault(e.action, []).append(e)
+            for action, evs in by_action.items():
+                typ = {Action.PREEMPT: "preempt", Action.RECLAIM: "reclaim"}.get(action, "evict")
+                first = evs[0]
+                preemptor = None
+                if first.preemptor is not None and first.preemptor in self.active:
+                    preemptor = self.active[first.preemptor].key
+                elif first.preemptor is not None:
+                    preemptor = first.preemptor
+                self._event(
+                    t,
+                    typ,
+                    w,
+                    first.reason.value,
+                    first.message,
+                    pods=len(evs),
+                    pod_names=[e.pod.split("/", 1)[-1] for e in evs[:10]],
+                    gpus=round(sum(self._req_gpu(e.pod, items) for e in evs), 6),
+                    action=action.value,
+                    preemptor=preemptor,
+                    elastic=all(e.elastic for e in evs),
+                )
+        if not self.opt.record_bind_events:
+            return
+        for key, bs in binds.items():
+            w = self.active[key]
+            reasons = {b.reason for b in bs}
+            reason = Reason.SCHEDULED if Reason.SCHEDULED in reasons else sorted(reasons, key=lambda r: r.value)[0]
+            nodes = sorted({b.node for b in bs})
+            self._event(
+                t,
+                "bind",
+                w,
+                reason.value,
+                f"{len(bs)} pod(s) bound to {', '.join(nodes)}",
+                pods=len(bs),
+                gpus=round(sum(self._pod_gpu(w, b.pod) for b in bs), 6),
+                nodes=nodes,
+            )
+
+    @staticmethod
+    def _req_gpu(uid: str, items: list[tuple[Pod, Evict]]) -> float:
+        for pod, _ in items:
+            if pod.uid == uid:
+                return pod.request.gpu
+        return 0.0
+
+    def _pod_gpu(self, w: WorkloadBase, uid: str) -> float:
+        owner = self.pods.get(uid)
+        return owner[1].request.gpu if owner else 0.0
+
+    def _after_cycle(self, res: CycleResult, touched: dict[str, WorkloadBase], t: float) -> None:
+        changed = bool(touched)
+        for key, w in touched.items():
+            self._transition(w, t)
+            self._refresh_pending(w)
+            if key in self._evicted_now and w.state == RUNNING:
+                w.shrinks += 1
+        for key, w in list(self.with_pending.items()):
+            st = res.jobs.get(key)
+            if st is None:
+                continue
+            if w.state == PENDING:
+                if not st.scheduled:
+                    w.pending_reason = st.reason.value
+                    w.pending_message = st.message
+                    w.last_pending_reason = st.reason.value
+            else:
+                w.pending_reason = None
+                w.pending_message = None
+        for w in touched.values():
+            if w.state != PENDING:
+                w.pending_reason = None
+                w.pending_message = None
+        self._update_stale(touched, t)
+        if changed:
+            if self.with_pending:
+                self._want_cycle(t, strictly_after=True)
+        elif self.with_pending:
+            wake = self._next_timer(t)
+            if wake is not None:
+                self._want_cycle(wake, strictly_after=True)
+
+    def _transition(self, w: WorkloadBase, t: float) -> None:
+        """After binds/evictions: start, restart, lose the gang, or change speed; (re)schedule completion."""
+        assert w.job is not None
+        sat = w.min_satisfied()
+        if w.state == RUNNING and not sat:
+            w.preemptions += 1
+            w.preempted_at.append(t)
+            w.lose_work(self.opt.checkpoint_interval)
+            w.rate = 0.0
+            w.set_state(t, PENDING)
+            w.version += 1
+        elif w.state == PENDING and sat:
+            if w.first_running_at is None:
+                w.first_running_at = t
+            else:
+                w.restarts += 1
+                w.warmup_left = w.restart_cost
+            w.job.last_start = t
+            w.set_state(t, RUNNING)
+        if w.state == RUNNING:
+            new_rate = w.worker_rate() if self.opt.elastic_speedup == "linear" else 1.0
+            w.rate = new_rate
+            w.version += 1
+            eta = w.eta(t)
+            if eta is not None:
+                self._push(eta, COMPLETE, (w, w.version))
+            self._arm_autoscaler(w, t)
+
+    def _update_stale(self, touched: dict[str, WorkloadBase], t: float) -> None:
+        for key, w in touched.items():
+            job = w.job
+            assert job is not None
+            active = any(p.phase is PodPhase.RUNNING for p in job.pods)
+            if active and w.state != RUNNING:
+                if job.stale_since is None:
+                    job.stale_since = t
+                self.stale[key] = w
+            else:
+                job.stale_since = None
+                self.stale.pop(key, None)
+
+    def _next_timer(self, t: float) -> float | None:
+        """The earliest future instant at which a time-based rule could change the core's answer."""
+        cfg = self.config
+        best: float | None = None
+
+        def consider(x: float | None) -> None:
+            nonlocal best
+            if x is not None and x > t and (best is None or x < best):
+                best = x
+
+        for w in self.with_pending.values():
+            job = w.job
+            assert job is not None
+            delay = job.preemption_delay if job.preemption_delay is not None else cfg.default_preemption_delay
+            if delay:
+                consider(job.created_at + delay)
+        for w in self.stale.values():
+            job = w.job
+            assert job is not None
+            grace = job.staleness_grace if job.staleness_grace is not None else cfg.default_staleness_grace
+            if job.stale_since is not None and grace >= 0:
+                consider(job.stale_since + grace)
+        if self._timers_possible:
+            for w in self.active.values():
+                job = w.job
+                if job is None or w.state != RUNNING or job.last_start is None:
+                    continue
+                for v in self._min_runtimes(job.queue):
+                    consider(job.last_start + v)
+        return best
+
+    def _min_runtimes(self, queue: str) -> set[float]:
+        out = {self.config.default_preempt_min_runtime, self.config.default_reclaim_min_runtime}
+        q = self._queue_by_name.get(queue)
+        seen = 0
+        while q is not None and seen < 64:
+            for v in (q.preempt_min_runtime, q.reclaim_min_runtime):
+                if v:
+                    out.add(v)
+            q = self._queue_by_name.get(q.parent) if q.parent else None
+            seen += 1
+        return {v for v in out if v and v > 0}
+
+
+def workload_states() -> tuple[str, ...]:
+    return (NOT_ARRIVED, PENDING, RUNNING, COMPLETED)

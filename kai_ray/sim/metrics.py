@@ -1,0 +1,132 @@
+"""Numbers from a simulation run, and the JSON document ``kai-ray simulate --json`` prints.
+
+Definitions (also in ``examples/demo/README.md``):
+
+* **JCT** (job completion time) of a workload with a ``duration``: ``completed_at - arrived_at``. ``avg_jct`` is the
+  mean over completed workloads; ``p99_jct`` the nearest-rank 99th percentile (the value at rank ceil(0.99 n) of the
+  sorted JCTs; with fewer than 100 jobs that is the largest).
+* **Queueing delay**: ``first_running_at - arrived_at`` (arrival to the first time the whole gang minimum ran),
+  averaged over workloads that ever ran. ``avg_pending_seconds`` also counts time spent pending again after a
+  preemption.
+* **GPU allocation rate**: time integral of allocated GPUs (fractions counted as fractions, pods still terminating
+  included) over ``total GPUs x (end - start)``, from the first arrival to the end of the simulation.
+* **Unallocated-GPU fragmentation**: at each instant, the share of unallocated GPU capacity that lies on nodes where
+  some GPU is already allocated (including idle parts of shared GPUs), so a job needing whole nodes cannot use it;
+  0 while nothing is free. Reported as its time average over the same window.
+* **Preemptions**: times a workload lost its running gang to evictions (preempt, reclaim, consolidation or stale-gang
+  eviction). Elastic evictions that leave the gang running are ``elastic_shrinks``.
+* **Wasted GPU-hours**: GPU time that did no useful work because of preemption: GPUs held while paying the restart
+  cost, work lost since the last checkpoint (x the gang's GPUs), GPUs held by evicted pods while terminating, and
+  GPUs held by what is left of a broken gang until it runs again or is evicted.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kai_ray.sim.engine import SimResult
+from kai_ray.sim.workloads import COMPLETED, RayWorkload, WorkloadBase
+
+
+def nearest_rank(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def compute_metrics(res: SimResult) -> dict[str, Any]:
+    arrived = [w for w in res.workloads if w.job is not None]
+    done = [w for w in arrived if w.state == COMPLETED and w.completed_at is not None]
+    jct = [w.completed_at - w.arrive_at for w in done if w.completed_at is not None]
+    delays = [w.first_running_at - w.arrive_at for w in arrived if w.first_running_at is not None]
+    span = max(0.0, res.end - res.start)
+    capacity = res.total_gpus * span
+    by_type: dict[str, int] = {}
+    for e in res.events:
+        by_type[e["type"]] = by_type.get(e["type"], 0) + 1
+    return {
+        "workloads": len(res.workloads),
+        "arrived": len(arrived),
+        "completed": len(done),
+        "running_at_end": sum(1 for w in arrived if w.state == "Running"),
+        "pending_at_end": sum(1 for w in arrived if w.state == "Pending"),
+        "avg_jct_seconds": _r(_mean(jct)),
+        "p99_jct_seconds": _r(nearest_rank(jct, 0.99)),
+        "avg_queueing_delay_seconds": _r(_mean(delays)),
+        "avg_pending_seconds": _r(_mean([w.pending_seconds for w in arrived])),
+        "gpu_allocation_rate": _r(res.alloc_gpu_seconds / capacity if capacity > 0 else 0.0, 4),
+        "gpu_fragmentation": _r(res.frag_gpu_seconds / span if span > 0 else 0.0, 4),
+        "preemptions": sum(w.preemptions for w in res.workloads),
+        "elastic_shrinks": sum(w.shrinks for w in res.workloads),
+        "evicted_pods": sum(w.evicted_pods for w in res.workloads),
+        "preempt_events": by_type.get("preempt", 0),
+        "reclaim_events": by_type.get("reclaim", 0),
+        "evict_events": by_type.get("evict", 0),
+        "wasted_gpu_hours": _r(sum(w.wasted_gpu_seconds for w in res.workloads) / 3600.0, 4),
+        "total_gpus": res.total_gpus,
+        "start_seconds": _r(res.start),
+        "end_seconds": _r(res.end),
+    }
+
+
+def workload_doc(w: WorkloadBase) -> dict[str, Any]:
+    arrived = w.job is not None
+    return {
+        "kind": w.kind,
+        "queue": w.queue,
+        "priority_class": w.priority_class,
+        "podgroup": w.job.name if w.job is not None else None,
+        "state": w.state,
+        "arrived_at": _r(w.arrive_at) if arrived else None,
+        "first_running_at": _r(w.first_running_at),
+        "completed_at": _r(w.completed_at),
+        "jct_seconds": _r(w.completed_at - w.arrive_at) if w.completed_at is not None else None,
+        "queueing_delay_seconds": _r(w.first_running_at - w.arrive_at) if w.first_running_at is not None else None,
+        "pending_seconds": _r(w.pending_seconds),
+        "preemptions": w.preemptions,
+        "preempted_at": [_r(x) for x in w.preempted_at],
+        "elastic_shrinks": w.shrinks,
+        "restarts": w.restarts,
+        "evicted_pods": w.evicted_pods,
+        "pending_reason": w.pending_reason if w.state == "Pending" else None,
+        "pending_message": w.pending_message if w.state == "Pending" else None,
+        "last_pending_reason": w.last_pending_reason,
+        "duration_seconds": w.duration,
+        "work_done_seconds": _r(w.done),
+        "gang_gpus": w.gang_gpus,
+        "gang": w.gang_summary() if isinstance(w, RayWorkload) else None,
+        "wasted_gpu_hours": _r(w.wasted_gpu_seconds / 3600.0, 4),
+    }
+
+
+def result_document(res: SimResult, source: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "source": source,
+        **(extra or {}),
+        "cluster": {"nodes": res.nodes, "gpus": res.total_gpus, "leaf_queues": res.queues},
+        "workloads": {w.key: workload_doc(w) for w in res.workloads},
+        "events": [{k: (_r(v) if k == "t" else v) for k, v in e.items()} for e in res.events],
+        "metrics": compute_metrics(res),
+        "stats": {
+            "cycles": res.cycles,
+            "core_seconds": round(res.cycle_seconds, 3),
+            "wall_seconds": round(res.wall_seconds, 3),
+        },
+        "scale_steps": [
+            {"t": _r(t), "workload": key, "group": grp, "replicas": n, "pods_removed": removed, "gpus_removed": gpus}
+            for t, key, grp, n, removed, gpus in res.scales
+        ],
+        "errors": res.errors,
+        "findings": res.findings,
+    }

@@ -1,0 +1,167 @@
+"""PNG plots of a simulation run (matplotlib, Agg backend: no display needed).
+
+Three questions a platform team asks: who held the GPUs over time (allocation per queue), who waited and how long
+(pending time per workload), and what happened to each workload (timeline with preemptions marked).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from matplotlib.collections import LineCollection
+from matplotlib.lines import Line2D
+
+from kai_ray.sim.engine import SimResult
+from kai_ray.sim.workloads import WorkloadBase
+
+MANY = 60  # above this many workloads, per-workload bars and labels give way to aggregate views
+
+
+def _unit(span: float) -> tuple[float, str]:
+    if span <= 2 * 3600:
+        return 60.0, "minutes"
+    if span <= 3 * 86400:
+        return 3600.0, "hours"
+    return 86400.0, "days"
+
+
+def _colors(queues: list[str]) -> dict[str, str]:
+    cmap = plt.get_cmap("tab10")
+    return {q: matplotlib.colors.to_hex(cmap(i % 10)) for i, q in enumerate(queues)}
+
+
+def write_report(res: SimResult, out_dir: str | Path, title: str = "kai-ray simulation") -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    queues = list(res.queues)
+    for w in res.workloads:
+        if w.queue and w.queue not in queues:
+            queues.append(w.queue)
+    colors = _colors(queues)
+    scale, unit = _unit(max(1.0, res.end - res.start))
+    paths = [
+        _allocation(res, out / "gpu-allocation.png", title, queues, colors, scale, unit),
+        _pending(res, out / "pending-time.png", title, colors),
+        _timeline(res, out / "timeline.png", title, colors, scale, unit),
+    ]
+    return paths
+
+
+def _allocation(
+    res: SimResult, path: Path, title: str, queues: list[str], colors: dict[str, str], scale: float, unit: str
+) -> Path:
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    samples = list(res.samples)
+    if not samples or samples[0][0] > res.start:
+        samples.insert(0, (res.start, {}))
+    samples.append((res.end, samples[-1][1]))
+    xs = [t / scale for t, _ in samples]
+    used = [q for q in queues if any(s.get(q, 0.0) > 0 for _, s in samples)]
+    ys = [[s.get(q, 0.0) for _, s in samples] for q in used]
+    if used:
+        ax.stackplot(xs, ys, labels=used, colors=[colors[q] for q in used], step="post", alpha=0.85)
+    ax.axhline(res.total_gpus, color="black", linewidth=1, linestyle="--", label=f"cluster ({res.total_gpus:g} GPUs)")
+    marked = False
+    for e in res.events:
+        if e["type"] in ("preempt", "reclaim") and not e.get("elastic"):
+            ax.axvline(e["t"] / scale, color="red", linewidth=1, alpha=0.6, label=None if marked else "preemption")
+            marked = True
+    ax.set_xlim(xs[0], max(xs[-1], xs[0] + 1e-9))
+    ax.set_ylim(0, max(res.total_gpus * 1.08, 1))
+    ax.set_xlabel(f"simulated time ({unit})")
+    ax.set_ylabel("allocated GPUs")
+    ax.set_title(f"{title}: GPU allocation per queue")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pending_of(w: WorkloadBase) -> float:
+    return w.pending_seconds
+
+
+def _pending(res: SimResult, path: Path, title: str, colors: dict[str, str]) -> Path:
+    arrived = [w for w in res.workloads if w.job is not None]
+    fig, ax = plt.subplots(
+        figsize=(10, max(3.0, min(0.35 * len(arrived) + 1.5, 12.0)) if len(arrived) <= MANY else 4.5)
+    )
+    if len(arrived) <= MANY:
+        names = [w.key for w in arrived]
+        vals = [_pending_of(w) / 60.0 for w in arrived]
+        ax.barh(names, vals, color=[colors.get(w.queue, "grey") for w in arrived])
+        ax.invert_yaxis()
+        ax.set_xlabel("time pending (minutes): before first start and after preemptions")
+        for i, w in enumerate(arrived):
+            if w.preemptions:
+                ax.annotate(f"  preempted x{w.preemptions}", (vals[i], i), va="center", fontsize=8, color="red")
+    else:
+        vals = [_pending_of(w) / 60.0 for w in arrived]
+        ax.hist(vals, bins=50, color="tab:blue")
+        ax.set_yscale("log")
+        ax.set_xlabel("time pending (minutes)")
+        ax.set_ylabel("workloads")
+    ax.set_title(f"{title}: pending time per workload")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _timeline(res: SimResult, path: Path, title: str, colors: dict[str, str], scale: float, unit: str) -> Path:
+    arrived = [w for w in res.workloads if w.job is not None]
+    many = len(arrived) > MANY
+    height = 4.5 if many else max(2.5, 0.5 * len(arrived) + 1.5)
+    fig, ax = plt.subplots(figsize=(10, min(height, 14.0)))
+    segs: list[list[tuple[float, float]]] = []
+    seg_colors: list[str] = []
+    px: list[float] = []
+    py: list[float] = []
+    cx: list[float] = []
+    cy: list[float] = []
+    for i, w in enumerate(arrived):
+        for start, end, state in w.intervals:
+            segs.append([(start / scale, i), (end / scale, i)])
+            seg_colors.append(colors.get(w.queue, "grey") if state == "Running" else "#c8c8c8")
+        for t in w.preempted_at:
+            px.append(t / scale)
+            py.append(i)
+        if w.completed_at is not None:
+            cx.append(w.completed_at / scale)
+            cy.append(i)
+    width = 1.0 if many else 9.0
+    ax.add_collection(LineCollection(segs, colors=seg_colors, linewidths=width))
+    ax.scatter(px, py, marker="X", color="red", s=14 if many else 80, zorder=3)
+    ax.scatter(cx, cy, marker="|", color="black", s=10 if many else 200, zorder=3)
+    ax.set_xlim(res.start / scale, max(res.end / scale, res.start / scale + 1e-9))
+    ax.set_ylim(len(arrived) - 0.5, -0.5)
+    if many:
+        ax.set_ylabel(f"workloads ({len(arrived)}, in arrival order)")
+        ax.set_yticks([])
+    else:
+        ax.set_yticks(range(len(arrived)))
+        ax.set_yticklabels([w.key for w in arrived], fontsize=9)
+    ax.set_xlabel(f"simulated time ({unit})")
+    handles = [
+        Line2D([0], [0], color="#c8c8c8", linewidth=6, label="pending"),
+        *[
+            Line2D([0], [0], color=col, linewidth=6, label=f"running ({q})")
+            for q, col in colors.items()
+            if any(w.queue == q for w in arrived)
+        ],
+        Line2D([0], [0], marker="X", color="red", linestyle="", label="preempted"),
+        Line2D([0], [0], marker="|", color="black", linestyle="", markersize=12, label="completed"),
+    ]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.set_title(f"{title}: timeline")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,57 @@
+"""Scenario -> engine -> result: the wiring the CLI and the tests share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kai_ray.bridge import node_from_api, queue_from_api
+from kai_ray.sim.engine import Engine, EngineOptions, SimResult
+from kai_ray.sim.scenario import Scenario, SimulationOptions, load_scenario
+from kai_ray.sim.workloads import RayWorkload
+
+
+def engine_options(sim: SimulationOptions) -> EngineOptions:
+    return EngineOptions(
+        schedule_period=sim.schedule_period,
+        restart_cost=sim.restart_cost,
+        checkpoint_interval=sim.checkpoint_interval,
+        autoscaler_period=sim.autoscaler_period,
+        termination_grace=sim.termination_grace,
+        elastic_speedup=sim.elastic_speedup,
+        until=sim.until,
+    )
+
+
+def build_engine(scn: Scenario) -> Engine:
+    """The scenario's nodes and queues through the same bridge the operators use, and its Ray CRs as workloads."""
+    problems: list[str] = []
+    nodes = [node_from_api(n, problems) for n in scn.nodes]
+    queues = [queue_from_api(q) for q in scn.queues]
+    opts = engine_options(scn.simulation)
+    engine = Engine(nodes, queues, scn.config, opts)
+    for text in problems:
+        engine.findings[text] = None
+    for w in scn.workloads:
+        rw = RayWorkload(
+            key=w.key,
+            kind=w.obj.kind,
+            arrive_at=w.at,
+            duration=w.duration,
+            restart_cost=w.restart_cost if w.restart_cost is not None else opts.restart_cost,
+            obj=w.obj.model_copy(deep=True),
+            pg_config=scn.podgrouper,
+            priority_classes=scn.priority_classes,
+        )
+        engine.add(rw)
+        for step in w.scale:
+            engine.add_scale(rw, step.at, step.group, step.replicas)
+    return engine
+
+
+def simulate(scn: Scenario) -> SimResult:
+    return build_engine(scn).run()
+
+
+def simulate_file(path: str | Path) -> tuple[Scenario, SimResult]:
+    scn = load_scenario(path)
+    return scn, simulate(scn)

@@ -1,0 +1,465 @@
+"""Scenario files: the cluster, the queues, the Ray workloads and the scheduler options of one simulation.
+
+Why pydantic models here: a scenario is user input. Every mistake must come back as one line naming the field
+(``scenario.yaml: workloads[1].duration: ...``), so each section is a strict model (unknown keys are errors) and the
+Ray manifests and Queues are parsed by the same :mod:`kai_ray.api` models the operators use. YAML itself is read by
+:func:`kai_ray.api.loader.load_documents`, the one YAML reader of the house.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic.alias_generators import to_camel
+
+from kai_ray import constants as c
+from kai_ray.api.loader import ManifestError, load_documents, parse_object
+from kai_ray.api.meta import ObjectMeta
+from kai_ray.api.quantity import QuantityError, parse_quantity
+from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
+from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
+from kai_ray.bridge import parse_duration
+from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
+from kai_ray.scheduler.snapshot import SchedulerConfig
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be simulated; the message is one line naming the file and the field."""
+
+
+def _seconds(value: Any) -> Any:
+    """Seconds as a number, or a Go duration string ("90s", "1h30m")."""
+    if isinstance(value, str):
+        parsed = parse_duration(value)
+        if parsed is None:
+            try:
+                return float(value)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a number of seconds or a duration like '90s' or '1h30m'") from None
+        return parsed
+    return value
+
+
+def _quantity(value: Any) -> Any:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            return parse_quantity(value)
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
+Quantity = Annotated[float, BeforeValidator(_quantity), Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel)
+
+
+class NodeSpec(_Strict):
+    """One node, or ``count`` identical nodes named ``<name>-0 .. <name>-<count-1>``."""
+
+    name: str = Field(min_length=1)
+    count: int = Field(default=1, ge=1)
+    gpus: int = Field(default=0, ge=0)
+    cpu: Quantity = 64.0  # cores (a Kubernetes quantity: 64, "96", "64000m")
+    memory: Quantity = float(512 * 2**30)  # bytes (a Kubernetes quantity: "512Gi")
+    gpu_memory: Quantity = 0.0  # per GPU: MiB as a number, or a quantity with a unit ("80Gi")
+    max_pods: int = Field(default=110, ge=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_memory_units(cls, data: Any) -> Any:
+        """A bare number is MiB (the node label's unit); a quantity with a unit is converted to MiB."""
+        if isinstance(data, dict):
+            for key in ("gpuMemory", "gpu_memory"):
+                raw = data.get(key)
+                if isinstance(raw, str) and raw.strip() and not raw.strip().replace(".", "", 1).isdigit():
+                    try:
+                        data = {**data, key: parse_quantity(raw) / 2**20}
+                    except QuantityError as exc:
+                        raise ValueError(f"{key}: {exc}") from None
+        return data
+
+    def node_names(self) -> list[str]:
+        if self.count == 1:
+            return [self.name]
+        return [f"{self.name}-{i}" for i in range(self.count)]
+
+    def as_api_nodes(self) -> list[dict[str, Any]]:
+        """v1 Node dicts, as the API server would list them (read by :func:`kai_ray.bridge.node_from_api`)."""
+        labels = dict(self.labels)
+        if self.gpu_memory and c.GPU_MEMORY_NODE_LABEL not in labels:
+            labels[c.GPU_MEMORY_NODE_LABEL] = str(int(self.gpu_memory))
+        out = []
+        for name in self.node_names():
+            alloc = {
+                "cpu": f"{round(self.cpu * 1000)}m",
+                "memory": str(int(self.memory)),
+                "pods": str(self.max_pods),
+                c.GPU_RESOURCE: str(self.gpus),
+            }
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": {**labels, "kubernetes.io/hostname": name}},
+                    "status": {"allocatable": alloc, "capacity": alloc},
+                }
+            )
+        return out
+
+
+class QueueEntry(_Strict):
+    """A KAI Queue: the short form (``name`` + spec fields) or a full manifest (apiVersion/kind/metadata/spec)."""
+
+    name: str | None = None
+    display_name: str | None = None
+    parent_queue: str | None = None
+    priority: int | None = None
+    resources: dict[str, Any] | None = None
+    preempt_min_runtime: str | None = None
+    reclaim_min_runtime: str | None = None
+    path: str | None = None
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: dict[str, Any] | None = None
+    spec: dict[str, Any] | None = None
+
+
+class ScaleStep(_Strict):
+    """At ``at`` seconds, set worker group ``group`` to ``replicas`` (what Ray Serve / the Ray autoscaler would ask)."""
+
+    at: Seconds
+    group: str = Field(min_length=1)
+    replicas: int = Field(ge=0)
+
+
+class WorkloadSpec(_Strict):
+    """A Ray CR (inline ``manifest`` or a file ``path``) that arrives at ``at`` and runs for ``duration`` seconds."""
+
+    manifest: dict[str, Any] | None = None
+    path: str | None = None
+    at: Seconds = 0.0
+    duration: Seconds | None = None  # None: runs until the end (a service)
+    restart_cost: Seconds | None = None  # overrides simulation.restartCost
+    scale: list[ScaleStep] = Field(default_factory=list)  # replaces the simple autoscaler policy when given
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadSpec:
+        if (self.manifest is None) == (self.path is None):
+            raise ValueError("exactly one of 'manifest' or 'path' is required")
+        return self
+
+
+class SimulationOptions(_Strict):
+    """How the simulated world behaves (not the scheduler: that is ``config``)."""
+
+    schedule_period: Seconds = Field(default=1.0, gt=0)  # KAI's --schedule-period
+    restart_cost: Seconds = 60.0  # seconds a preempted workload spends starting again before it makes progress
+    checkpoint_interval: Seconds = 0.0  # 0: no work is lost on preemption; else work since the last checkpoint is
+    autoscaler_period: Seconds = Field(default=10.0, gt=0)  # Ray autoscaler loop for enableInTreeAutoscaling
+    termination_grace: Seconds = 0.0  # evicted pods hold their resources this long (Releasing)
+    elastic_speedup: Literal["linear", "none"] = "linear"  # extra workers above the minimum speed a job up linearly
+    until: Seconds | None = None  # stop the clock here (default: when every workload with a duration is done)
+
+
+def _config_model() -> type[BaseModel]:
+    """A strict pydantic model mirroring :class:`SchedulerConfig`, so new core options are accepted automatically."""
+    hints = typing.get_type_hints(SchedulerConfig)
+    fields: dict[str, Any] = {}
+    defaults = SchedulerConfig()
+    for f in dataclasses.fields(SchedulerConfig):
+        typ = hints[f.name]
+        default = getattr(defaults, f.name)
+        if typ is float:
+            fields[f.name] = (Annotated[float, BeforeValidator(_seconds)], default)
+        else:
+            fields[f.name] = (typ, default)
+    model: type[BaseModel] = create_model(
+        "SchedulerOptions",
+        __config__=ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel),
+        **fields,
+    )
+    return model
+
+
+SchedulerOptions = _config_model()
+PLACEMENTS = ("binpack", "spread")
+
+
+def scheduler_config(raw: dict[str, Any] | None) -> SchedulerConfig:
+    """``config`` section -> SchedulerConfig. Accepts snake_case or camelCase keys, and KAI's
+    ``placementStrategy: {gpu: spread, cpu: binpack}`` shorthand."""
+    data = dict(raw or {})
+    strategy = data.pop("placementStrategy", None)
+    if strategy is not None:
+        if not isinstance(strategy, dict):
+            raise ValueError("placementStrategy: expected a mapping like {gpu: binpack, cpu: binpack}")
+        unknown = set(strategy) - {"gpu", "cpu"}
+        if unknown:
+            raise ValueError(f"placementStrategy.{sorted(unknown)[0]}: unknown resource (gpu or cpu)")
+        for res, value in strategy.items():
+            data[f"placement_{res}"] = value
+    model = SchedulerOptions.model_validate(data)
+    values = model.model_dump()
+    for key in ("placement_gpu", "placement_cpu"):
+        if values[key] not in PLACEMENTS:
+            raise ValueError(f"{to_camel(key)}: {values[key]!r} is not 'binpack' or 'spread'")
+    known_actions = SchedulerConfig().actions
+    for i, action in enumerate(values["actions"]):
+        if action not in known_actions:
+            raise ValueError(f"actions[{i}]: {action!r} is not one of {', '.join(known_actions)}")
+    values["actions"] = tuple(values["actions"])
+    return SchedulerConfig(**values)
+
+
+class ScenarioFile(_Strict):
+    nodes: list[NodeSpec] = Field(min_length=1)
+    queues: list[QueueEntry] = Field(default_factory=list)
+    workloads: list[WorkloadSpec] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+    simulation: SimulationOptions = Field(default_factory=SimulationOptions)
+    priority_classes: dict[str, int] = Field(default_factory=lambda: dict(c.PRIORITY_CLASSES))
+    description: str | None = None
+
+
+@dataclasses.dataclass
+class Workload:
+    """One validated workload of a scenario."""
+
+    obj: RayObject
+    at: float
+    duration: float | None
+    restart_cost: float | None
+    source: str  # where it came from, for messages
+    scale: list[ScaleStep] = dataclasses.field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.obj.metadata.namespace}/{self.obj.metadata.name}"
+
+
+@dataclasses.dataclass
+class Scenario:
+    """A loaded scenario: everything validated, nothing simulated yet."""
+
+    nodes: list[dict[str, Any]]
+    queues: list[Queue]
+    workloads: list[Workload]
+    config: SchedulerConfig
+    simulation: SimulationOptions
+    priority_classes: dict[str, int]
+    podgrouper: PodgrouperConfig
+    source: str
+    description: str | None = None
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _first_error(exc: ValidationError, prefix: str = "") -> str:
+    err = exc.errors()[0]
+    loc = _loc(tuple(err["loc"]))
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    where = ".".join(p for p in (prefix, loc) if p)
+    return f"{where or '(root)'}: {msg}"
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{what}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def _queue_from_entry(entry: QueueEntry, where: str) -> Queue:
+    if entry.kind is not None or entry.spec is not None or entry.metadata is not None:
+        doc = {k: v for k, v in entry.model_dump(by_alias=True, exclude_none=True).items()}
+        doc.setdefault("apiVersion", "scheduling.run.ai/v2")
+        doc.setdefault("kind", "Queue")
+        try:
+            obj = parse_object(doc, where)
+        except ManifestError as exc:
+            raise ScenarioError(str(exc)) from None
+        assert isinstance(obj, Queue)
+        return obj
+    if not entry.name:
+        raise ScenarioError(f"{where}.name: required")
+    spec_fields = entry.model_dump(
+        by_alias=True,
+        exclude_none=True,
+        include={"display_name", "parent_queue", "priority", "resources", "preempt_min_runtime", "reclaim_min_runtime"},
+    )
+    try:
+        spec = QueueSpec.model_validate(spec_fields)
+    except ValidationError as exc:
+        raise ScenarioError(_first_error(exc, where)) from None
+    return Queue(metadata=ObjectMeta(name=entry.name), spec=spec)
+
+
+def _load_queues(entries: list[QueueEntry], base: Path, source: str) -> list[Queue]:
+    queues: list[Queue] = []
+    for i, entry in enumerate(entries):
+        where = f"{source}: queues[{i}]"
+        if entry.path is not None:
+            others = entry.model_dump(exclude_none=True, exclude={"path"})
+            if others:
+                raise ScenarioError(f"{where}.{to_camel(next(iter(others)))}: not allowed together with 'path'")
+            path = base / entry.path
+            text = _read(path, f"{where}.path")
+            try:
+                for label, doc in load_documents(text, str(entry.path)):
+                    obj = parse_object(doc, label)
+                    if not isinstance(obj, Queue):
+                        raise ScenarioError(f"{where}.path: {label} is a {type(obj).__name__}, not a Queue")
+                    queues.append(obj)
+            except ManifestError as exc:
+                raise ScenarioError(f"{where}.path: {exc}") from None
+        else:
+            queues.append(_queue_from_entry(entry, where))
+    if not queues:
+        queues = [
+            Queue.model_validate(
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        **({"parentQueue": "default-parent-queue"} if name == c.DEFAULT_QUEUE else {}),
+                        "resources": {
+                            r: {"quota": 0, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")
+                        },
+                    },
+                }
+            )
+            for name in ("default-parent-queue", c.DEFAULT_QUEUE)
+        ]
+    seen: set[str] = set()
+    for i, q in enumerate(queues):
+        for err in q.validate_spec():
+            raise ScenarioError(f"{source}: queues[{i}] (Queue {q.name or '?'}): {err}")
+        if q.name in seen:
+            raise ScenarioError(f"{source}: queues[{i}].name: duplicate queue {q.name!r}")
+        seen.add(q.name)
+    for err in queue_cycles(queues):
+        raise ScenarioError(f"{source}: queues: {err}")
+    return queues
+
+
+def _load_workload(spec: WorkloadSpec, i: int, base: Path, source: str, pg_config: PodgrouperConfig) -> Workload:
+    where = f"{source}: workloads[{i}]"
+    if spec.path is not None:
+        text = _read(base / spec.path, f"{where}.path")
+        try:
+            docs = list(load_documents(text, spec.path))
+        except ManifestError as exc:
+            raise ScenarioError(f"{where}.path: {exc}") from None
+        if len(docs) != 1:
+            raise ScenarioError(f"{where}.path: {spec.path} holds {len(docs)} documents; a workload is one Ray CR")
+        label, doc = docs[0]
+        field = f"{where}.path"
+    else:
+        label, doc, field = f"{where}.manifest", spec.manifest, f"{where}.manifest"
+    try:
+        obj = parse_object(doc, label)
+    except ManifestError as exc:
+        raise ScenarioError(f"{field}: {exc}" if spec.path else str(exc)) from None
+    if not isinstance(obj, RayCluster | RayJob | RayService):
+        raise ScenarioError(f"{field}: a {type(obj).__name__} is not a Ray CR (RayCluster, RayJob or RayService)")
+    if not obj.metadata.name:
+        raise ScenarioError(f"{field}: metadata.name: required")
+    obj.metadata.namespace = obj.metadata.namespace or "default"
+    try:
+        group(obj, config=pg_config)
+    except GroupingError as exc:
+        raise ScenarioError(f"{field}: {exc}") from None
+    cluster_spec = effective_cluster_spec(obj)
+    groups = {wg.group_name or f"worker-group-{k}": wg for k, wg in enumerate(cluster_spec.worker_group_specs)}
+    for k, step in enumerate(spec.scale):
+        wg = groups.get(step.group)
+        if wg is None:
+            known = ", ".join(sorted(groups)) or "none"
+            raise ScenarioError(f"{where}.scale[{k}].group: {step.group!r} is not a worker group ({known})")
+        if not wg.min <= step.replicas <= wg.max:
+            raise ScenarioError(
+                f"{where}.scale[{k}].replicas: {step.replicas} is outside [minReplicas {wg.min}, maxReplicas {wg.max}]"
+            )
+    return Workload(
+        obj=obj, at=spec.at, duration=spec.duration, restart_cost=spec.restart_cost, source=field, scale=spec.scale
+    )
+
+
+def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = None) -> Scenario:
+    """A decoded scenario document -> a validated :class:`Scenario`, or ScenarioError naming the field."""
+    base = base or Path(".")
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: expected a mapping with nodes, queues, workloads, config")
+    try:
+        raw = ScenarioFile.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: {_first_error(exc)}") from None
+    try:
+        config = scheduler_config(raw.config)
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: {_first_error(exc, 'config')}") from None
+    except ValueError as exc:
+        raise ScenarioError(f"{source}: config.{exc}") from None
+    nodes: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for i, ns in enumerate(raw.nodes):
+        for node in ns.as_api_nodes():
+            name = node["metadata"]["name"]
+            if name in names:
+                raise ScenarioError(f"{source}: nodes[{i}].name: duplicate node name {name!r}")
+            names.add(name)
+            nodes.append(node)
+    queues = _load_queues(raw.queues, base, source)
+    pg_config = PodgrouperConfig(priority_classes=dict(raw.priority_classes))
+    workloads = [_load_workload(w, i, base, source, pg_config) for i, w in enumerate(raw.workloads)]
+    keys: set[str] = set()
+    leaves = {q.name for q in queues} - {q.spec.parent_queue for q in queues if q.spec.parent_queue}
+    for i, w in enumerate(workloads):
+        if w.key in keys:
+            raise ScenarioError(f"{w.source}: metadata.name: duplicate workload {w.key!r}")
+        keys.add(w.key)
+        queue = w.obj.metadata.labels.get(pg_config.queue_label_key, pg_config.default_queue)
+        if queue not in leaves:
+            what = "has child queues (only leaf queues hold jobs)" if queue in {q.name for q in queues} else "is not"
+            detail = f"queue {queue!r} {what}" + (" defined in queues" if what == "is not" else "")
+            raise ScenarioError(f"{source}: workloads[{i}] ({w.obj.kind} {w.key}): {detail}")
+    return Scenario(
+        nodes=nodes,
+        queues=queues,
+        workloads=workloads,
+        config=config,
+        simulation=raw.simulation,
+        priority_classes=dict(raw.priority_classes),
+        podgrouper=pg_config,
+        source=source,
+        description=raw.description,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a scenario YAML file; manifests named by ``path`` are relative to the scenario's directory."""
+    path = Path(path)
+    text = _read(path, str(path))
+    try:
+        docs = list(load_documents(text, str(path)))
+    except ManifestError as exc:
+        raise ScenarioError(str(exc)) from None
+    if len(docs) != 1:
+        raise ScenarioError(f"{path}: expected one YAML document, found {len(docs)}")
+    return parse_scenario(docs[0][1], str(path), path.parent)

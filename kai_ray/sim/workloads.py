@@ -1,0 +1,475 @@
+"""Workloads in the simulated world: Ray CRs (through the real podgrouper) and plain single-pod gangs (trace replay).
+
+A workload owns one scheduler :class:`~kai_ray.scheduler.snapshot.Job` (its PodGroup and pods) and plays the
+controllers around it: KubeRay creating and re-creating pods, the kai-ray podgrouper regrouping after a replica
+change, and the Ray autoscaler asking for more workers. Progress bookkeeping (work done, restarts, pending time)
+lives in :class:`WorkloadBase`, so Ray CRs and trace pods are measured the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from kai_ray import constants as c
+from kai_ray.api.meta import Pod as ApiPod
+from kai_ray.api.ray import RayCluster, RayJob, RayObject
+from kai_ray.bridge import job_from_podgroup, pod_from_api
+from kai_ray.podgrouper import PodgrouperConfig, cluster_name, expand_pods, group, stamp
+from kai_ray.scheduler.snapshot import Job, Pod, PodPhase
+
+NOT_ARRIVED, PENDING, RUNNING, COMPLETED = "NotArrived", "Pending", "Running", "Completed"
+
+
+@dataclass(eq=False)
+class WorkloadBase:
+    """State shared by every workload kind: lifecycle, progress and the numbers the metrics are made of."""
+
+    key: str
+    kind: str
+    arrive_at: float
+    duration: float | None  # seconds of work at the gang minimum; None = until the end of the simulation
+    restart_cost: float
+    queue: str = ""
+    priority_class: str = ""
+    job: Job | None = None
+    state: str = NOT_ARRIVED
+    done: float = 0.0  # work done, in seconds at rate 1
+    rate: float = 0.0
+    warmup_left: float = 0.0  # restart cost still to pay before progress resumes
+    last_update: float = 0.0
+    first_running_at: float | None = None
+    completed_at: float | None = None
+    preemptions: int = 0  # times the gang was lost to an eviction
+    shrinks: int = 0  # times elastic pods were evicted while the gang kept running
+    evicted_pods: int = 0
+    restarts: int = 0
+    pending_since: float | None = None
+    pending_seconds: float = 0.0
+    pending_reason: str | None = None
+    pending_message: str | None = None
+    last_pending_reason: str | None = None
+    wasted_gpu_seconds: float = 0.0
+    intervals: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, state)
+    preempted_at: list[float] = field(default_factory=list)
+    version: int = 0  # bumps whenever a scheduled completion becomes stale
+    running_pods: int = 0
+    gang_gpus: float = 0.0  # GPUs of the gang minimum (for wasted work)
+    _interval_start: float = 0.0
+
+    # ------------------------------------------------------------------ controller behaviour (overridden)
+    def create(self, t: float) -> Job:
+        raise NotImplementedError
+
+    def replace_evicted(self, t: float, evicted: list[tuple[Pod, bool]]) -> None:
+        """KubeRay/the workload controller after evictions: recreate the pods that should exist."""
+        raise NotImplementedError
+
+    def worker_rate(self) -> float:
+        return 1.0
+
+    def autoscale(self, t: float) -> bool:
+        """One autoscaler step; True when pods were added."""
+        return False
+
+    @property
+    def autoscaling(self) -> bool:
+        return False
+
+    # ------------------------------------------------------------------ shared bookkeeping
+    def active_pods(self) -> list[Pod]:
+        assert self.job is not None
+        return [p for p in self.job.pods if p.phase is PodPhase.RUNNING]
+
+    def min_satisfied(self) -> bool:
+        job = self.job
+        if job is None:
+            return False
+        if not job.subgroups:
+            return sum(1 for p in job.pods if p.phase is PodPhase.RUNNING) >= max(job.min_member, 1)
+        running: dict[str, int] = {}
+        for p in job.pods:
+            if p.phase is PodPhase.RUNNING and p.subgroup is not None:
+                running[p.subgroup] = running.get(p.subgroup, 0) + 1
+        children: dict[str | None, list[str]] = {}
+        for sg in job.subgroups:
+            children.setdefault(sg.parent or None, []).append(sg.name)
+        by_name = {sg.name: sg for sg in job.subgroups}
+
+        def ok(name: str) -> bool:
+            kids = children.get(name)
+            if not kids:
+                return running.get(name, 0) >= (by_name[name].min_member or 0)
+            need = by_name[name].min_subgroup
+            got = sum(1 for k in kids if ok(k))
+            return got >= (need if need is not None else len(kids))
+
+        top = children.get(None, [])
+        got = sum(1 for k in top if ok(k))
+        need = job.min_subgroup if job.min_subgroup is not None else len(top)
+        return got >= need
+
+    def advance(self, t: float, gpus_held: float) -> None:
+        """Account progress from ``last_update`` to ``t`` (restart cost first, then work at ``rate``).
+
+        ``gpus_held`` is what the workload held over that interval: callers advance before changing its pods."""
+        dt = t - self.last_update
+        if dt > 0 and self.state == RUNNING:
+            warm = min(dt, self.warmup_left)
+            self.warmup_left -= warm
+            self.wasted_gpu_seconds += warm * gpus_held
+            self.done += (dt - warm) * self.rate
+        elif dt > 0 and self.state == PENDING:
+            self.wasted_gpu_seconds += dt * gpus_held  # what is left of a broken gang does no work
+        self.last_update = t
+
+    def eta(self, t: float) -> float | None:
+        if self.duration is None or self.state != RUNNING or self.rate <= 0:
+            return None
+        left = max(0.0, self.duration - self.done)
+        return t + self.warmup_left + left / self.rate
+
+    def set_state(self, t: float, state: str) -> None:
+        if state == self.state:
+            return
+        if self.state in (PENDING, RUNNING) and t > self._interval_start:
+            self.intervals.append((self._interval_start, t, self.state))
+        if self.state == PENDING and self.pending_since is not None:
+            self.pending_seconds += t - self.pending_since
+            self.pending_since = None
+        self.state = state
+        self._interval_start = t
+        if state == PENDING:
+            self.pending_since = t
+
+    def close(self, t: float) -> None:
+        """End of the simulation: close the open interval (the state stays as it is)."""
+        if self.state in (PENDING, RUNNING) and t > self._interval_start:
+            self.intervals.append((self._interval_start, t, self.state))
+            self._interval_start = t
+        if self.state == PENDING and self.pending_since is not None:
+            self.pending_seconds += t - self.pending_since
+            self.pending_since = t
+
+    def lose_work(self, checkpoint_interval: float) -> None:
+        """On losing the gang: work since the last checkpoint is lost (none when checkpoints are continuous)."""
+        if checkpoint_interval > 0:
+            kept = math.floor(self.done / checkpoint_interval + 1e-9) * checkpoint_interval
+            self.wasted_gpu_seconds += (self.done - kept) * self.gang_gpus
+            self.done = kept
+        self.warmup_left = 0.0
+
+
+def _fresh(template: Pod, name: str, t: float) -> Pod:
+    return dataclasses.replace(
+        template,
+        uid=f"{template.namespace}/{name}",
+        name=name,
+        phase=PodPhase.PENDING,
+        node=None,
+        gpu_group=None,
+        start_time=None,
+        created_at=t,
+    )
+
+
+@dataclass(eq=False)
+class RayWorkload(WorkloadBase):
+    """A RayCluster, RayJob or RayService: the podgrouper decides its gang, KubeRay its pods."""
+
+    obj: RayObject | None = None
+    pg_config: PodgrouperConfig = field(default_factory=PodgrouperConfig)
+    priority_classes: dict[str, int] = field(default_factory=lambda: dict(c.PRIORITY_CLASSES))
+    podgroup_name: str = ""
+    problems: list[str] = field(default_factory=list)
+    _templates: dict[str, Pod] = field(default_factory=dict)  # ray.io/group -> a pod to clone
+    _desired: dict[str, int] = field(default_factory=dict)  # ray.io/group -> pods KubeRay keeps
+    _max: dict[str, int] = field(default_factory=dict)  # ray.io/group -> pods ceiling (maxReplicas x hosts)
+    _hosts: dict[str, int] = field(default_factory=dict)
+    _counter: dict[str, int] = field(default_factory=dict)
+    _pod_group: dict[str, str] = field(default_factory=dict)  # pod name -> ray.io/group
+    _min_workers: int = 0
+    _aggressive: bool = False
+    scripted: bool = False  # scale steps come from the scenario; the simple autoscaler policy stays out
+
+    def _spec(self):  # type: ignore[no-untyped-def]
+        obj = self.obj
+        assert obj is not None
+        if isinstance(obj, RayCluster):
+            return obj.spec
+        if isinstance(obj, RayJob):
+            return obj.spec.ray_cluster_spec
+        return obj.spec.ray_cluster_config
+
+    @property
+    def autoscaling(self) -> bool:
+        spec = self._spec()
+        return bool(spec is not None and spec.enable_in_tree_autoscaling)
+
+    def _api_templates(self) -> list[ApiPod]:
+        """One pod per group (and the head, and the submitter), as KubeRay would create them."""
+        obj = self.obj
+        assert obj is not None
+        probe = obj.model_copy(deep=True)
+        spec = (
+            probe.spec.ray_cluster_spec
+            if isinstance(probe, RayJob)
+            else (probe.spec if isinstance(probe, RayCluster) else probe.spec.ray_cluster_config)
+        )
+        assert spec is not None
+        for wg in spec.worker_group_specs:
+            wg.replicas, wg.min_replicas, wg.max_replicas, wg.suspend = 1, 1, 1, False
+            wg.num_of_hosts = 1
+        return expand_pods(probe, config=self.pg_config)
+
+    def _regroup(self) -> None:
+        """The podgrouper after a spec change: recompute the PodGroup, keep the pods."""
+        obj = self.obj
+        assert obj is not None and self.job is not None
+        pg = group(obj, config=self.pg_config)
+        fresh = job_from_podgroup(pg, [], self.priority_classes, self.problems)
+        for f in ("min_member", "min_subgroup", "subgroups", "max_member", "topology", "priority", "preemptibility"):
+            setattr(self.job, f, getattr(fresh, f))
+        self._min_workers = sum(
+            sg.min_member or 0 for sg in fresh.subgroups if sg.name not in (c.RAY_HEAD_GROUP, c.SUBMITTER_SUBGROUP)
+        )
+
+    def create(self, t: float) -> Job:
+        obj = self.obj
+        assert obj is not None
+        pg = group(obj, config=self.pg_config)
+        self.podgroup_name = pg.metadata.name or ""
+        job = job_from_podgroup(pg, [], self.priority_classes, self.problems)
+        job.created_at = t
+        job.kind = obj.kind
+        self.queue, self.priority_class = job.queue, job.priority_class
+        self.job = job
+        spec = self._spec()
+        assert spec is not None
+        self._aggressive = bool(
+            spec.autoscaler_options is not None and (spec.autoscaler_options.upscaling_mode or "") == "Aggressive"
+        )
+        for api_pod in self._api_templates():
+            labels = api_pod.metadata.labels
+            grp = labels.get(c.RAY_GROUP, "")
+            st = stamp(api_pod, pg)
+            api_pod.metadata.annotations.update(st.annotations)
+            labels.update(st.labels)
+            self._templates[grp] = pod_from_api(api_pod, job.key, self.problems)
+        self._desired = {c.RAY_HEAD_GROUP: 1}
+        if c.RAY_SUBMITTER_GROUP in self._templates:
+            self._desired[c.RAY_SUBMITTER_GROUP] = 1
+        for i, wg in enumerate(spec.worker_group_specs):
+            name = wg.group_name or f"worker-group-{i}"
+            self._hosts[name] = wg.hosts
+            self._desired[name] = wg.desired_replicas() * wg.hosts
+            self._max[name] = (wg.max * wg.hosts) if self.autoscaling else self._desired[name]
+        self._regroup()
+        job.pods = []
+        self._reconcile(t)
+        self.gang_gpus = self._gang_gpus()
+        return job
+
+    def _gang_gpus(self) -> float:
+        assert self.job is not None
+        mins = {sg.name: sg.min_member or 0 for sg in self.job.subgroups}
+        total = 0.0
+        for _grp, tpl in self._templates.items():
+            sg = tpl.subgroup
+            if sg is None:
+                continue
+            total += tpl.request.gpu * mins.get(sg, 0)
+        return total
+
+    def _pod_name(self, grp: str) -> str:
+        assert self.obj is not None
+        cname = cluster_name(self.obj)
+        if grp == c.RAY_HEAD_GROUP:
+            base = f"{cname}-head"
+        elif grp == c.RAY_SUBMITTER_GROUP:
+            base = f"{self.obj.metadata.name}-submitter"
+        else:
+            base = f"{cname}-{grp.lower().replace('_', '-')}-worker"
+        k = self._counter.get(grp, 0)
+        self._counter[grp] = k + 1
+        if grp in (c.RAY_HEAD_GROUP, c.RAY_SUBMITTER_GROUP):
+            return base if k == 0 else f"{base}-{k}"
+        return f"{base}-{k}"
+
+    def _reconcile(self, t: float) -> list[Pod]:
+        """KubeRay: create the missing pods of each group; returns pending pods dropped on a scale-down."""
+        job = self.job
+        assert job is not None
+        live: dict[str, list[Pod]] = {}
+        for p in job.pods:
+            if p.phase in (PodPhase.PENDING, PodPhase.RUNNING):
+                live.setdefault(self._group_of(p), []).append(p)
+        dropped: list[Pod] = []
+        for grp, want in self._desired.items():
+            have = live.get(grp, [])
+            tpl = self._templates.get(grp)
+            if tpl is None:
+                continue
+            for _ in range(want - len(have)):
+                name = self._pod_name(grp)
+                self._pod_group[name] = grp
+                job.pods.append(_fresh(tpl, name, t))
+            if len(have) > want:
+                extra = sorted(have, key=lambda p: (p.phase is PodPhase.RUNNING, -p.created_at))[: len(have) - want]
+                for p in extra:
+                    if p.phase is PodPhase.PENDING:
+                        job.pods.remove(p)
+                        dropped.append(p)
+        return dropped
+
+    def _group_of(self, pod: Pod) -> str:
+        return self._pod_group.get(pod.name, "")
+
+    def _set_replicas(self, grp: str, pods: int) -> None:
+        spec = self._spec()
+        assert spec is not None
+        for i, wg in enumerate(spec.worker_group_specs):
+            if (wg.group_name or f"worker-group-{i}") == grp:
+                wg.replicas = pods // max(wg.hosts, 1)
+        self._desired[grp] = pods
+        self._regroup()
+
+    def replace_evicted(self, t: float, evicted: list[tuple[Pod, bool]]) -> None:
+        """Ray-aware shrink: an elastic worker evicted from an autoscaling group lowers that group's replicas
+        (kai-ray tells Ray which worker to drop); anything else is recreated by KubeRay and waits to be scheduled."""
+        if self.autoscaling:
+            for pod, elastic in evicted:
+                grp = self._group_of(pod)
+                if elastic and grp in self._max:
+                    floor = self._floor(grp)
+                    self._set_replicas(grp, max(floor, self._desired[grp] - 1))
+        self._reconcile(t)
+
+    def _floor(self, grp: str) -> int:
+        assert self.job is not None
+        tpl = self._templates[grp]
+        for sg in self.job.subgroups:
+            if sg.name == tpl.subgroup:
+                return sg.min_member or 0
+        return 0
+
+    def worker_rate(self) -> float:
+        """Linear scaling: workers running / workers in the gang minimum (1 when the minimum has no workers)."""
+        if self._min_workers <= 0:
+            return 1.0
+        assert self.job is not None
+        workers = sum(
+            1
+            for p in self.job.pods
+            if p.phase is PodPhase.RUNNING and p.subgroup not in (None, c.RAY_HEAD_GROUP, c.SUBMITTER_SUBGROUP)
+        )
+        return max(1.0, workers / self._min_workers)
+
+    def autoscale(self, t: float) -> bool:
+        """The Ray autoscaler, simplified: while every pod of the job runs, add one replica to each worker group
+        below maxReplicas (all the way up in ``Aggressive`` mode), never beyond the kai-ray.io/max-member ceiling."""
+        if not self.autoscaling or self.scripted or self.state != RUNNING or self.job is None:
+            return False
+        if any(p.phase is PodPhase.PENDING for p in self.job.pods):
+            return False
+        added = False
+        ceiling = self.job.max_member if self.job.max_member is not None else 1 << 30
+        for grp, mx in self._max.items():
+            cur = self._desired[grp]
+            if cur >= mx:
+                continue
+            step = (mx - cur) if self._aggressive else self._hosts.get(grp, 1)
+            room = ceiling - sum(self._desired.values())
+            step = min(step, room, mx - cur)
+            if step <= 0:
+                continue
+            self._set_replicas(grp, cur + step)
+            added = True
+        if added:
+            self._reconcile(t)
+        return added
+
+    def scale_to(self, t: float, grp: str, replicas: int) -> list[Pod]:
+        """A scripted scale step (Ray Serve / the Ray autoscaler deciding): set the group's replicas and let
+        KubeRay create or delete pods. Returns the running pods it deleted (newest first, as idle workers go)."""
+        spec = self._spec()
+        assert spec is not None
+        if self.job is None:
+            for i, wg in enumerate(spec.worker_group_specs):
+                if (wg.group_name or f"worker-group-{i}") == grp:
+                    wg.replicas = replicas
+            return []
+        if grp not in self._desired:
+            return []
+        hosts = self._hosts.get(grp, 1)
+        self._set_replicas(grp, replicas * hosts)
+        want = self._desired[grp]
+        mine = [
+            p for p in self.job.pods if self._group_of(p) == grp and p.phase in (PodPhase.PENDING, PodPhase.RUNNING)
+        ]
+        removed: list[Pod] = []
+        if len(mine) > want:
+            order = sorted(mine, key=lambda p: (p.phase is PodPhase.RUNNING, -p.created_at, p.name))
+            for p in order[: len(mine) - want]:
+                self.job.pods.remove(p)
+                if p.phase is PodPhase.RUNNING:
+                    removed.append(p)
+        self._reconcile(t)
+        return removed
+
+    def gang_summary(self) -> list[dict[str, object]]:
+        """Per pod group (head, each worker group, submitter): pods at the gang minimum and at most, GPUs per pod."""
+        out: list[dict[str, object]] = []
+        if self.job is None:
+            return out
+        mins = {sg.name: sg.min_member or 0 for sg in self.job.subgroups}
+        for grp, tpl in self._templates.items():
+            if grp == c.RAY_HEAD_GROUP:
+                lo, hi = 1, 1
+            elif grp == c.RAY_SUBMITTER_GROUP:
+                lo, hi = 0, 1
+            else:
+                lo, hi = mins.get(tpl.subgroup or "", 0), self._max.get(grp, 0)
+            out.append({"group": grp, "min_pods": lo, "max_pods": hi, "gpus_per_pod": tpl.request.gpu})
+        return out
+
+    def wants_more(self) -> bool:
+        if not self.autoscaling or self.scripted:
+            return False
+        return any(self._desired[g] < m for g, m in self._max.items())
+
+
+@dataclass(eq=False)
+class PodWorkload(WorkloadBase):
+    """One pod as its own gang (trace replay): no podgrouper, the scheduler Job is built directly."""
+
+    template: Pod | None = None
+    priority: int = 50
+    generation: int = 0
+
+    def create(self, t: float) -> Job:
+        tpl = self.template
+        assert tpl is not None
+        ns, name = self.key.split("/", 1)
+        job = Job(
+            namespace=ns,
+            name=name,
+            queue=self.queue,
+            priority=self.priority,
+            priority_class=self.priority_class,
+            min_member=1,
+            max_member=1,
+            created_at=t,
+            kind="Pod",
+            pods=[_fresh(tpl, tpl.name, t)],
+        )
+        self.gang_gpus = tpl.request.gpu
+        self.job = job
+        return job
+
+    def replace_evicted(self, t: float, evicted: list[tuple[Pod, bool]]) -> None:
+        assert self.job is not None and self.template is not None
+        if not any(p.phase in (PodPhase.PENDING, PodPhase.RUNNING) for p in self.job.pods):
+            self.generation += 1
+            self.job.pods.append(_fresh(self.template, f"{self.template.name}-r{self.generation}", t))
