@@ -1,0 +1,487 @@
+"""The scheduler's picture of the cluster, kept current by watch events and turned into a core Snapshot per cycle.
+
+Why incremental: a cycle must not re-list or re-parse thousands of pods. Each pod, PodGroup, Queue and Node is
+converted to the core's dataclasses once, when its watch event arrives (through :mod:`kai_ray.bridge`, the one
+translation between the wire and the core); a cycle only assembles them. Two overlays make in-flight work visible
+before the watch confirms it: *assumed* bindings (a pod we have sent to a node counts as running there, so the next
+cycle neither binds it again nor gives its room away) and *evicting* pods (they still hold their node until they
+are gone, like KAI's releasing pods).
+
+Pods of other schedulers, and ours that are not (yet) in a PodGroup we schedule, still occupy their nodes: their
+requests are subtracted from the node's allocatable instead of becoming jobs.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from kai_ray import constants as c
+from kai_ray.api.loader import ManifestError, parse_object
+from kai_ray.api.meta import Pod as ApiPod
+from kai_ray.api.podgroup import PodGroup
+from kai_ray.api.queue import Queue as ApiQueue
+from kai_ray.bridge import job_from_podgroup, node_from_api, parse_time, pod_from_api, pod_request, queue_from_api
+from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.informer import DELETE
+from kai_ray.scheduler import snapshot as s
+
+log = logging.getLogger(__name__)
+
+POD_META = (
+    "name",
+    "namespace",
+    "uid",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "resourceVersion",
+)
+POD_SPEC = (
+    "nodeName",
+    "schedulerName",
+    "priorityClassName",
+    "priority",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "schedulingGates",
+)
+ASSUME_TTL = 30.0  # seconds an unconfirmed binding stays assumed
+EVICT_TTL = 60.0
+
+
+def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """Only what scheduling, grouping and explaining read: keeps thousands of pods small in memory."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    out_spec: dict[str, Any] = {k: spec[k] for k in POD_SPEC if k in spec}
+    out_spec["containers"] = [
+        {"name": ctr.get("name", ""), "resources": ctr.get("resources") or {}} for ctr in spec.get("containers") or []
+    ]
+    if spec.get("initContainers"):
+        out_spec["initContainers"] = [
+            {"name": ctr.get("name", ""), "resources": ctr.get("resources") or {}} for ctr in spec["initContainers"]
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {k: meta[k] for k in POD_META if k in meta},
+        "spec": out_spec,
+        "status": {k: status[k] for k in ("phase", "startTime") if k in status},
+    }
+
+
+def _drop_managed(obj: dict[str, Any]) -> dict[str, Any]:
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
+
+
+@dataclass(slots=True)
+class PodEntry:
+    key: str
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    ours: bool
+    group: str | None  # pod-group-name annotation
+    terminal: bool
+    deleting: bool
+    request: s.Resources
+    spod: s.Pod | None  # set for our grouped pods
+    sig: tuple[Any, ...]
+    created: float = 0.0
+
+
+@dataclass(slots=True)
+class PgEntry:
+    key: str
+    uid: str
+    namespace: str
+    name: str
+    raw: dict[str, Any]
+    model: PodGroup | None
+    errors: list[str]
+    template: s.Job | None
+    pc_generation: int
+    sig: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class QueueEntry:
+    name: str
+    uid: str
+    raw: dict[str, Any]
+    model: ApiQueue | None
+    queue: s.Queue | None
+    errors: list[str]
+    sig: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class Assumed:
+    node: str
+    uid: str
+    until: float
+
+
+@dataclass
+class SnapshotView:
+    """A snapshot plus what the operator needs to act on its decisions."""
+
+    snapshot: s.Snapshot
+    pods_by_uid: dict[str, PodEntry]
+    invalid_jobs: dict[str, list[str]] = field(default_factory=dict)  # PodGroup key -> field errors
+    invalid_queues: dict[str, list[str]] = field(default_factory=dict)
+    active_before: dict[str, int] = field(default_factory=dict)  # job key -> active pods at snapshot time
+
+
+class SchedulerCache:
+    def __init__(self, config: OperatorConfig, on_change: Callable[[], None] = lambda: None) -> None:
+        self.config = config
+        self.on_change = on_change
+        self.lock = threading.RLock()
+        self.nodes: dict[str, s.Node] = {}
+        self.pods: dict[str, PodEntry] = {}
+        self.uid_to_key: dict[str, str] = {}
+        self.pgs: dict[str, PgEntry] = {}
+        self.queues: dict[str, QueueEntry] = {}
+        self.priority_classes: dict[str, int] = {}
+        self.global_default: int | None = None
+        self.pc_generation = 0
+        self.assumed: dict[str, Assumed] = {}
+        self.evicting: dict[str, float] = {}
+        self.changes = 0
+        self.namespaces = set(config.namespaces)
+
+    def _changed(self) -> None:
+        self.changes += 1
+        self.on_change()
+
+    def schedulable_namespace(self, ns: str) -> bool:
+        return not self.namespaces or ns in self.namespaces
+
+    # --- event handlers (informer threads) -----------------------------------------------------------------------
+
+    def on_node(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            if kind == DELETE:
+                if self.nodes.pop(key, None) is not None:
+                    self._changed()
+                return
+            node = node_from_api(obj)
+            old = self.nodes.get(key)
+            self.nodes[key] = node
+            if old is None or _node_sig(old) != _node_sig(node):
+                self._changed()
+
+    def on_priority_class(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            before = (dict(self.priority_classes), self.global_default)
+            if kind == DELETE:
+                self.priority_classes.pop(key, None)
+                if obj.get("globalDefault"):
+                    self.global_default = None
+            else:
+                self.priority_classes[key] = int(obj.get("value") or 0)
+                if obj.get("globalDefault"):
+                    self.global_default = int(obj.get("value") or 0)
+            if (self.priority_classes, self.global_default) != before:
+                self.pc_generation += 1
+                self._changed()
+
+    def on_pod(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            old = self.pods.get(key)
+            if kind == DELETE:
+                if old is not None:
+                    del self.pods[key]
+                    self.uid_to_key.pop(old.uid, None)
+                    self.assumed.pop(key, None)
+                    self.evicting.pop(key, None)
+                    self._changed()
+                return
+            entry = self._pod_entry(key, obj)
+            if old is not None and old.uid != entry.uid:
+                self.uid_to_key.pop(old.uid, None)
+                self.assumed.pop(key, None)
+                self.evicting.pop(key, None)
+            self.pods[key] = entry
+            self.uid_to_key[entry.uid] = key
+            relevant = old is None or old.sig != entry.sig
+            a = self.assumed.get(key)
+            if a is not None and (entry.node or entry.terminal or a.uid != entry.uid):
+                del self.assumed[key]  # the watch now tells the truth
+                if entry.node == a.node and old is not None and old.sig[1:] == entry.sig[1:]:
+                    relevant = False  # confirmed exactly what we assumed
+            if entry.deleting or entry.terminal:
+                self.evicting.pop(key, None)
+            if relevant:
+                self._changed()
+
+    def _pod_entry(self, key: str, obj: dict[str, Any]) -> PodEntry:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        ns = meta.get("namespace", "")
+        uid = meta.get("uid") or key
+        ours = spec.get("schedulerName") == self.config.scheduler_name and self.schedulable_namespace(ns)
+        group = (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION)
+        phase = status.get("phase")
+        terminal = phase in ("Succeeded", "Failed")
+        deleting = bool(meta.get("deletionTimestamp"))
+        node = spec.get("nodeName") or None
+        request = s.ZERO
+        spod: s.Pod | None = None
+        try:
+            api = ApiPod.model_validate(obj)
+            if ours and group:
+                spod = pod_from_api(api, f"{ns}/{group}")
+                spod.created_at = parse_time(meta.get("creationTimestamp")) or 0.0
+                request = spod.request
+            elif node and not terminal:
+                request = pod_request(api)
+        except ValidationError as exc:
+            log.info("pod %s: cannot read (%s); treated as holding nothing", key, exc.errors()[0].get("msg"))
+        labels = meta.get("labels") or {}
+        sig = (
+            node,
+            ours,
+            group,
+            terminal,
+            deleting,
+            bool(spec.get("schedulingGates")),
+            request,
+            labels.get(c.SUBGROUP_LABEL),
+            labels.get(c.TASK_PRIORITY_LABEL),
+        )
+        return PodEntry(
+            key=key,
+            uid=uid,
+            namespace=ns,
+            name=meta.get("name", ""),
+            node=node,
+            ours=ours,
+            group=group,
+            terminal=terminal,
+            deleting=deleting,
+            request=request,
+            spod=spod,
+            sig=sig,
+            created=parse_time(meta.get("creationTimestamp")) or 0.0,
+        )
+
+    def on_podgroup(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            old = self.pgs.get(key)
+            if kind == DELETE:
+                if old is not None:
+                    del self.pgs[key]
+                    self._changed()
+                return
+            meta = obj.get("metadata") or {}
+            sig = (
+                meta.get("uid"),
+                meta.get("generation"),
+                _freeze(meta.get("annotations")),
+                _freeze(meta.get("labels")),
+            )
+            if old is not None and old.sig == sig:
+                old.raw = obj  # status only: nothing the core reads
+                return
+            entry = PgEntry(
+                key=key,
+                uid=meta.get("uid", ""),
+                namespace=meta.get("namespace", ""),
+                name=meta.get("name", ""),
+                raw=obj,
+                model=None,
+                errors=[],
+                template=None,
+                pc_generation=-1,
+                sig=sig,
+            )
+            try:
+                model = parse_object({**obj, "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup"}, key)
+                assert isinstance(model, PodGroup)
+                entry.model = model
+                entry.errors = [str(e) for e in model.validate_spec()]
+            except ManifestError as exc:
+                entry.errors = [str(exc)]
+            self.pgs[key] = entry
+            self._changed()
+
+    def on_queue(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            old = self.queues.get(key)
+            if kind == DELETE:
+                if old is not None:
+                    del self.queues[key]
+                    self._changed()
+                return
+            meta = obj.get("metadata") or {}
+            sig = (meta.get("uid"), meta.get("generation"))
+            if old is not None and old.sig == sig:
+                old.raw = obj
+                return
+            entry = QueueEntry(name=key, uid=meta.get("uid", ""), raw=obj, model=None, queue=None, errors=[], sig=sig)
+            try:
+                model = parse_object({**obj, "apiVersion": "scheduling.run.ai/v2", "kind": "Queue"}, f"Queue {key}")
+                assert isinstance(model, ApiQueue)
+                entry.model = model
+                entry.errors = [str(e) for e in model.validate_spec()]
+                if not entry.errors:
+                    entry.queue = queue_from_api(model)
+            except ManifestError as exc:
+                entry.errors = [str(exc)]
+            self.queues[key] = entry
+            self._changed()
+
+    # --- overlays (scheduler thread, binder threads) -------------------------------------------------------------
+
+    def assume(self, key: str, uid: str, node: str) -> bool:
+        """Record a binding about to be sent; False if the pod is already bound or assumed (never bind twice)."""
+        with self.lock:
+            entry = self.pods.get(key)
+            if entry is None or entry.uid != uid or entry.node or key in self.assumed:
+                return False
+            self.assumed[key] = Assumed(node, uid, time.monotonic() + ASSUME_TTL)
+            return True
+
+    def forget(self, key: str, uid: str) -> None:
+        """A binding failed: the pod is pending again."""
+        with self.lock:
+            a = self.assumed.get(key)
+            if a is not None and a.uid == uid:
+                del self.assumed[key]
+                self._changed()
+
+    def mark_evicting(self, key: str, uid: str) -> bool:
+        with self.lock:
+            entry = self.pods.get(key)
+            if entry is None or entry.uid != uid or entry.deleting or key in self.evicting:
+                return False
+            self.evicting[key] = time.monotonic() + EVICT_TTL
+            return True
+
+    def unmark_evicting(self, key: str) -> None:
+        with self.lock:
+            if self.evicting.pop(key, None) is not None:
+                self._changed()
+
+    def inflight(self) -> int:
+        with self.lock:
+            return len(self.assumed)
+
+    # --- snapshot ------------------------------------------------------------------------------------------------
+
+    def _template(self, pg: PgEntry) -> s.Job | None:
+        if pg.model is None or pg.errors:
+            return None
+        if pg.template is None or pg.pc_generation != self.pc_generation:
+            problems: list[str] = []
+            job = job_from_podgroup(pg.model, (), self.priority_classes, problems)
+            pclass = job.priority_class
+            if pclass not in self.priority_classes and self.global_default is not None:
+                job.priority = self.global_default
+            stale = pg.model.metadata.annotations.get(c.STALE_SINCE)
+            job.stale_since = parse_time(stale)
+            pg.template = job
+            pg.pc_generation = self.pc_generation
+        return pg.template
+
+    def build(self, config: s.SchedulerConfig, now: float | None = None) -> SnapshotView:
+        """Assemble the core's Snapshot from the cache (under the lock; O(objects), no parsing)."""
+        mono = time.monotonic()
+        with self.lock:
+            for key in [k for k, a in self.assumed.items() if a.until < mono]:
+                log.warning("binding of %s not confirmed in %.0fs; treating it as pending again", key, ASSUME_TTL)
+                del self.assumed[key]
+            for key in [k for k, until in self.evicting.items() if until < mono]:
+                del self.evicting[key]
+            jobs: dict[str, s.Job] = {}
+            invalid: dict[str, list[str]] = {}
+            for key, pg in self.pgs.items():
+                if not self.schedulable_namespace(pg.namespace):
+                    continue
+                tmpl = self._template(pg)
+                if tmpl is None:
+                    invalid[key] = pg.errors
+                    continue
+                job = copy.copy(tmpl)
+                job.pods = []
+                jobs[key] = job
+            used: dict[str, list[float]] = {}
+            by_uid: dict[str, PodEntry] = {}
+            active: dict[str, int] = {}
+            for key, p in self.pods.items():
+                owner = jobs.get(f"{p.namespace}/{p.group}") if p.ours and p.group else None
+                if owner is not None and p.spod is not None:
+                    spod = p.spod
+                    a = self.assumed.get(key)
+                    if a is not None and a.uid == p.uid:
+                        spod = replace(spod, phase=s.PodPhase.RUNNING, node=a.node)
+                    if key in self.evicting and spod.phase is s.PodPhase.RUNNING:
+                        spod = replace(spod, phase=s.PodPhase.RELEASING)
+                    owner.pods.append(spod)
+                    by_uid[spod.uid] = p
+                    if spod.phase is s.PodPhase.RUNNING:
+                        active[owner.key] = active.get(owner.key, 0) + 1
+                elif p.node and not p.terminal:
+                    u = used.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
+                    u[0] += p.request.gpu
+                    u[1] += p.request.cpu
+                    u[2] += p.request.memory
+                    u[3] += 1
+            nodes = []
+            for name, node in self.nodes.items():
+                usage = used.get(name)
+                if usage is not None:
+                    node = replace(
+                        node,
+                        allocatable=node.allocatable - s.Resources(usage[0], usage[1], usage[2]),
+                        max_pods=max(0, node.max_pods - int(usage[3])),
+                    )
+                nodes.append(node)
+            queues = []
+            bad_queues: dict[str, list[str]] = {}
+            for name, q in self.queues.items():
+                if q.queue is not None:
+                    queues.append(q.queue)
+                else:
+                    bad_queues[name] = q.errors
+        snap = s.Snapshot(
+            nodes=sorted(nodes, key=lambda n: n.name),
+            queues=queues,
+            jobs=list(jobs.values()),
+            now=time.time() if now is None else now,
+            config=config,
+        )
+        return SnapshotView(snap, by_uid, invalid, bad_queues, active)
+
+
+def _node_sig(n: s.Node) -> tuple[Any, ...]:
+    return (
+        n.allocatable,
+        n.max_pods,
+        tuple(sorted(n.labels.items())),
+        tuple(n.taints),
+        n.unschedulable,
+        n.ready,
+        n.gpu_memory_mib,
+    )
+
+
+def _freeze(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((d or {}).items()))

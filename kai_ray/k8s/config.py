@@ -1,0 +1,163 @@
+"""Operator settings: one dataclass shared by the CLI flags, the kopf entrypoints (environment) and the tests.
+
+Durations are seconds (floats); the CLI and the environment accept Go durations ("90s", "1m30s") too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kai_ray import constants as c
+from kai_ray.bridge import parse_duration
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+ENV_PREFIX = "KAI_RAY_"
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message names it."""
+
+
+def default_namespace() -> str:
+    """The namespace the operator runs in (for its Lease): the service account's, else ``default``."""
+    env = os.environ.get("POD_NAMESPACE")
+    if env:
+        return env
+    try:
+        return SA_NAMESPACE_FILE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def duration(value: str | float | int, name: str) -> float:
+    """Seconds from a number or a Go duration string; raises ConfigError naming the setting."""
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parsed = parse_duration(text)
+    if parsed is None:
+        raise ConfigError(f"{name}: {value!r} is not a duration (e.g. 30s, 1m30s)")
+    return parsed
+
+
+@dataclass
+class OperatorConfig:
+    """Settings of both operators (each reads the ones it needs)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    scheduler_name: str = c.SCHEDULER_NAME
+    queue_label_key: str = c.QUEUE_LABEL
+    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    node_selector: dict[str, str] = field(default_factory=dict)  # nodes the scheduler may use (a node pool)
+    leader_elect: bool = True
+    lease_name: str = ""  # default: kai-ray-<operator>
+    lease_namespace: str = ""  # default: the operator's own namespace
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str = field(default_factory=default_identity)
+    bind_address: str = "0.0.0.0"
+    metrics_port: int = 8080  # 0 disables
+    health_port: int = 8081  # 0 disables
+    placement_strategy: str = "binpack"  # binpack | spread
+    preemption_delay: float = 0.0
+    queue_priority_reclaim: bool = False
+    eviction_mode: str = "evict"  # evict | delete
+    eviction_grace_seconds: int | None = None  # None: the pod's own terminationGracePeriodSeconds
+    schedule_period: float = 1.0
+    debounce: float = 0.05
+    bind_workers: int = 16
+    write_workers: int = 8
+    status_interval: float = 2.0  # minimum seconds between two status writes of one Queue
+    kai_compatible_priorities: bool = False  # podgrouper: every Ray kind defaults to `train` (KAI's default)
+
+    def validate(self) -> OperatorConfig:
+        if self.placement_strategy not in ("binpack", "spread"):
+            raise ConfigError(f"--placement-strategy: {self.placement_strategy!r} is not 'binpack' or 'spread'")
+        if self.eviction_mode not in ("evict", "delete"):
+            raise ConfigError(f"--eviction-mode: {self.eviction_mode!r} is not 'evict' or 'delete'")
+        if not self.scheduler_name:
+            raise ConfigError("--scheduler-name: must not be empty")
+        if not self.queue_label_key:
+            raise ConfigError("--queue-label-key: must not be empty")
+        if self.schedule_period <= 0:
+            raise ConfigError(f"--schedule-period: {self.schedule_period} must be positive")
+        if self.preemption_delay < 0:
+            raise ConfigError(f"--preemption-delay: {self.preemption_delay} must not be negative")
+        if self.leader_elect and not 0 < self.renew_deadline < self.lease_duration:
+            raise ConfigError("--renew-deadline: must be positive and shorter than --lease-duration")
+        for port, name in ((self.metrics_port, "--metrics-port"), (self.health_port, "--health-port")):
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{name}: {port} is not a port number")
+        if self.bind_workers < 1 or self.write_workers < 1:
+            raise ConfigError("--bind-workers/--write-workers: must be at least 1")
+        return self
+
+    def lease(self, operator: str) -> tuple[str, str]:
+        return (self.lease_name or f"kai-ray-{operator}", self.lease_namespace or default_namespace())
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> OperatorConfig:
+        """``KAI_RAY_<FIELD>`` variables (``KAI_RAY_NAMESPACES=a,b``, ``KAI_RAY_NODE_SELECTOR=k=v,k2=v2``).
+
+        Used by the kopf entrypoints in ``operators/``, which ``kopf run`` loads without our CLI.
+        """
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            values[f.name] = _convert(f.name, f.type, raw)
+        values.update(overrides)
+        return cls(**values).validate()
+
+
+def parse_selector(text: str, name: str = "--node-selector") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{name}: {part!r} is not key=value")
+        out[key] = value
+    return out
+
+
+def _convert(name: str, typ: Any, raw: str) -> Any:
+    t = str(typ)
+    where = ENV_PREFIX + name.upper()
+    if t.startswith("bool"):
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"{where}: {raw!r} is not a boolean")
+    if t.startswith("int"):
+        if raw == "" and "None" in t:
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{where}: {raw!r} is not an integer") from None
+    if t.startswith("float"):
+        return duration(raw, where)
+    if t.startswith("tuple"):
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+    if t.startswith("dict"):
+        return parse_selector(raw, where)
+    return raw or None if "None" in t else raw

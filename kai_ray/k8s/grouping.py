@@ -1,0 +1,123 @@
+"""Grouping decisions the podgrouper operator makes around the pure Ray grouper.
+
+- :func:`single_pod_group`: KAI's default grouper for a pod whose top owner is not a Ray object: a PodGroup of one
+  (minMember 1), queue and priority from the pod, owned by the pod.
+- :func:`merge_existing`: what an update may change on an existing PodGroup. As KAI's pod controller, it keeps the
+  queue (never moved after creation), ``markUnschedulable``, ``schedulingBackoff``, the queue and node-pool labels, an
+  existing topology constraint when the new one is empty, and never adds subgroups to a group created without them.
+- :func:`skip_requested`: ``kai.scheduler/skip-podgrouper: "true"`` as a label or annotation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kai_ray import constants as c
+from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod
+from kai_ray.api.podgroup import PodGroup, PodGroupSpec
+from kai_ray.podgrouper import PodgrouperConfig
+
+NODE_POOL_LABEL = "runai/node-pool"
+PROJECT_LABEL = "project"
+DEFAULT_POD_PRIORITY = "train"
+
+
+def skip_requested(meta: dict[str, Any]) -> bool:
+    for where in ("labels", "annotations"):
+        if str((meta.get(where) or {}).get(c.SKIP_PODGROUPER, "")).lower() == "true":
+            return True
+    return False
+
+
+def pod_queue(pod: Pod, config: PodgrouperConfig) -> str:
+    """KAI's CalcPodGroupQueue for an ownerless pod: queue label, then ``project`` label, then the default queue."""
+    labels = pod.metadata.labels
+    return labels.get(config.queue_label_key) or labels.get(PROJECT_LABEL) or config.default_queue
+
+
+def pod_priority(pod: Pod) -> str:
+    return pod.metadata.labels.get(c.PRIORITY_LABEL) or pod.spec.priority_class_name or DEFAULT_POD_PRIORITY
+
+
+def single_pod_group(pod: Pod, config: PodgrouperConfig) -> PodGroup:
+    meta = pod.metadata
+    name = f"pg-{meta.name}-{meta.uid}" if meta.uid else f"pg-{meta.name}"
+    annotations = {
+        k: v for k, v in meta.annotations.items() if k not in ("kubectl.kubernetes.io/last-applied-configuration",)
+    }
+    annotations.pop(c.PODGROUP_ANNOTATION, None)
+    annotations[c.TOP_OWNER_METADATA] = yaml.safe_dump(
+        {"name": meta.name, "uid": meta.uid or "", "group": "", "version": "v1", "kind": "Pod"}, sort_keys=True
+    )
+    preemptibility = meta.labels.get(c.PREEMPTIBILITY_LABEL)
+    owner = (
+        [OwnerReference(api_version="v1", kind="Pod", name=meta.name or "", uid=meta.uid, block_owner_deletion=False)]
+        if meta.uid
+        else None
+    )
+    return PodGroup(
+        metadata=ObjectMeta(
+            name=name,
+            namespace=meta.namespace,
+            labels={k: v for k, v in meta.labels.items() if k != c.SUBGROUP_LABEL},
+            annotations=annotations,
+            owner_references=owner,
+        ),
+        spec=PodGroupSpec(
+            min_member=1,
+            queue=pod_queue(pod, config),
+            priority_class_name=pod_priority(pod),
+            preemptibility=preemptibility if preemptibility in ("preemptible", "non-preemptible") else None,
+            preemption_delay=meta.annotations.get(c.PREEMPTION_DELAY),
+            staleness_grace_period=meta.annotations.get(c.STALENESS_GRACE),
+        ),
+    )
+
+
+def merge_existing(existing: PodGroup, desired: PodGroup, config: PodgrouperConfig) -> PodGroup:
+    """``desired`` with the fields KAI preserves taken from ``existing``."""
+    out = desired.model_copy(deep=True)
+    spec, old = out.spec, existing.spec
+    if old.queue:
+        spec.queue = old.queue
+    spec.mark_unschedulable = old.mark_unschedulable
+    spec.scheduling_backoff = old.scheduling_backoff
+    if old.topology_constraint is not None and old.topology_constraint.topology and spec.topology_constraint is None:
+        spec.topology_constraint = old.topology_constraint
+    if not old.sub_groups and spec.sub_groups:
+        spec.sub_groups = None  # back-compat: a group created without subgroups never gets any
+    for key in (config.queue_label_key, NODE_POOL_LABEL):
+        if key in existing.metadata.labels:
+            out.metadata.labels[key] = existing.metadata.labels[key]
+    return out
+
+
+def differs(existing: PodGroup, desired: PodGroup) -> bool:
+    a, b = existing.metadata, desired.metadata
+    if existing.spec.to_dict() != desired.spec.to_dict():
+        return True
+    if any(a.labels.get(k) != v for k, v in b.labels.items()):
+        return True
+    if any(a.annotations.get(k) != v for k, v in b.annotations.items()):
+        return True
+    owners_a = [(o.kind, o.uid) for o in a.owner_references or []]
+    owners_b = [(o.kind, o.uid) for o in b.owner_references or []]
+    return owners_a != owners_b
+
+
+def update_body(existing_raw: dict[str, Any], desired: PodGroup) -> dict[str, Any]:
+    """A full object for PUT: the existing one (status, resourceVersion, other metadata) with our parts replaced."""
+    body = dict(existing_raw)
+    meta = dict(body.get("metadata") or {})
+    want = desired.to_dict()
+    meta["labels"] = {**(meta.get("labels") or {}), **(want["metadata"].get("labels") or {})}
+    meta["annotations"] = {**(meta.get("annotations") or {}), **(want["metadata"].get("annotations") or {})}
+    if want["metadata"].get("ownerReferences"):
+        meta["ownerReferences"] = want["metadata"]["ownerReferences"]
+    body["metadata"] = meta
+    body["spec"] = want["spec"]
+    body["apiVersion"] = "scheduling.run.ai/v2alpha2"
+    body["kind"] = "PodGroup"
+    return body

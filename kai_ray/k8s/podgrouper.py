@@ -1,0 +1,462 @@
+"""The podgrouper operator: pods of our scheduler and Ray CRs in, PodGroups and stamped pods out.
+
+For each pod whose ``schedulerName`` is ours, it walks ``ownerReferences`` up to the top owner (Pod -> RayCluster ->
+RayJob/RayService, through a batch Job for a RayJob's submitter), builds the PodGroup with the pure grouper
+(:func:`kai_ray.podgrouper.group`, or a single-pod group when the top owner is not a Ray object), creates or updates
+it keeping what KAI keeps, and then stamps the pod (``pod-group-name`` annotation, subgroup label) - in that order,
+so the scheduler never sees a stamped pod without its group. Ray CRs are watched too: their PodGroup is created as
+soon as the CR exists and follows spec changes; a CR that cannot be grouped gets a Warning Event naming the field and
+is not retried until it changes (no crash loop, no hot loop).
+
+Everything is level-triggered from informer caches through a keyed work queue, so restarts and duplicate events are
+harmless: an up-to-date PodGroup and stamp cost no write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from pydantic import ValidationError
+
+from kai_ray import constants as c
+from kai_ray.api.loader import ManifestError, parse_object
+from kai_ray.api.meta import Pod
+from kai_ray.api.podgroup import PodGroup
+from kai_ray.api.ray import RayCluster, RayJob, RayService
+from kai_ray.k8s.cache import slim_pod
+from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder, object_ref
+from kai_ray.k8s.grouping import differs, merge_existing, single_pod_group, skip_requested, update_body
+from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
+from kai_ray.k8s.leader import LeaderElector, LeaseConfig
+from kai_ray.k8s.metrics import Metrics
+from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
+from kai_ray.k8s.workqueue import Backoff, Dispatcher
+from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group, stamp
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "kai-podgrouper"
+RAY_KINDS = ("RayCluster", "RayJob", "RayService")
+# Owners that are not Ray objects but may sit between a pod and a Ray top owner (the RayJob submitter's Job).
+GENERIC_OWNERS = {
+    ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+    ("apps/v1", "ReplicaSet"): "/apis/apps/v1/namespaces/{ns}/replicasets/{name}",
+    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
+    ("apps/v1", "StatefulSet"): "/apis/apps/v1/namespaces/{ns}/statefulsets/{name}",
+}
+MAX_OWNER_DEPTH = 8
+
+
+class OwnerError(Exception):
+    """The owner chain cannot be followed yet (an owner is missing or its UID does not match); retried."""
+
+
+def _controller_ref(meta: dict[str, Any]) -> dict[str, Any] | None:
+    refs = meta.get("ownerReferences") or []
+    for ref in refs:
+        if ref.get("controller"):
+            return dict(ref)
+    return dict(refs[0]) if refs else None
+
+
+class PodgrouperOperator:
+    def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
+        self.config = config.validate()
+        self.kube = kube or Kube.connect(config.kubeconfig, config.context, pool_size=config.write_workers + 24)
+        self.grouper_config = (
+            PodgrouperConfig.kai_compatible() if config.kai_compatible_priorities else PodgrouperConfig()
+        ).model_copy(update={"scheduler_name": config.scheduler_name, "queue_label_key": config.queue_label_key})
+        self.metrics = Metrics("podgrouper")
+        self.queue = Dispatcher("podgrouper", max(4, config.bind_workers // 2))
+        self.writer = Dispatcher("podgrouper-events", 2)
+        self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
+        self.backoff = Backoff()
+        self._leading = threading.Event()
+        self._stop = threading.Event()
+        self._local_pgs: dict[str, dict[str, Any]] = {}  # our own recent writes, until the watch catches up
+        self._local_lock = threading.Lock()
+        self._owner_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | None]] = {}
+        self._reported: dict[str, str] = {}  # Ray CR key -> last error reported (one Event per distinct error)
+        self.pods: list[Informer] = []
+        self.pgs: list[Informer] = []
+        self.ray: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
+        for ns in config.namespaces or (None,):
+            sel = f"spec.schedulerName={config.scheduler_name}"
+            label = ns or "all"
+            self.pods.append(
+                Informer(
+                    self.kube,
+                    pods_path(ns),
+                    name=f"pods-{label}",
+                    handler=self._on_pod,
+                    field_selector=sel,
+                    transform=slim_pod,
+                )
+            )
+            self.pgs.append(
+                Informer(self.kube, podgroups_path(ns), name=f"podgroups-{label}", handler=self._on_pg, missing_ok=True)
+            )
+            for kind in RAY_KINDS:
+                self.ray[kind].append(
+                    Informer(
+                        self.kube,
+                        ray_path(kind, ns),
+                        name=f"{RAY_PLURALS[kind]}-{label}",
+                        handler=self._ray_handler(kind),
+                        missing_ok=True,
+                    )
+                )
+        self.informers = [*self.pods, *self.pgs, *(i for infs in self.ray.values() for i in infs)]
+        self.elector: LeaderElector | None = None
+        if config.leader_elect:
+            name, lns = config.lease("podgrouper")
+            self.elector = LeaderElector(
+                self.kube,
+                LeaseConfig(
+                    name, lns, config.identity, config.lease_duration, config.renew_deadline, config.retry_period
+                ),
+                on_start=self._on_elected,
+                on_stop=self._on_deposed,
+            )
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> PodgrouperOperator:
+        self.metrics.serve(self.config.metrics_port, self.config.bind_address)
+        for inf in self.informers:
+            inf.start()
+        self.queue.start()
+        self.writer.start()
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            threading.Thread(target=self._on_elected, name="podgrouper-start", daemon=True).start()
+        return self
+
+    def stop(self, release: bool = True) -> None:
+        self._stop.set()
+        self._leading.clear()
+        if self.elector is not None:
+            self.elector.stop(release=release)
+        self.queue.stop()
+        self.writer.stop()
+        for inf in self.informers:
+            inf.stop()
+        self.metrics.close()
+
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    def synced(self) -> bool:
+        return all(inf.synced.is_set() for inf in self.informers)
+
+    def health(self) -> dict[str, Any]:
+        return {"leader": self.is_leader(), "synced": self.synced(), "queued": self.queue.pending()}
+
+    def _on_elected(self) -> None:
+        def begin() -> None:
+            wait_all_synced(self.informers, 120.0)
+            if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
+                return
+            self._leading.set()
+            self.metrics.leader.labels("podgrouper").set(1)
+            self.resync()
+
+        threading.Thread(target=begin, name="podgrouper-elected", daemon=True).start()
+
+    def _on_deposed(self) -> None:
+        self._leading.clear()
+        self.metrics.leader.labels("podgrouper").set(0)
+
+    def resync(self) -> None:
+        """Reconcile everything we know (on becoming leader: events seen while not leading were not acted on)."""
+        for kind, infs in self.ray.items():
+            for inf in infs:
+                for key in inf.list_keys():
+                    self._enqueue(f"ray/{kind}/{key}")
+        for inf in self.pods:
+            for key in inf.list_keys():
+                self._enqueue(f"pod/{key}")
+
+    # --- events -------------------------------------------------------------------------------------------------
+
+    def _enqueue(self, key: str, delay: float = 0.0) -> None:
+        if self._leading.is_set():
+            self.queue.submit(key, lambda: self._reconcile(key), delay=delay)
+
+    def _on_pod(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        if kind != DELETE:
+            self._enqueue(f"pod/{key}")
+
+    def _on_pg(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        with self._local_lock:
+            local = self._local_pgs.get(key)
+            if local is not None and (kind == DELETE or _rv(obj) >= _rv(local)):
+                del self._local_pgs[key]
+
+    def _ray_handler(self, kind: str) -> Any:
+        def handle(event: str, key: str, obj: dict[str, Any]) -> None:
+            if event == DELETE:
+                self._reported.pop(f"{kind}/{key}", None)
+                return
+            self._enqueue(f"ray/{kind}/{key}")
+
+        return handle
+
+    # --- reconcile ----------------------------------------------------------------------------------------------
+
+    def _reconcile(self, key: str) -> None:
+        if not self._leading.is_set():
+            return
+        try:
+            if key.startswith("pod/"):
+                self.reconcile_pod(key[4:])
+            else:
+                _, kind, rest = key.split("/", 2)
+                self.reconcile_ray(kind, rest)
+            self.backoff.forget(key)
+        except (ApiError, OwnerError) as exc:
+            delay = self.backoff.next(key)
+            self.metrics.reconcile_errors.labels(key.split("/", 1)[0]).inc()
+            level = logging.INFO if isinstance(exc, OwnerError) or getattr(exc, "conflict", False) else logging.WARNING
+            log.log(level, "%s: %s; retrying in %.1fs", key, exc, delay)
+            self._enqueue(key, delay=delay)
+
+    def _get_cached(self, infs: list[Informer], key: str) -> dict[str, Any] | None:
+        for inf in infs:
+            obj = inf.get(key)
+            if obj is not None:
+                return obj
+        return None
+
+    def _get_pg(self, key: str) -> dict[str, Any] | None:
+        obj = self._get_cached(self.pgs, key)
+        with self._local_lock:
+            local = self._local_pgs.get(key)
+        if local is not None and (obj is None or _rv(local) > _rv(obj)):
+            return local
+        return obj
+
+    def _owner(self, ns: str, ref: dict[str, Any]) -> dict[str, Any] | None:
+        """The owner object a reference points to (Ray kinds from caches, a few built-in kinds by GET)."""
+        kind, name, api = ref.get("kind", ""), ref.get("name", ""), ref.get("apiVersion", "")
+        if kind in RAY_KINDS and api.startswith("ray.io/"):
+            obj = self._get_cached(self.ray[kind], f"{ns}/{name}")
+            if obj is None:
+                try:
+                    obj = self.kube.get(ray_path(kind, ns, name, api.split("/", 1)[1]))
+                except ApiError as exc:
+                    if exc.not_found:
+                        raise OwnerError(f"{kind} {ns}/{name} (owner) not found") from None
+                    raise
+            return obj
+        template = GENERIC_OWNERS.get((api, kind))
+        if template is None:
+            return None
+        cache_key = (kind, ns, name)
+        hit = self._owner_cache.get(cache_key)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        try:
+            obj = self.kube.get(template.format(ns=ns, name=name))
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            obj = None
+        self._owner_cache[cache_key] = (time.monotonic() + 30.0, obj)
+        if len(self._owner_cache) > 5000:
+            self._owner_cache.clear()
+        return obj
+
+    def owner_chain(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """``[obj, owner, owner's owner, ...]`` up to the first object without a (known) owner."""
+        chain = [obj]
+        ns = (obj.get("metadata") or {}).get("namespace", "")
+        while len(chain) <= MAX_OWNER_DEPTH:
+            ref = _controller_ref(chain[-1].get("metadata") or {})
+            if ref is None:
+                break
+            owner = self._owner(ns, ref)
+            if owner is None:
+                break
+            uid = (owner.get("metadata") or {}).get("uid")
+            if ref.get("uid") and uid and ref["uid"] != uid:
+                raise OwnerError(f"owner {ref.get('kind')} {ns}/{ref.get('name')} has UID {uid}, not {ref['uid']}")
+            chain.append(owner)
+        return chain
+
+    def reconcile_pod(self, key: str) -> None:
+        raw = self._get_cached(self.pods, key)
+        if raw is None:
+            return
+        meta = raw.get("metadata") or {}
+        if meta.get("deletionTimestamp") or (raw.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        if (raw.get("spec") or {}).get("schedulerName") != self.config.scheduler_name:
+            return
+        chain = self.owner_chain(raw)
+        if any(skip_requested(o.get("metadata") or {}) for o in chain):
+            return
+        try:
+            pod = Pod.model_validate(raw)
+        except ValidationError as exc:
+            log.info("pod %s cannot be read: %s", key, exc.errors()[0].get("msg"))
+            return
+        top = chain[-1]
+        top_kind = top.get("kind") or ("Pod" if top is raw else "")
+        if top_kind in RAY_KINDS:
+            desired = self._ray_group(top_kind, top, chain, pod)
+            if desired is None:
+                return
+        else:
+            desired = single_pod_group(pod, self.grouper_config)
+        pg = self.apply(desired)
+        self._stamp(pod, pg)
+
+    def _ray_group(
+        self, kind: str, top: dict[str, Any], chain: list[dict[str, Any]], pod: Pod | None
+    ) -> PodGroup | None:
+        """The Ray top owner's PodGroup, or None after reporting why it cannot be built (an Event on the CR)."""
+        ckey = f"{kind}/{(top.get('metadata') or {}).get('namespace')}/{(top.get('metadata') or {}).get('name')}"
+        try:
+            obj = parse_object({**top, "kind": kind}, f"{kind} {(top.get('metadata') or {}).get('name')}")
+            assert isinstance(obj, RayCluster | RayJob | RayService)
+            cluster = self._effective_cluster(obj, chain)
+            desired = group(obj, cluster=cluster, pod=pod, config=self.grouper_config)
+        except (ManifestError, GroupingError) as exc:
+            self._report_bad_cr(ckey, top, kind, str(exc))
+            return None
+        if self._reported.pop(ckey, None) is not None:
+            self.events.emit(object_ref(top, kind=kind), NORMAL, "PodGroupValid", "the Ray object can be grouped again")
+        return desired
+
+    def _effective_cluster(
+        self, obj: RayCluster | RayJob | RayService, chain: list[dict[str, Any]]
+    ) -> RayCluster | None:
+        """The live RayCluster that sizes the gang: the active one of a RayService, the RayJob's, or the pod's."""
+        ns = obj.metadata.namespace or ""
+        name: str | None = None
+        if isinstance(obj, RayJob) and obj.status is not None:
+            name = obj.status.ray_cluster_name
+        elif isinstance(obj, RayService) and obj.status is not None:
+            for svc in (obj.status.active_service_status, obj.status.pending_service_status):
+                if svc is not None and svc.ray_cluster_name:
+                    name = svc.ray_cluster_name
+                    break
+        raw = self._get_cached(self.ray["RayCluster"], f"{ns}/{name}") if name else None
+        if raw is None:
+            raw = next((o for o in chain if o.get("kind") == "RayCluster"), None)
+        if raw is None or isinstance(obj, RayCluster):
+            return None
+        try:
+            cluster = parse_object({**raw, "kind": "RayCluster"}, f"RayCluster {name}")
+        except ManifestError:
+            return None  # the embedded spec is used instead
+        return cluster if isinstance(cluster, RayCluster) else None
+
+    def _report_bad_cr(self, ckey: str, obj: dict[str, Any], kind: str, message: str) -> None:
+        self.metrics.findings.labels(kind).inc()
+        if self._reported.get(ckey) != message:
+            log.warning("%s: %s", ckey, message)
+        self._reported[ckey] = message
+        self.events.emit(object_ref(obj, kind=kind), WARNING, "PodGroupError", message)
+
+    def reconcile_ray(self, kind: str, key: str) -> None:
+        raw = self._get_cached(self.ray[kind], key)
+        if raw is None:
+            return
+        meta = raw.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return
+        ns = meta.get("namespace", "")
+        ref = _controller_ref(meta)
+        if kind == "RayCluster" and ref is not None and ref.get("kind") in ("RayJob", "RayService"):
+            self._enqueue(f"ray/{ref['kind']}/{ns}/{ref.get('name')}")
+            return
+        chain = self.owner_chain(raw)
+        if any(skip_requested(o.get("metadata") or {}) for o in chain):
+            return
+        desired = self._ray_group(kind, raw, chain, None)
+        if desired is None:
+            return
+        pg_key = f"{ns}/{desired.metadata.name}"
+        existing = self._get_pg(pg_key)
+        self.apply(desired, existing_raw=existing)
+        # pods may need a new subgroup label after a spec change
+        for inf in self.pods:
+            for pkey in inf.list_keys():
+                pod = inf.get(pkey) or {}
+                pmeta = pod.get("metadata") or {}
+                stamped = (pmeta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION)
+                if (
+                    pmeta.get("namespace") == ns
+                    and stamped in (None, desired.metadata.name)
+                    and _belongs(pod, raw, kind)
+                ):
+                    self._enqueue(f"pod/{pkey}")
+
+    # --- writes -------------------------------------------------------------------------------------------------
+
+    def apply(self, desired: PodGroup, existing_raw: dict[str, Any] | None = None) -> PodGroup:
+        """Create the PodGroup, or update it keeping what KAI keeps. Returns what is now stored."""
+        ns = desired.metadata.namespace or ""
+        name = desired.metadata.name or ""
+        key = f"{ns}/{name}"
+        existing_raw = existing_raw if existing_raw is not None else self._get_pg(key)
+        if existing_raw is None:
+            try:
+                created = self.kube.create(podgroups_path(ns), desired.to_dict())
+                self._remember(key, created)
+                self.metrics.podgroups.labels("created").inc()
+                return desired
+            except ApiError as exc:
+                if not exc.conflict:
+                    raise
+                existing_raw = self.kube.get(podgroups_path(ns, name))
+        assert existing_raw is not None
+        existing = PodGroup.model_validate(
+            {**existing_raw, "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup"}
+        )
+        merged = merge_existing(existing, desired, self.grouper_config)
+        if not differs(existing, merged):
+            return existing
+        updated = self.kube.replace(podgroups_path(ns, name), update_body(existing_raw, merged))
+        self._remember(key, updated)
+        self.metrics.podgroups.labels("updated").inc()
+        return merged
+
+    def _remember(self, key: str, obj: dict[str, Any]) -> None:
+        with self._local_lock:
+            self._local_pgs[key] = obj
+
+    def _stamp(self, pod: Pod, pg: PodGroup) -> None:
+        missing = stamp(pod, pg).missing_on(pod)
+        if not missing:
+            return
+        self.kube.merge_patch(pods_path(pod.metadata.namespace, pod.metadata.name), missing.as_patch())
+        self.metrics.pods_stamped.inc()
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _belongs(pod: dict[str, Any], owner: dict[str, Any], kind: str) -> bool:
+    """Whether a pod belongs to this Ray CR (through its RayCluster's name label)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    cluster = labels.get(c.RAY_CLUSTER)
+    name = (owner.get("metadata") or {}).get("name")
+    if kind == "RayCluster":
+        return cluster == name
+    status = owner.get("status") or {}
+    names = {status.get("rayClusterName")}
+    for svc in ("activeServiceStatus", "pendingServiceStatus"):
+        names.add((status.get(svc) or {}).get("rayClusterName"))
+    return cluster is not None and (cluster in names or str(cluster).startswith(f"{name}-"))

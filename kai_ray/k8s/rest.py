@@ -1,0 +1,261 @@
+"""A thin raw-JSON client over the official ``kubernetes`` client's connection pool.
+
+Why not the generated ``CoreV1Api`` methods: they turn every response into model objects, which costs more CPU than
+the request itself for a pod, and the Binding call cannot even deserialise its own response (kubernetes-client/python
+#825). The operators need thousands of writes per second on a small machine, so they speak JSON to the API server
+directly, reusing the official client's kubeconfig loading, TLS setup, token refresh and urllib3 pool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+from kubernetes import client, config
+
+USER_AGENT = "kai-ray/0.1"
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server: ``status`` (HTTP code), ``reason`` and ``message`` from its Status."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "", body: Any = None) -> None:
+        super().__init__(f"{status} {reason}: {message}".strip())
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body
+
+    @classmethod
+    def from_response(cls, status: int, data: bytes) -> ApiError:
+        try:
+            body = json.loads(data) if data else {}
+        except ValueError:
+            body = {"message": data[:200].decode(errors="replace")}
+        if not isinstance(body, dict):
+            body = {}
+        return cls(status, str(body.get("reason", "")), str(body.get("message", "")), body)
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def _in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
+
+
+class Kube:
+    """JSON in, JSON out. Thread-safe: every call takes a connection from the shared urllib3 pool."""
+
+    def __init__(self, api_client: Any, timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.configuration = api_client.configuration
+        self.host = str(self.configuration.host).rstrip("/")
+        self.pool = api_client.rest_client.pool_manager
+        self.timeout = timeout
+        self._lock = threading.Lock()
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None, pool_size: int = 32) -> Kube:
+        """From ``kubeconfig`` (or ``$KUBECONFIG`` / ``~/.kube/config``), or the in-cluster service account."""
+        cfg = client.Configuration()
+        if kubeconfig is None and _in_cluster():
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        cfg.connection_pool_maxsize = pool_size
+        return cls(client.ApiClient(cfg))
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": JSON, "User-Agent": USER_AGENT}
+        if content_type:
+            headers["Content-Type"] = content_type
+        with self._lock:  # auth_settings() may refresh a token in place
+            auth = self.configuration.auth_settings().get("BearerToken")
+        if auth and auth.get("value"):
+            headers["Authorization"] = str(auth["value"])
+        return headers
+
+    def url(self, path: str, query: dict[str, Any] | None = None) -> str:
+        q = {k: v for k, v in (query or {}).items() if v is not None and v != ""}
+        return self.host + path + ("?" + urlencode(q) if q else "")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+    ) -> Any:
+        """One request; returns the decoded JSON body (None when empty); raises ApiError on a non-2xx answer."""
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        try:
+            resp = self.pool.request(
+                method,
+                self.url(path, query),
+                body=data,
+                headers=self._headers(content_type if data is not None else None),
+                timeout=urllib3.Timeout(connect=10.0, read=timeout or self.timeout),
+                retries=False,
+                preload_content=True,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(0, "ConnectionError", str(exc)) from None
+        if resp.status >= 400:
+            raise ApiError.from_response(resp.status, resp.data)
+        return json.loads(resp.data) if resp.data else None
+
+    def open_stream(self, path: str, query: dict[str, Any], timeout: float) -> Any:
+        """Start a watch; returns the urllib3 response (``shutdown()`` it from another thread to stop reading)."""
+        try:
+            resp = self.pool.request(
+                "GET",
+                self.url(path, query),
+                headers=self._headers(None),
+                timeout=urllib3.Timeout(connect=10.0, read=timeout),
+                retries=False,
+                preload_content=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(0, "ConnectionError", str(exc)) from None
+        if resp.status >= 400:
+            data = resp.read()
+            resp.release_conn()
+            raise ApiError.from_response(resp.status, data)
+        return resp
+
+    # --- conveniences -------------------------------------------------------------------------------------------
+
+    def get(self, path: str, **query: Any) -> Any:
+        return self.request("GET", path, query=query)
+
+    def create(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("POST", path, body=body)
+
+    def replace(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("PUT", path, body=body)
+
+    def merge_patch(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
+
+    def json_patch(self, path: str, ops: list[dict[str, Any]]) -> Any:
+        return self.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+
+    def delete(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self.request("DELETE", path, body=body)
+
+    def bind(self, namespace: str, name: str, uid: str | None, node: str) -> None:
+        """POST pods/binding; the pod's UID is a precondition so a recreated pod of the same name is never bound."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods/{quote(name)}/binding",
+            body={
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": meta,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            },
+        )
+
+    def evict(self, namespace: str, name: str, uid: str | None, grace_seconds: int | None = None) -> None:
+        """POST pods/eviction (policy/v1): the API server refuses with 429 when a PodDisruptionBudget forbids it."""
+        opts: dict[str, Any] = {}
+        if uid:
+            opts["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            opts["gracePeriodSeconds"] = grace_seconds
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if opts:
+            body["deleteOptions"] = opts
+        self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{quote(name)}/eviction", body=body)
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None, grace_seconds: int | None = None) -> None:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{quote(name)}", body=body)
+
+
+def iter_json_lines(resp: Any) -> Iterator[dict[str, Any]]:
+    """Each newline-terminated JSON document of a streaming response, as a dict."""
+    buf = b""
+    try:
+        for chunk in resp.stream(amt=None, decode_content=False):
+            buf += chunk
+            start = 0
+            while True:
+                nl = buf.find(b"\n", start)
+                if nl < 0:
+                    break
+                line = buf[start:nl]
+                start = nl + 1
+                if line.strip():
+                    yield json.loads(line)
+            buf = buf[start:]
+    finally:
+        resp.release_conn()
+
+
+# --- resource paths ------------------------------------------------------------------------------------------------
+
+PODGROUP_GROUP = "scheduling.run.ai"
+PODGROUP_VERSION = "v2alpha2"
+QUEUE_VERSION = "v2"
+
+
+def pods_path(namespace: str | None = None, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+    return f"{base}/{quote(name)}" if name else base
+
+
+def podgroups_path(namespace: str | None = None, name: str | None = None) -> str:
+    root = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}"
+    base = f"{root}/namespaces/{namespace}/podgroups" if namespace else f"{root}/podgroups"
+    return f"{base}/{quote(name)}" if name else base
+
+
+def queues_path(name: str | None = None) -> str:
+    base = f"/apis/{PODGROUP_GROUP}/{QUEUE_VERSION}/queues"
+    return f"{base}/{quote(name)}" if name else base
+
+
+RAY_PLURALS = {"RayCluster": "rayclusters", "RayJob": "rayjobs", "RayService": "rayservices"}
+
+
+def ray_path(kind: str, namespace: str | None = None, name: str | None = None, version: str = "v1") -> str:
+    plural = RAY_PLURALS[kind]
+    root = f"/apis/ray.io/{version}"
+    base = f"{root}/namespaces/{namespace}/{plural}" if namespace else f"{root}/{plural}"
+    return f"{base}/{quote(name)}" if name else base
+
+
+def events_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/events"

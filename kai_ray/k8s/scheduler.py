@@ -1,0 +1,536 @@
+"""The scheduler/binder operator: watches -> cache -> ``run_cycle`` -> bindings, evictions, status, Events.
+
+Flow: informers keep :class:`~kai_ray.k8s.cache.SchedulerCache` current and wake the cycle loop on relevant changes;
+the loop waits a short debounce (so a burst of pod creations is one cycle), assembles a snapshot and runs the core,
+or runs anyway every ``schedule_period`` (KAI's periodic cycle, for fair share and stale gangs). Decisions are
+dispatched, never awaited: bindings go to a pool of workers through ``pods/binding``, evictions through the Eviction
+API; the cache *assumes* each binding before it is sent, so the next cycle can run while bindings are in flight and
+still never binds a pod twice nor gives its room away. Status and Events are written by a separate, lower-priority
+pool that waits while bindings are outstanding, and are written on transitions, not every cycle.
+
+Only the Lease holder runs cycles; informers run on every replica so a new leader starts warm, but it lists again
+before its first cycle so it sees every binding of the previous leader.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from kai_ray import constants as c
+from kai_ray.k8s import status as st
+from kai_ray.k8s.cache import PodEntry, SchedulerCache, SnapshotView, slim_pod
+from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder
+from kai_ray.k8s.informer import Informer, wait_all_synced
+from kai_ray.k8s.leader import LeaderElector, LeaseConfig
+from kai_ray.k8s.metrics import Metrics
+from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.workqueue import Dispatcher
+from kai_ray.scheduler.cycle import run_cycle
+from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
+from kai_ray.scheduler.snapshot import SchedulerConfig
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "kai-scheduler"
+BIND_PRIORITY = 0
+EVICT_PRIORITY = 1
+STATUS_PRIORITY = 10
+PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
+
+# (victims) -> victims not handled. Lets Ray-aware strategies (shrink a worker group, suspend an owner) take over
+# some evictions before the remaining pods are evicted one by one.
+EvictionInterceptor = Callable[[list[tuple[PodEntry, Evict]]], list[tuple[PodEntry, Evict]]]
+
+
+def _iso(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if ts is None else ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Verdict:
+    scheduled: bool
+    reason: str
+    message: str
+    written_at: float
+    first_seen: float
+
+
+class SchedulerOperator:
+    """One scheduler replica. ``start()`` returns at once; ``stop()`` ends every thread it started."""
+
+    def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
+        self.config = config.validate()
+        self.kube = kube or Kube.connect(
+            config.kubeconfig, config.context, pool_size=config.bind_workers + config.write_workers + 12
+        )
+        self.metrics = Metrics("scheduler")
+        self.cache = SchedulerCache(config, on_change=self.wake)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._leading = threading.Event()
+        self._loop_thread: threading.Thread | None = None
+        self.binder = Dispatcher("binder", config.bind_workers)
+        self.writer = Dispatcher("writer", config.write_workers, gate=lambda: not self.binder.busy(), gate_max_wait=5.0)
+        self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
+        self.eviction_interceptors: list[EvictionInterceptor] = []
+        self.informers = self._informers()
+        self.elector: LeaderElector | None = None
+        if config.leader_elect:
+            name, ns = config.lease("scheduler")
+            self.elector = LeaderElector(
+                self.kube,
+                LeaseConfig(
+                    name, ns, config.identity, config.lease_duration, config.renew_deadline, config.retry_period
+                ),
+                on_start=self._on_elected,
+                on_stop=self._on_deposed,
+            )
+        self._verdicts: dict[str, _Verdict] = {}
+        self._queue_written: dict[str, tuple[dict[str, Any], float]] = {}
+        self._reported_invalid: dict[str, str] = {}
+        self.last_cycle: float = 0.0
+        self.last_result: CycleResult | None = None
+        self.cycles = 0
+        self.started_at = time.monotonic()
+
+    # --- wiring -----------------------------------------------------------------------------------------------
+
+    def _informers(self) -> list[Informer]:
+        cfg = self.config
+        node_sel = ",".join(f"{k}={v}" for k, v in sorted(cfg.node_selector.items())) or None
+        infs = [
+            Informer(self.kube, "/api/v1/nodes", name="nodes", handler=self.cache.on_node, label_selector=node_sel),
+            Informer(
+                self.kube,
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                name="priorityclasses",
+                handler=self.cache.on_priority_class,
+            ),
+            Informer(self.kube, queues_path(), name="queues", handler=self.cache.on_queue, missing_ok=True),
+            Informer(self.kube, pods_path(), name="pods", handler=self.cache.on_pod, transform=slim_pod),
+        ]
+        for ns in cfg.namespaces or (None,):
+            infs.append(
+                Informer(
+                    self.kube,
+                    podgroups_path(ns),
+                    name=f"podgroups-{ns or 'all'}",
+                    handler=self.cache.on_podgroup,
+                    missing_ok=True,
+                )
+            )
+        return infs
+
+    def start(self) -> SchedulerOperator:
+        self.metrics.serve(self.config.metrics_port, self.config.bind_address)
+        for inf in self.informers:
+            inf.start()
+        self.binder.start()
+        self.writer.start()
+        self._loop_thread = threading.Thread(target=self._loop, name="scheduler-loop", daemon=True)
+        self._loop_thread.start()
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            threading.Thread(target=self._on_elected, name="scheduler-start", daemon=True).start()
+        return self
+
+    def stop(self, release: bool = True) -> None:
+        """Stop everything. ``release=False`` keeps the Lease (what a crash looks like to the other replicas)."""
+        self._stop.set()
+        self._leading.clear()
+        self._wake.set()
+        if self.elector is not None:
+            self.elector.stop(release=release)
+        if self._loop_thread is not None:
+            self._loop_thread.join(10)
+        self.binder.stop()
+        self.writer.stop()
+        for inf in self.informers:
+            inf.stop()
+        self.metrics.close()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    def synced(self) -> bool:
+        return all(inf.synced.is_set() for inf in self.informers)
+
+    def health(self) -> dict[str, Any]:
+        """For the liveness probe: raises when the loop is stuck while leading."""
+        age = time.monotonic() - self.last_cycle if self.last_cycle else None
+        info = {"leader": self.is_leader(), "synced": self.synced(), "cycles": self.cycles, "last_cycle_age": age}
+        limit = 30.0 + 10 * self.config.schedule_period
+        if self.is_leader() and age is not None and age > limit:
+            raise RuntimeError(f"no scheduling cycle for {age:.0f}s")
+        return info
+
+    def _on_elected(self) -> None:
+        def begin() -> None:
+            wait_all_synced(self.informers, 120.0)
+            if self.elector is not None:
+                # See every write of the previous leader before acting (its watch events may still be in flight).
+                for inf in self.informers:
+                    if inf.name == "pods" or inf.name.startswith("podgroups"):
+                        inf.relist(60.0)
+            if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
+                return
+            self._leading.set()
+            self.metrics.leader.labels("scheduler").set(1)
+            self.metrics.leader_transitions.labels("scheduler").inc()
+            log.info("scheduling as %s", self.config.identity)
+            self.wake()
+
+        threading.Thread(target=begin, name="scheduler-elected", daemon=True).start()
+
+    def _on_deposed(self) -> None:
+        self._leading.clear()
+        self.metrics.leader.labels("scheduler").set(0)
+        with self.cache.lock:
+            self.cache.assumed.clear()
+            self.cache.evicting.clear()
+        log.warning("no longer leader: scheduling stopped")
+
+    # --- the loop -----------------------------------------------------------------------------------------------
+
+    def core_config(self) -> SchedulerConfig:
+        cfg = self.config
+        return SchedulerConfig(
+            placement_gpu=cfg.placement_strategy,
+            placement_cpu=cfg.placement_strategy,
+            queue_priority_in_quota_reclaim=cfg.queue_priority_reclaim,
+            default_preemption_delay=cfg.preemption_delay,
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            woke = self._wake.wait(self.config.schedule_period)
+            if self._stop.is_set():
+                break
+            if woke and self.config.debounce > 0:
+                self._stop.wait(self.config.debounce)
+            self._wake.clear()
+            if not self._leading.is_set():
+                continue
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("scheduling cycle failed; next cycle continues")
+
+    def run_once(self) -> CycleResult:
+        t0 = time.perf_counter()
+        view = self.cache.build(self.core_config())
+        t1 = time.perf_counter()
+        result = run_cycle(view.snapshot)
+        t2 = time.perf_counter()
+        if self._leading.is_set():
+            self._dispatch_binds(view, result)
+            self._dispatch_evictions(view, result)
+            self._report(view, result)
+        self.cycles += 1
+        self.last_cycle = time.monotonic()
+        self.last_result = result
+        self.metrics.cycles.inc()
+        self.metrics.core_seconds.observe(t2 - t1)
+        self.metrics.cycle_seconds.observe(time.perf_counter() - t0)
+        pending = sum(1 for j in view.snapshot.jobs for p in j.pods if p.phase.value == "Pending")
+        self.metrics.pending_pods.set(max(0, pending - len(result.binds)))
+        self.metrics.inflight_binds.set(self.cache.inflight())
+        return result
+
+    # --- bindings -----------------------------------------------------------------------------------------------
+
+    def _dispatch_binds(self, view: SnapshotView, result: CycleResult) -> None:
+        started: set[str] = set()
+        for b in result.binds:
+            if b.pipelined:
+                continue  # waits for its victims to go; a later cycle binds it for real
+            p = view.pods_by_uid.get(b.pod)
+            if p is None or not self.cache.assume(p.key, p.uid, b.node):
+                self.metrics.binds.labels("skipped").inc()
+                continue
+            if view.active_before.get(b.job, 0) == 0:
+                started.add(b.job)
+            self.binder.submit(f"bind/{p.key}", partial(self._bind, p, b.node), priority=BIND_PRIORITY)
+        for job in started:
+            self._annotate_pg(job, {c.LAST_START: _iso()})
+
+    def _bind(self, p: PodEntry, node: str) -> None:
+        if not self._leading.is_set():
+            self.cache.forget(p.key, p.uid)
+            self.metrics.binds.labels("not_leader").inc()
+            return
+        try:
+            self.kube.bind(p.namespace, p.name, p.uid, node)
+        except ApiError as exc:
+            if exc.conflict:
+                # Already bound (or replaced by a pod with a new UID): the watch will tell us where; never retry.
+                self.metrics.binds.labels("conflict").inc()
+                log.info("bind %s -> %s: %s", p.key, node, exc.message)
+            else:
+                self.cache.forget(p.key, p.uid)
+                self.metrics.binds.labels("gone" if exc.not_found else "error").inc()
+                if not exc.not_found:
+                    log.warning("bind %s -> %s failed: %s", p.key, node, exc)
+            return
+        self.metrics.binds.labels("ok").inc()
+        self.events.emit(_pod_ref(p), NORMAL, "Scheduled", f"Successfully assigned {p.key} to {node}")
+
+    # --- evictions ----------------------------------------------------------------------------------------------
+
+    def _dispatch_evictions(self, view: SnapshotView, result: CycleResult) -> None:
+        victims: list[tuple[PodEntry, Evict]] = []
+        for e in result.evictions:
+            p = view.pods_by_uid.get(e.pod)
+            if p is not None and self.cache.mark_evicting(p.key, p.uid):
+                victims.append((p, e))
+        if not victims:
+            return
+        by_job: dict[str, list[Evict]] = defaultdict(list)
+        for _, e in victims:
+            by_job[e.job].append(e)
+        remaining = victims
+        for intercept in self.eviction_interceptors:
+            remaining = intercept(remaining)
+        for p, e in remaining:
+            self.binder.submit(f"evict/{p.key}", partial(self._evict, p, e), priority=EVICT_PRIORITY)
+        now = _iso()
+        for job, evs in by_job.items():
+            pg = self.cache.pgs.get(job)
+            ref = _pg_ref(pg.raw) if pg is not None else None
+            if pg is not None and ref is not None:
+                body = st.evicted_status(pg.raw.get("status"), evs, now)
+                self._write_pg_status(job, body)
+                self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))
+            self._annotate_pg(job, {c.LAST_EVICTION: now})
+
+    def _evict(self, p: PodEntry, e: Evict) -> None:
+        if not self._leading.is_set():
+            self.cache.unmark_evicting(p.key)
+            return
+        action = e.action.value
+        try:
+            if self.config.eviction_mode == "delete":
+                self.kube.delete_pod(p.namespace, p.name, p.uid, self.config.eviction_grace_seconds)
+            else:
+                self.kube.evict(p.namespace, p.name, p.uid, self.config.eviction_grace_seconds)
+        except ApiError as exc:
+            if exc.not_found:
+                self.metrics.evictions.labels(action, "gone").inc()
+                return
+            self.cache.unmark_evicting(p.key)
+            if exc.status == 429:
+                self.metrics.evictions.labels(action, "blocked").inc()
+                self.events.emit(
+                    _pod_ref(p), WARNING, "EvictionBlocked", f"{action} for {e.preemptor or '?'} refused: {exc.message}"
+                )
+            else:
+                self.metrics.evictions.labels(action, "error").inc()
+                log.warning("evict %s failed: %s", p.key, exc)
+            return
+        self.metrics.evictions.labels(action, "ok").inc()
+        who = f" by {e.preemptor}" if e.preemptor else ""
+        self.events.emit(_pod_ref(p), WARNING, e.reason.value, f"{e.reason.value}{who}: {e.message}".strip())
+
+    # --- status and Events --------------------------------------------------------------------------------------
+
+    def _annotate_pg(self, job: str, annotations: dict[str, str]) -> None:
+        ns, _, name = job.partition("/")
+
+        def work() -> None:
+            try:
+                self.kube.merge_patch(podgroups_path(ns, name), {"metadata": {"annotations": annotations}})
+            except ApiError as exc:
+                if not exc.not_found:
+                    log.info("annotate PodGroup %s: %s", job, exc)
+
+        self.writer.submit(f"pgmeta/{job}/{','.join(annotations)}", work, priority=STATUS_PRIORITY)
+
+    def _write_pg_status(self, job: str, status: dict[str, Any]) -> None:
+        ns, _, name = job.partition("/")
+
+        def work() -> None:
+            try:
+                self.kube.merge_patch(podgroups_path(ns, name) + "/status", {"status": status})
+                self.metrics.status_writes.labels("podgroup", "ok").inc()
+            except ApiError as exc:
+                self.metrics.status_writes.labels("podgroup", "error").inc()
+                if not exc.not_found:
+                    log.info("status of PodGroup %s: %s", job, exc)
+
+        self.writer.submit(f"pgstatus/{job}", work, priority=STATUS_PRIORITY)
+
+    def _report(self, view: SnapshotView, result: CycleResult) -> None:
+        now = time.monotonic()
+        iso = _iso()
+        verdicts = dict(result.jobs)
+        for key, errors in view.invalid_jobs.items():
+            msg = "; ".join(errors)
+            verdicts[key] = JobStatus(key, False, Reason.INVALID, f"invalid PodGroup: {msg}")
+        bad_queues = view.invalid_queues
+        for key, v in list(verdicts.items()):
+            if not v.scheduled and v.reason is Reason.QUEUE_DOES_NOT_EXIST:
+                pg = self.cache.pgs.get(key)
+                qname = pg.model.spec.queue if pg is not None and pg.model is not None else None
+                if qname in bad_queues:
+                    verdicts[key] = JobStatus(
+                        key, False, Reason.QUEUE_INVALID, f"queue {qname!r} is invalid: {'; '.join(bad_queues[qname])}"
+                    )
+        members = {
+            j.key: [view.pods_by_uid[p.uid] for p in j.pods if p.uid in view.pods_by_uid] for j in view.snapshot.jobs
+        }
+        for key, v in verdicts.items():
+            self._report_job(key, v, members.get(key, []), now, iso)
+        for key in [k for k in self._verdicts if k not in verdicts]:
+            del self._verdicts[key]
+        self._report_findings(result)
+        self._report_queues(result, bad_queues, now, iso)
+
+    def _report_job(self, key: str, v: JobStatus, pods: list[PodEntry], now: float, iso: str) -> None:
+        pg = self.cache.pgs.get(key)
+        if pg is None:
+            return
+        prev = self._verdicts.get(key)
+        same_kind = prev is not None and prev.scheduled == v.scheduled and prev.reason == v.reason.value
+        first_seen = prev.first_seen if same_kind and prev is not None else now
+        if prev is None or not same_kind:
+            self._verdicts[key] = prev = _Verdict(v.scheduled, v.reason.value, v.message, 0.0, first_seen)
+        if not v.scheduled and v.reason is not Reason.INVALID and now - first_seen < PENDING_REPORT_DELAY:
+            return  # transient pending state (e.g. the pods of a new gang are still arriving)
+        written = prev.written_at > 0
+        if written and (
+            v.scheduled or prev.message == v.message or now - prev.written_at < self.config.status_interval
+        ):
+            return
+        prev.message = v.message
+        prev.written_at = now
+        stored = _condition(pg.raw.get("status"), st.SCHEDULED)
+        if stored is not None and stored.get("reason") == v.reason.value and stored.get("message") == v.message:
+            return  # already says so (e.g. written by the previous leader)
+        self._write_pg_status(key, st.podgroup_status(pg.raw.get("status"), v, iso))
+        if written:
+            return  # a message refresh: Events are for transitions
+        ref = _pg_ref(pg.raw)
+        if v.scheduled:
+            if v.reason is not Reason.SCHEDULED or len(pods) > 1:
+                self.events.emit(ref, NORMAL, v.reason.value, v.message)
+        else:
+            self.events.emit(ref, WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+            if v.reason is Reason.INVALID:
+                self.metrics.findings.labels("PodGroup").inc()
+            if pg.model is not None and pg.model.spec.mark_unschedulable:
+                for p in pods:
+                    if not p.node:
+                        self.events.emit(_pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+
+    def _report_findings(self, result: CycleResult) -> None:
+        for f in result.findings:
+            ref: dict[str, Any] | None = None
+            if f.kind == "Queue":
+                q = self.cache.queues.get(f.name)
+                ref = _queue_ref(q.raw) if q is not None else None
+            elif f.kind == "PodGroup":
+                pg = self.cache.pgs.get(f.name)
+                ref = _pg_ref(pg.raw) if pg is not None else None
+            text = f"{f.field}: {f.message}" if f.field else f.message
+            if ref is not None:
+                self.events.emit(ref, WARNING, f"Invalid{f.kind}", text)
+                self.metrics.findings.labels(f.kind).inc()
+            elif self._reported_invalid.get(f"{f.kind}/{f.name}") != text:
+                log.warning("%s %s: %s", f.kind, f.name, text)
+            self._reported_invalid[f"{f.kind}/{f.name}"] = text
+
+    def _report_queues(self, result: CycleResult, bad: dict[str, list[str]], now: float, iso: str) -> None:
+        children: dict[str, list[str]] = defaultdict(list)
+        with self.cache.lock:
+            entries = dict(self.cache.queues)
+        for name, q in entries.items():
+            if q.queue is not None and q.queue.parent:
+                children[q.queue.parent].append(name)
+        for name, q in entries.items():
+            qs = result.queues.get(name)
+            body: dict[str, Any] = st.queue_status(qs, children.get(name, [])) if qs is not None else {}
+            body.update(st.queue_validity(q.raw.get("status"), bad.get(name, []), iso))
+            compare = {k: v for k, v in body.items() if k != "conditions"}
+            compare["valid"] = [
+                (cond["status"], cond["message"]) for cond in body["conditions"] if cond["type"] == "Valid"
+            ]
+            last = self._queue_written.get(name)
+            if last is not None and last[0] == compare:
+                continue
+            if last is None and _queue_status_matches(q.raw.get("status"), compare):
+                self._queue_written[name] = (compare, now)
+                continue
+            invalid_now = name in bad and (last is None or last[0].get("valid") != compare["valid"])
+            delay = 0.0 if last is None or invalid_now else max(0.0, self.config.status_interval - (now - last[1]))
+            self._queue_written[name] = (compare, now + delay)
+            self.writer.submit(f"qstatus/{name}", partial(self._write_queue_status, name, body), STATUS_PRIORITY, delay)
+            if invalid_now:
+                self.events.emit(_queue_ref(q.raw), WARNING, "InvalidQueue", "; ".join(bad[name]))
+                self.metrics.findings.labels("Queue").inc()
+
+    def _write_queue_status(self, name: str, body: dict[str, Any]) -> None:
+        try:
+            self.kube.merge_patch(queues_path(name) + "/status", {"status": body})
+            self.metrics.status_writes.labels("queue", "ok").inc()
+        except ApiError as exc:
+            self.metrics.status_writes.labels("queue", "error").inc()
+            if not exc.not_found:
+                log.info("status of Queue %s: %s", name, exc)
+
+
+def _condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return None
+
+
+def _queue_status_matches(current: dict[str, Any] | None, compare: dict[str, Any]) -> bool:
+    if not current:
+        return False
+    for k, v in compare.items():
+        if k == "valid":
+            cond = _condition(current, "Valid")
+            if cond is None or [(cond.get("status"), cond.get("message"))] != v:
+                return False
+        elif current.get(k) != v:
+            return False
+    return True
+
+
+def _pod_ref(p: PodEntry) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "name": p.name, "namespace": p.namespace, "uid": p.uid}
+
+
+def _pg_ref(raw: dict[str, Any]) -> dict[str, Any]:
+    meta = raw.get("metadata") or {}
+    return {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", ""),
+        "uid": meta.get("uid", ""),
+    }
+
+
+def _queue_ref(raw: dict[str, Any]) -> dict[str, Any]:
+    meta = raw.get("metadata") or {}
+    return {
+        "apiVersion": "scheduling.run.ai/v2",
+        "kind": "Queue",
+        "name": meta.get("name", ""),
+        "uid": meta.get("uid", ""),
+    }
