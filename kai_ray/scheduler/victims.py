@@ -260,10 +260,9 @@ class Solver:
         if chosen is None:
             return False
         chosen.sort(key=lambda u: u.key)
+        self.failure = ""
         if not self._try(chosen):
             self.failure = self.failure or "the gang does not fit even after evicting the chosen victims"
-            if self.validator is not None:
-                self.failure = "the victims that would make room are not allowed by the action's rules"
             return False
         if len(chosen) <= PRUNE_LIMIT:
             for u in sorted(chosen, key=lambda u: u.key, reverse=True):
