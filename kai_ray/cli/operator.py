@@ -1,0 +1,127 @@
+"""``kai-ray operator podgrouper|scheduler [options]``: run an operator in this process (the Helm chart's command)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+import typer
+
+from kai_ray.cli import CliError, app
+from kai_ray.k8s.config import ConfigError, OperatorConfig, duration, parse_selector
+
+operator_app = typer.Typer(
+    help="Run a kai-ray operator (podgrouper or scheduler) against the cluster in KUBECONFIG or in-cluster.",
+    no_args_is_help=True,
+)
+app.add_typer(operator_app, name="operator")
+
+HELP = {
+    "podgrouper": "Group pods of our scheduler and Ray CRs into PodGroups and stamp the pods.",
+    "scheduler": "Schedule PodGroups: bind, evict, and write PodGroup/Queue status and Events.",
+}
+
+
+def build_config(**opts: Any) -> OperatorConfig:
+    """CLI values -> a validated OperatorConfig; every bad value becomes a CliError naming the flag."""
+    try:
+        cfg = OperatorConfig(
+            kubeconfig=opts["kubeconfig"],
+            context=opts["context"],
+            scheduler_name=opts["scheduler_name"],
+            queue_label_key=opts["queue_label_key"],
+            namespaces=tuple(opts["namespace"] or ()),
+            node_selector=parse_selector(opts["node_selector"] or ""),
+            leader_elect=opts["leader_elect"],
+            lease_name=opts["lease_name"] or "",
+            lease_namespace=opts["lease_namespace"] or "",
+            lease_duration=duration(opts["lease_duration"], "--lease-duration"),
+            renew_deadline=duration(opts["renew_deadline"], "--renew-deadline"),
+            retry_period=duration(opts["retry_period"], "--retry-period"),
+            bind_address=opts["bind_address"],
+            metrics_port=opts["metrics_port"],
+            health_port=opts["health_port"],
+            placement_strategy=opts["placement_strategy"],
+            preemption_delay=duration(opts["preemption_delay"], "--preemption-delay"),
+            queue_priority_reclaim=opts["queue_priority_reclaim"],
+            eviction_mode=opts["eviction_mode"],
+            eviction_grace_seconds=opts["eviction_grace_seconds"],
+            schedule_period=duration(opts["schedule_period"], "--schedule-period"),
+            bind_workers=opts["bind_workers"],
+            write_workers=opts["write_workers"],
+            kai_compatible_priorities=opts["kai_compatible_priorities"],
+        )
+        if opts["identity"]:
+            cfg.identity = opts["identity"]
+        return cfg.validate()
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _define(kind: str) -> None:
+    def command(
+        kubeconfig: Annotated[
+            str | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
+        ] = None,
+        context: Annotated[str | None, typer.Option(help="kubeconfig context")] = None,
+        scheduler_name: Annotated[str, typer.Option(help="spec.schedulerName this operator serves")] = "kai-scheduler",
+        queue_label_key: Annotated[
+            str, typer.Option(help="label that names a workload's queue")
+        ] = "kai.scheduler/queue",
+        namespace: Annotated[
+            list[str] | None, typer.Option("--namespace", "-n", help="namespace to serve (repeatable; default all)")
+        ] = None,
+        node_selector: Annotated[
+            str | None, typer.Option(help="scheduler: only nodes with these labels (k=v,k2=v2), e.g. a node pool")
+        ] = None,
+        leader_elect: Annotated[bool, typer.Option(help="elect a leader through a Lease")] = True,
+        lease_name: Annotated[str | None, typer.Option(help="Lease name (default kai-ray-<operator>)")] = None,
+        lease_namespace: Annotated[str | None, typer.Option(help="Lease namespace (default: own namespace)")] = None,
+        lease_duration: Annotated[str, typer.Option(help="Lease duration")] = "15s",
+        renew_deadline: Annotated[
+            str, typer.Option(help="give up leadership after failing to renew this long")
+        ] = "10s",
+        retry_period: Annotated[str, typer.Option(help="Lease renew/retry period")] = "2s",
+        identity: Annotated[str | None, typer.Option(help="leader-election identity (default host_random)")] = None,
+        bind_address: Annotated[str, typer.Option(help="address for the metrics and health servers")] = "0.0.0.0",
+        metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port (0: off)")] = 8080,
+        health_port: Annotated[int, typer.Option(help="/healthz port (0: off)")] = 8081,
+        placement_strategy: Annotated[str, typer.Option(help="binpack or spread")] = "binpack",
+        preemption_delay: Annotated[str, typer.Option(help="default time a group waits before it may evict")] = "0s",
+        queue_priority_reclaim: Annotated[
+            bool, typer.Option(help="higher-priority queues may reclaim in-quota resources")
+        ] = False,
+        eviction_mode: Annotated[str, typer.Option(help="evict (Eviction API, PDBs respected) or delete")] = "evict",
+        eviction_grace_seconds: Annotated[
+            int | None, typer.Option(help="grace period of evicted pods (default: the pod's own)")
+        ] = None,
+        schedule_period: Annotated[str, typer.Option(help="periodic cycle interval")] = "1s",
+        bind_workers: Annotated[int, typer.Option(help="concurrent binding requests")] = 16,
+        write_workers: Annotated[int, typer.Option(help="concurrent status/Event writes")] = 8,
+        kai_compatible_priorities: Annotated[
+            bool, typer.Option(help="podgrouper: every Ray kind defaults to `train` (KAI's default)")
+        ] = False,
+        log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+    ) -> None:
+        opts = dict(locals())
+        level = getattr(logging, log_level.upper(), None)
+        if not isinstance(level, int):
+            raise CliError(f"--log-level: {log_level!r} is not DEBUG, INFO, WARNING or ERROR")
+        config = build_config(**opts)
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from kai_ray.k8s.kopf_app import run
+        from kai_ray.k8s.rest import Kube
+
+        try:
+            Kube.connect(config.kubeconfig, config.context, pool_size=1).close()
+        except Exception as exc:
+            raise CliError(f"--kubeconfig: cannot load cluster credentials: {exc}") from None
+        run(kind, config)
+
+    command.__name__ = f"operator_{kind}"
+    command.__doc__ = HELP[kind]
+    operator_app.command(kind)(command)
+
+
+for _kind in ("podgrouper", "scheduler"):
+    _define(_kind)

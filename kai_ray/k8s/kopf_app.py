@@ -1,0 +1,103 @@
+"""kopf as the operators' runtime: login, lifecycle, signals, liveness probe; the work itself is in our engines.
+
+Why the engines do their own watching instead of kopf resource handlers: the scheduler needs one consistent in-memory
+picture (an informer cache) rather than per-object handlers, server-side field selectors, Lease-based leader
+election (kopf's peering pauses rather than elects), and tens of thousands of events a minute on two cores. kopf
+still owns the process: it authenticates, starts the engine in ``on.startup``, serves ``/healthz`` from the
+engine's ``on.probe``, and stops it cleanly in ``on.cleanup`` on SIGTERM.
+
+``register`` is shared by ``kai-ray operator ...`` (its own registry) and the thin ``operators/*.py`` files that
+``kopf run`` loads (kopf's default registry, settings from ``KAI_RAY_*`` environment variables).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.rest import Kube
+
+log = logging.getLogger(__name__)
+
+KINDS = ("podgrouper", "scheduler")
+
+
+def make_engine(kind: str, config: OperatorConfig) -> Any:
+    if kind == "scheduler":
+        from kai_ray.k8s.scheduler import SchedulerOperator
+
+        return SchedulerOperator(config)
+    if kind == "podgrouper":
+        from kai_ray.k8s.podgrouper import PodgrouperOperator
+
+        return PodgrouperOperator(config)
+    raise ValueError(f"unknown operator {kind!r}: expected one of {', '.join(KINDS)}")
+
+
+def connection_info(config: OperatorConfig) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same kubeconfig (or service account) our engine uses."""
+    kube = Kube.connect(config.kubeconfig, config.context, pool_size=1)
+    cfg = kube.configuration
+    auth = cfg.auth_settings().get("BearerToken") or {}
+    scheme, _, token = str(auth.get("value") or "").partition(" ")
+    kube.close()
+    return kopf.ConnectionInfo(
+        server=str(cfg.host),
+        ca_path=cfg.ssl_ca_cert or None,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file or None,
+        private_key_path=cfg.key_file or None,
+    )
+
+
+def register(kind: str, config: OperatorConfig, registry: kopf.OperatorRegistry | None = None) -> dict[str, Any]:
+    """Register the handlers that run operator ``kind``; returns a holder whose ``engine`` is set while running."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown operator {kind!r}: expected one of {', '.join(KINDS)}")
+    holder: dict[str, Any] = {"engine": None}
+    reg = registry if registry is not None else kopf.get_default_registry()
+
+    @kopf.on.login(registry=reg, errors=kopf.ErrorsMode.PERMANENT)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(config)
+
+    @kopf.on.startup(registry=reg)
+    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.standalone = True
+        settings.scanning.disabled = True
+        settings.posting.level = logging.WARNING
+        settings.networking.request_timeout = 30
+        engine = make_engine(kind, config)
+        holder["engine"] = engine
+        engine.start()
+        log.info("kai-ray %s started (identity %s)", kind, config.identity)
+
+    @kopf.on.cleanup(registry=reg)
+    def cleanup(**_: Any) -> None:
+        engine = holder.get("engine")
+        if engine is not None:
+            engine.stop(release=True)
+            holder["engine"] = None
+
+    @kopf.on.probe(id=kind, registry=reg)
+    def probe(**_: Any) -> dict[str, Any]:
+        engine = holder.get("engine")
+        if engine is None:
+            return {"starting": True}
+        result: dict[str, Any] = engine.health()
+        return result
+
+    return holder
+
+
+def run(kind: str, config: OperatorConfig) -> None:
+    """Run operator ``kind`` in this process until SIGINT/SIGTERM (what the Helm chart's Deployments execute)."""
+    registry = kopf.OperatorRegistry()
+    register(kind, config, registry)
+    liveness = f"http://{config.bind_address}:{config.health_port}/healthz" if config.health_port else None
+    kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness)
