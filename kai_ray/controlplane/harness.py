@@ -104,6 +104,20 @@ def kwok_stage_files() -> list[Path]:
     return files
 
 
+WORKDIR_PREFIX = "kai-ray-cp-"
+
+
+def _sweep_stale_workdirs() -> None:
+    """Remove temp dirs left by control planes whose owner was SIGKILLed (their processes died with it)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            pid = int((d / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def free_port() -> int:
     """A currently free TCP port on 127.0.0.1 (the OS may hand it out again; callers start promptly)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -293,7 +307,9 @@ class ControlPlane:
         stages = kwok_stage_files() if self.kwok else []
         begin = time.monotonic()
         if self.workdir is None:
-            self.workdir = Path(tempfile.mkdtemp(prefix="kai-ray-cp-"))
+            _sweep_stale_workdirs()
+            self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+            (self.workdir / "owner.pid").write_text(str(os.getpid()))
             self._owns_workdir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         with _LIVE_LOCK:

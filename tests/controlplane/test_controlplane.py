@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,6 +126,7 @@ def test_pod_bound_through_binding_subresource_runs_and_deletes(
     wait_for("deleted pod to vanish", gone, timeout=30)
 
 
+@pytest.mark.controlplane
 def test_startup_failure_reports_log_tail_and_leaves_no_process(tmp_path: Any) -> None:
     plane = ControlPlane(kwok=False, workdir=tmp_path / "cp", apiserver_extra_args=["--no-such-flag"])
     with pytest.raises(ControlPlaneError) as exc:
@@ -135,6 +139,7 @@ def test_startup_failure_reports_log_tail_and_leaves_no_process(tmp_path: Any) -
         assert not os.path.exists(f"/proc/{comp.popen.pid}")
 
 
+@pytest.mark.controlplane
 def test_stop_kills_every_process_and_removes_workdir() -> None:
     with ControlPlane(kwok=True) as plane:
         assert plane.version()["gitVersion"] == build.K8S_VERSION
@@ -144,3 +149,38 @@ def test_stop_kills_every_process_and_removes_workdir() -> None:
     for name, pid in pids.items():
         assert not os.path.exists(f"/proc/{pid}"), f"{name} (pid {pid}) outlived the control plane"
     assert workdir is not None and not workdir.exists()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(pid):
+            found.append(int(status.parent.name))
+    return found
+
+
+@pytest.mark.controlplane
+def test_sigkilled_owner_takes_its_processes_along() -> None:
+    """Even a SIGKILLed pytest (no finalizers, no atexit) leaves no etcd/apiserver/kwok behind."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kai_ray.controlplane.harness", "--no-crds"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("export KUBECONFIG=") or time.monotonic() > deadline:
+                break
+        children = _children(proc.pid)
+        assert len(children) == 3, f"expected etcd, kube-apiserver and kwok under {proc.pid}, got {children}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    wait_for("children of a SIGKILLed owner to die", lambda: not any(Path(f"/proc/{c}").exists() for c in children), 10)
