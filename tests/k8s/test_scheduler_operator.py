@@ -1,0 +1,233 @@
+"""The scheduler/binder operator against the real kube-apiserver + etcd, with KWOK GPU nodes.
+
+Real: the API server (admission, the Binding and Eviction subresources, watches, Leases), etcd, our CRDs, and KWOK
+turning bound pods Running and deleting evicted ones. Fake: the GPUs (KWOK nodes advertise ``nvidia.com/gpu``; no
+container runs). PodGroups here are written by the test, as a user bringing their own PodGroup would (KAI's
+``pod-group-name`` annotation); the podgrouper has its own tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kai_ray.k8s.explain import explain
+from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.scheduler import SchedulerOperator
+from tests.k8s.helpers import (
+    bound,
+    condition,
+    events,
+    gpu_use,
+    make_gang,
+    pod_body,
+    podgroup,
+    podgroup_body,
+    wait_until,
+)
+
+NodePool = Callable[..., tuple[list[str], dict[str, str]]]
+
+
+def test_gang_binds_all_or_nothing(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    _, selector = node_pool(2, gpus=8)
+    queues("dept", gpu_quota=16)
+    team = queues("team", gpu_quota=16, parent="dept")
+    run_scheduler(node_selector=selector)
+
+    first = make_gang(kube, namespace, "first", pods=3, gpus=4, queue=team)
+    wait_until("the first gang to be bound", lambda: len(bound(kube, namespace, first)) == 3, 30)
+
+    # 4 GPUs are left: one pod of the second gang (2 x 4 GPUs) would fit, the gang does not.
+    second = make_gang(kube, namespace, "second", pods=2, gpus=4, queue=team)
+    pg = wait_until(
+        "the second gang's Scheduled=False condition",
+        lambda: (lambda g: g if (condition(g, "Scheduled") or {}).get("status") == "False" else None)(
+            podgroup(kube, namespace, "second")
+        ),
+        30,
+    )
+    assert bound(kube, namespace, second) == {}, "a gang must never be partly bound"
+    cond = condition(pg, "Scheduled")
+    assert cond is not None and cond["reason"] == "GangDoesNotFit", cond
+    sched = pg["status"]["schedulingConditions"][0]
+    assert sched["type"] == "UnschedulableOnNodePool"
+    assert sched["reasons"][0]["reason"] == "GangDoesNotFit"
+    assert pg["status"]["phase"] == "Pending"
+    ev = wait_until("an Unschedulable Event on the gang", lambda: events(kube, namespace, "second", "Unschedulable"))
+    assert ev[0]["type"] == "Warning" and ev[0]["message"].startswith("GangDoesNotFit")
+
+    # The first gang's PodGroup says it is scheduled, with a Scheduled event per pod.
+    first_pg = wait_until(
+        "the first gang's Scheduled=True condition",
+        lambda: (lambda g: g if (condition(g, "Scheduled") or {}).get("status") == "True" else None)(
+            podgroup(kube, namespace, "first")
+        ),
+    )
+    assert first_pg["status"]["phase"] == "Running"
+    assert "kai.scheduler/last-start-timestamp" in wait_until(
+        "last-start annotation",
+        lambda: (
+            podgroup(kube, namespace, "first")["metadata"]
+            .get("annotations", {})
+            .get("kai.scheduler/last-start-timestamp")
+            and podgroup(kube, namespace, "first")["metadata"]["annotations"]
+        ),
+    )
+    wait_until(
+        "Scheduled events on the first gang's pods", lambda: len(events(kube, namespace, reason="Scheduled")) >= 3
+    )
+    assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
+
+    # When room appears (the first gang goes away) the second gang is bound as a whole.
+    for name in first:
+        kube.delete_pod(namespace, name, None, grace_seconds=0)
+    wait_until("the second gang to be bound after room appears", lambda: len(bound(kube, namespace, second)) == 2, 30)
+
+
+def test_gang_that_can_never_fit_reports_why(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    _, selector = node_pool(2, gpus=8)
+    queues("dept")
+    team = queues("team", parent="dept")
+    run_scheduler(node_selector=selector)
+    pods = make_gang(kube, namespace, "huge", pods=3, gpus=8, queue=team)  # 24 GPUs on a 16-GPU cluster
+    pg = wait_until(
+        "a pending reason on the PodGroup",
+        lambda: (lambda g: g if condition(g, "Scheduled") else None)(podgroup(kube, namespace, "huge")),
+        30,
+    )
+    cond = condition(pg, "Scheduled")
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "NeverFits", cond
+    assert "gpu" in cond["message"]
+    assert pg["status"]["schedulingConditions"][0]["reasons"][0]["reason"] == "NeverFits"
+    assert bound(kube, namespace, pods) == {}
+    wait_until("an Unschedulable Event naming NeverFits", lambda: events(kube, namespace, "huge", "Unschedulable"))
+    text = explain(kube, namespace, pods[0])
+    assert "NeverFits" in text and "huge" in text
+
+
+def test_inference_preempts_training_in_one_queue(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    _, selector = node_pool(2, gpus=8)
+    queues("dept", gpu_quota=16)
+    team = queues("team", gpu_quota=16, parent="dept")
+    op: SchedulerOperator = run_scheduler(node_selector=selector)
+
+    training = make_gang(kube, namespace, "training", pods=4, gpus=4, queue=team, priority="train")
+    wait_until("training to fill the cluster", lambda: len(bound(kube, namespace, training)) == 4, 30)
+
+    serving = make_gang(kube, namespace, "serving", pods=2, gpus=4, queue=team, priority="inference")
+    wait_until("inference to be bound", lambda: len(bound(kube, namespace, serving)) == 2, 45)
+
+    left = bound(kube, namespace, training)
+    assert len(left) < 4, "some training pods must have been evicted"
+    assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
+    victim = wait_until(
+        "the training PodGroup's Evicted condition",
+        lambda: condition(podgroup(kube, namespace, "training"), "Evicted"),
+    )
+    assert victim["reason"] == "Preempted"
+    assert f"{namespace}/serving" in victim["message"]
+    ev = wait_until("a Preempted Event naming the preemptor", lambda: events(kube, namespace, reason="Preempted"))
+    assert any(f"{namespace}/serving" in e["message"] for e in ev)
+    assert op.metrics.value("kai_ray_evictions_total", {"action": "preempt", "result": "ok"}) >= 1
+    assert "kai.scheduler/last-eviction-timestamp" in podgroup(kube, namespace, "training")["metadata"]["annotations"]
+    text = explain(kube, namespace, "training")
+    assert "Preempted" in text and f"{namespace}/serving" in text
+
+
+def test_reclaim_across_queues(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    _, selector = node_pool(2, gpus=8)
+    queues("dept", gpu_quota=16)
+    a = queues("a", gpu_quota=8, parent="dept")
+    b = queues("b", gpu_quota=8, parent="dept")
+    run_scheduler(node_selector=selector)
+
+    jobs_a = []
+    for i in range(4):  # 16 GPUs: queue a runs 8 over its quota
+        jobs_a += make_gang(kube, namespace, f"a{i}", pods=1, gpus=4, queue=a, priority="train")
+    wait_until("queue a to use the whole cluster", lambda: len(bound(kube, namespace, jobs_a)) == 4, 30)
+    wait_until(
+        "queue a's status to show 16 GPUs allocated",
+        lambda: (kube.get(queues_path(a)).get("status") or {}).get("allocated", {}).get("nvidia.com/gpu") == "16",
+    )
+
+    jobs_b = make_gang(kube, namespace, "b0", pods=2, gpus=4, queue=b, priority="train")
+    wait_until("queue b's in-quota gang to be bound", lambda: len(bound(kube, namespace, jobs_b)) == 2, 45)
+    assert len(bound(kube, namespace, jobs_a)) == 2, "exactly queue a's over-quota share is reclaimed"
+    assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
+    reclaimed = [c for i in range(4) if (c := condition(podgroup(kube, namespace, f"a{i}"), "Evicted")) is not None]
+    assert len(reclaimed) == 2
+    assert all(c["reason"] == "Reclaimed" and f"{namespace}/b0" in c["message"] for c in reclaimed)
+    status = wait_until(
+        "queue statuses to settle at 8 + 8",
+        lambda: (
+            lambda sa, sb: (sa, sb) if sa.get("nvidia.com/gpu") == "8" and sb.get("nvidia.com/gpu") == "8" else None
+        )(
+            (kube.get(queues_path(a)).get("status") or {}).get("allocated", {}),
+            (kube.get(queues_path(b)).get("status") or {}).get("allocated", {}),
+        ),
+    )
+    assert status
+    qa = kube.get(queues_path(a))["status"]
+    assert qa["fairShare"]["nvidia.com/gpu"] == "8"
+
+
+def test_bad_queue_and_podgroup_are_reported_and_scheduling_goes_on(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    _, selector = node_pool(1, gpus=8)
+    queues("dept")
+    good = queues("good", parent="dept")
+    bad = queues("bad", gpu_quota=10, gpu_limit=5, parent="dept")  # quota above limit
+    op: SchedulerOperator = run_scheduler(node_selector=selector)
+
+    in_bad_queue = make_gang(kube, namespace, "in-bad-queue", pods=1, gpus=1, queue=bad)
+    kube.create(
+        podgroups_path(namespace),
+        podgroup_body("bad-spec", 1, good, minSubGroup=1),  # minMember and minSubGroup are exclusive
+    )
+    kube.create(pods_path(namespace), pod_body("bad-spec-0", 1, group="bad-spec"))
+
+    qcond = wait_until(
+        "the Queue's Valid=False condition",
+        lambda: (lambda c: c if c and c["status"] == "False" else None)(condition(kube.get(queues_path(bad)), "Valid")),
+    )
+    assert "spec.resources.gpu.quota" in qcond["message"]
+    wait_until(
+        "an InvalidQueue Event",
+        lambda: [e for e in kube.get(events_path("default"))["items"] if e["involvedObject"]["name"] == bad],
+    )
+    pg = wait_until(
+        "the job in the bad queue to say so",
+        lambda: (lambda c: c if c and c["reason"] == "QueueInvalid" else None)(
+            condition(podgroup(kube, namespace, "in-bad-queue"), "Scheduled")
+        ),
+    )
+    assert "spec.resources.gpu.quota" in pg["message"]
+    spec_cond = wait_until(
+        "the invalid PodGroup's condition",
+        lambda: condition(podgroup(kube, namespace, "bad-spec"), "Scheduled"),
+    )
+    assert spec_cond["reason"] == "InvalidPodGroup" and "spec.minSubGroup" in spec_cond["message"]
+    ev = wait_until("an Event on the invalid PodGroup", lambda: events(kube, namespace, "bad-spec", "Unschedulable"))
+    assert "spec.minSubGroup" in ev[0]["message"]
+    assert bound(kube, namespace, [*in_bad_queue, "bad-spec-0"]) == {}
+
+    # The operator keeps running and scheduling.
+    ok = make_gang(kube, namespace, "ok", pods=2, gpus=2, queue=good)
+    wait_until("a valid gang to be bound", lambda: len(bound(kube, namespace, ok)) == 2, 30)
+    cycles = op.cycles
+    wait_until("more cycles", lambda: op.cycles > cycles)
+
+    # Fixing the queue lets its job run.
+    kube.merge_patch(queues_path(bad), {"spec": {"resources": {"gpu": {"limit": -1}}}})
+    wait_until("the job in the fixed queue to be bound", lambda: bound(kube, namespace, in_bad_queue), 30)
+    assert condition(kube.get(queues_path(bad)), "Valid")["status"] == "True"
