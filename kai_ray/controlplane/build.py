@@ -68,7 +68,7 @@ def module_dir(module: str, version: str) -> Path:
 class Binary:
     name: str
     version: str
-    build: str  # "install", "kube", "etcd"
+    build: str  # "install", "kube", "etcd", "source"
     module: str = ""
     package: str = ""
     ldflags: list[str] = field(default_factory=list)
@@ -102,9 +102,8 @@ BINARIES: dict[str, Binary] = {
         "kube-apiserver", K8S_VERSION, "kube", module="k8s.io/kubernetes", ldflags=_kube_ldflags()
     ),
     "helm": Binary("helm", HELM_VERSION, "install", module="helm.sh/helm/v4", package="helm.sh/helm/v4/cmd/helm"),
-    "kuberay-operator": Binary(
-        "kuberay-operator", KUBERAY_VERSION, "install", module=KUBERAY_MODULE, package=KUBERAY_MODULE
-    ),
+    # Not "install": go install reads the module's @v/list for deprecations, which this proxy answers 403.
+    "kuberay-operator": Binary("kuberay-operator", KUBERAY_VERSION, "source", module=KUBERAY_MODULE, package="."),
 }
 
 KUBE_MAIN = """package main
@@ -183,6 +182,16 @@ def _build_install(b: Binary, work: Path, out: Path) -> None:
     shutil.move(str(built), out)
 
 
+def _build_source(b: Binary, work: Path, out: Path) -> None:
+    """Build inside a writable copy of the module, as the main module, with its own go.mod and go.sum."""
+    src = work / "src"
+    shutil.copytree(module_dir(b.module, b.version), src)
+    for path in [src, *src.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o200)
+    _run(["go", "build", "-o", str(out), "-ldflags", "-s -w", b.package or "."], cwd=src)
+
+
 def ensure(name: str, log: bool = True) -> Path:
     """Return the cached binary, building it first if missing."""
     b = BINARIES[name]
@@ -196,7 +205,9 @@ def ensure(name: str, log: bool = True) -> Path:
     with tempfile.TemporaryDirectory(prefix=f"kai-ray-{name}-") as tmp:
         work = Path(tmp)
         partial = target.with_suffix(".partial")
-        {"kube": _build_kube, "etcd": _build_etcd, "install": _build_install}[b.build](b, work, partial)
+        {"kube": _build_kube, "etcd": _build_etcd, "install": _build_install, "source": _build_source}[b.build](
+            b, work, partial
+        )
         partial.rename(target)
     if log:
         print(f"[kai-ray] built {name} in {time.monotonic() - start:.0f}s -> {target}", file=sys.stderr, flush=True)

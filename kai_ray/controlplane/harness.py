@@ -223,13 +223,19 @@ class Component:
         return ControlPlaneError(f"{self.name} {what} ({state}); last lines of {self.log}:\n{self.tail()}")
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM the process group, then SIGKILL it if it has not gone after ``grace`` seconds."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=grace)
-        # The group may hold children even after the leader exited.
+        """SIGTERM the process group, then SIGKILL it if the leader has not exited after ``grace`` seconds.
+
+        The group is only signalled while its leader is unreaped, so its id cannot have been reused by anyone else.
+        """
+        if self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            pass
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
