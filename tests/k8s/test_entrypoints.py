@@ -1,0 +1,160 @@
+"""How the operators are started: the kopf entrypoints (``kopf run operators/*.py``) and ``kai-ray operator ...``
+(the Helm chart's command), each scheduling a pod end to end on the real API server with KWOK nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+from kopf.testing import KopfRunner
+
+from kai_ray.controlplane.harness import ControlPlane, free_port
+from kai_ray.k8s.rest import Kube, pods_path
+from tests.k8s.helpers import bound, make_gang, pod_body, pods, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+NodePool = Callable[..., tuple[list[str], dict[str, str]]]
+
+
+def _http(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""  # not listening yet
+
+
+def _probes(port: int) -> dict[str, Any]:
+    status, text = _http(f"http://127.0.0.1:{port}/healthz")
+    result: dict[str, Any] = json.loads(text) if status == 200 else {}
+    return result
+
+
+def test_kopf_entrypoints_group_and_schedule_a_pod(
+    control_plane: ControlPlane,
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: NodePool,
+    priority_classes: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, selector = node_pool(1, gpus=8)
+    queues("dept")
+    team = queues("team", parent="dept")
+    env = {
+        "KAI_RAY_KUBECONFIG": str(control_plane.kubeconfig_path),
+        "KAI_RAY_NAMESPACES": namespace,
+        "KAI_RAY_NODE_SELECTOR": ",".join(f"{k}={v}" for k, v in selector.items()),
+        "KAI_RAY_LEADER_ELECT": "false",
+        "KAI_RAY_METRICS_PORT": "0",
+        "KAI_RAY_HEALTH_PORT": "0",
+        "KAI_RAY_SCHEDULE_PERIOD": "0.5s",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    port = free_port()
+    args = [
+        "run",
+        "--standalone",
+        "--all-namespaces",
+        f"--liveness=http://127.0.0.1:{port}/healthz",
+        str(ROOT / "operators" / "podgrouper.py"),
+        str(ROOT / "operators" / "scheduler.py"),
+    ]
+    with KopfRunner(args, registry=kopf.OperatorRegistry(), timeout=60) as runner:
+        probes = wait_until(
+            "both engines to report synced on /healthz",
+            lambda: (
+                lambda p: p if p.get("scheduler", {}).get("synced") and p.get("podgrouper", {}).get("synced") else None
+            )(_probes(port)),
+            60,
+            interval=0.3,
+        )
+        assert probes["scheduler"]["leader"] and probes["podgrouper"]["leader"]
+        kube.create(pods_path(namespace), pod_body("solo", 2, labels={"kai.scheduler/queue": team}))
+        wait_until("the pod to be grouped and bound", lambda: bound(kube, namespace, ["solo"]), 60)
+        assert pods(kube, namespace)["solo"]["metadata"]["annotations"]["pod-group-name"].startswith("pg-solo-")
+    assert runner.exit_code == 0, runner.output
+
+
+def test_cli_operator_serves_health_metrics_and_stops_on_sigterm(
+    control_plane: ControlPlane,
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: NodePool,
+    priority_classes: Any,
+) -> None:
+    _, selector = node_pool(1, gpus=8)
+    queues("dept")
+    team = queues("team", parent="dept")
+    metrics, health = free_port(), free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "kai_ray",
+        "operator",
+        "scheduler",
+        "--kubeconfig",
+        str(control_plane.kubeconfig_path),
+        "--namespace",
+        namespace,
+        "--node-selector",
+        ",".join(f"{k}={v}" for k, v in selector.items()),
+        "--lease-namespace",
+        namespace,
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "500ms",
+        "--bind-address",
+        "127.0.0.1",
+        "--metrics-port",
+        str(metrics),
+        "--health-port",
+        str(health),
+        "--placement-strategy",
+        "spread",
+        "--schedule-period",
+        "500ms",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ), cwd=ROOT)
+    try:
+        wait_until(
+            "/healthz to report a synced leader",
+            lambda: (lambda r: r[0] == 200 and '"leader": true' in r[1])(_http(f"http://127.0.0.1:{health}/healthz")),
+            60,
+            interval=0.2,
+        )
+        names = make_gang(kube, namespace, "gang", pods=2, gpus=1, queue=team)
+        wait_until("the gang to be bound", lambda: len(bound(kube, namespace, names)) == 2, 30)
+        status, text = _http(f"http://127.0.0.1:{metrics}/metrics")
+        assert status == 200
+        assert 'kai_ray_binds_total{result="ok"} 2.0' in text
+        assert "kai_ray_scheduler_cycles_total" in text and "kai_ray_is_leader" in text
+        lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/kai-ray-scheduler")
+        assert lease["spec"]["holderIdentity"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    assert proc.returncode == 0, out.decode()[-3000:]
+    lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/kai-ray-scheduler")
+    assert not lease["spec"].get("holderIdentity"), "a graceful stop hands the Lease back"

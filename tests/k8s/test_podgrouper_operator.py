@@ -1,0 +1,239 @@
+"""The podgrouper operator against the real kube-apiserver with KubeRay's real CRDs.
+
+The KubeRay operator does not run here: the test creates the Ray CRs and then the pods KubeRay would create for them
+(``kai_ray.podgrouper.expand_pods``: KubeRay's labels, owned by the real RayCluster), so owner resolution, PodGroup
+writes and pod stamping go through the real API server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kai_ray.api.loader import parse_object
+from kai_ray.api.ray import RayCluster, RayJob
+from kai_ray.k8s.podgrouper import PodgrouperOperator
+from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, ray_path
+from kai_ray.podgrouper import expand_pods
+from tests.k8s.helpers import pod_body, pods, wait_until
+
+QUEUE = "kai.scheduler/queue"
+
+
+def _worker(name: str, replicas: int, min_replicas: int, max_replicas: int = 10, gpus: int = 1) -> dict[str, Any]:
+    return {
+        "groupName": name,
+        "replicas": replicas,
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "ray-worker",
+                        "image": "rayproject/ray:2.49.0",
+                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                    }
+                ]
+            }
+        },
+    }
+
+
+def _cluster_spec(*workers: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "headGroupSpec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "ray-head", "image": "rayproject/ray:2.49.0", "resources": {"limits": {"cpu": "1"}}}
+                    ]
+                }
+            }
+        },
+        "workerGroupSpecs": list(workers),
+    }
+
+
+def _create_ray(kube: Kube, ns: str, kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    body = {"apiVersion": "ray.io/v1", "kind": kind, "metadata": {"name": name, **meta}, "spec": spec}
+    created: dict[str, Any] = kube.create(ray_path(kind, ns), body)
+    return created
+
+
+def _kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any]) -> list[str]:
+    """Create the pods KubeRay would create for ``cluster``, owned by it."""
+    model = parse_object({**cluster, "kind": "RayCluster"})
+    assert isinstance(model, RayCluster)
+    owner = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "name": cluster["metadata"]["name"],
+        "uid": cluster["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    names = []
+    for pod in expand_pods(model):
+        body = pod.to_dict()
+        body["metadata"]["ownerReferences"] = [owner]
+        body["metadata"].pop("namespace", None)
+        for ctr in body["spec"]["containers"]:
+            ctr.setdefault("image", "rayproject/ray:2.49.0")
+        kube.create(pods_path(ns), body)
+        names.append(body["metadata"]["name"])
+    return names
+
+
+def _pg_for(kube: Kube, ns: str, owner_name: str) -> dict[str, Any] | None:
+    for pg in kube.get(podgroups_path(ns))["items"]:
+        if pg["metadata"]["name"].startswith(f"pg-{owner_name}-"):
+            result: dict[str, Any] = pg
+            return result
+    return None
+
+
+def _annotation(pod: dict[str, Any]) -> str | None:
+    return (pod["metadata"].get("annotations") or {}).get("pod-group-name")
+
+
+def test_bare_pod_gets_a_single_pod_group_and_skip_is_respected(
+    kube: Kube, namespace: str, run_podgrouper: Any
+) -> None:
+    op: PodgrouperOperator = run_podgrouper()
+    kube.create(pods_path(namespace), pod_body("byo", labels={"kai.scheduler/skip-podgrouper": "true"}))
+    kube.create(pods_path(namespace), pod_body("other", scheduler="default-scheduler"))
+    solo = kube.create(
+        pods_path(namespace), pod_body("solo", 2, labels={QUEUE: "team-a", "priorityClassName": "build"})
+    )
+    expected = f"pg-solo-{solo['metadata']['uid']}"
+    wait_until("the pod to be stamped", lambda: _annotation(pods(kube, namespace)["solo"]) == expected)
+    pg = kube.get(podgroups_path(namespace, expected))
+    assert pg["spec"]["minMember"] == 1
+    assert pg["spec"]["queue"] == "team-a"
+    assert pg["spec"]["priorityClassName"] == "build"
+    assert pg["metadata"]["ownerReferences"][0]["uid"] == solo["metadata"]["uid"]
+    assert op.queue.wait_idle(10)
+    now = pods(kube, namespace)
+    assert _annotation(now["byo"]) is None and _annotation(now["other"]) is None
+    assert [g["metadata"]["name"] for g in kube.get(podgroups_path(namespace))["items"]] == [expected]
+
+
+def test_raycluster_becomes_one_gang_and_kai_fields_are_preserved(
+    kube: Kube, namespace: str, run_podgrouper: Any
+) -> None:
+    run_podgrouper()
+    rc = _create_ray(
+        kube,
+        namespace,
+        "RayCluster",
+        "llm",
+        _cluster_spec(_worker("gpu", replicas=2, min_replicas=2)),
+        labels={QUEUE: "team-a", "priorityClassName": "train"},
+    )
+    pg = wait_until("the PodGroup of the RayCluster", lambda: _pg_for(kube, namespace, "llm"))
+    assert pg["metadata"]["name"] == f"pg-llm-{rc['metadata']['uid']}"
+    assert pg["spec"]["minMember"] == 3
+    assert {sg["name"]: sg["minMember"] for sg in pg["spec"]["subGroups"]} == {"headgroup": 1, "gpu": 2}
+    assert pg["spec"]["queue"] == "team-a"
+    assert pg["metadata"]["ownerReferences"][0]["kind"] == "RayCluster"
+
+    names = _kuberay_pods(kube, namespace, rc)
+    wait_until("every pod to be stamped", lambda: all(_annotation(pods(kube, namespace)[n]) for n in names))
+    stamped = pods(kube, namespace)
+    for n in names:
+        assert _annotation(stamped[n]) == pg["metadata"]["name"]
+        sub = stamped[n]["metadata"]["labels"]["kai.scheduler/subgroup-name"]
+        assert sub == ("headgroup" if n.endswith("-head") else "gpu")
+
+    # A user (or KAI) sets markUnschedulable; then the CR's queue label and worker minimum change.
+    kube.merge_patch(podgroups_path(namespace, pg["metadata"]["name"]), {"spec": {"markUnschedulable": True}})
+    cur = kube.get(ray_path("RayCluster", namespace, "llm"))
+    cur["metadata"]["labels"][QUEUE] = "team-b"
+    cur["spec"]["workerGroupSpecs"][0]["minReplicas"] = 3
+    cur["spec"]["workerGroupSpecs"][0]["replicas"] = 3
+    kube.replace(ray_path("RayCluster", namespace, "llm"), cur)
+    pg = wait_until(
+        "the PodGroup to follow the new minimum",
+        lambda: (lambda g: g if g and g["spec"]["minMember"] == 4 else None)(_pg_for(kube, namespace, "llm")),
+    )
+    assert pg["spec"]["queue"] == "team-a", "the queue never changes after creation"
+    assert pg["spec"]["markUnschedulable"] is True
+    assert pg["metadata"]["labels"][QUEUE] == "team-a"
+
+
+def test_rayjob_pods_are_grouped_under_the_rayjob(kube: Kube, namespace: str, run_podgrouper: Any) -> None:
+    run_podgrouper()
+    spec = _cluster_spec(_worker("gpu", replicas=2, min_replicas=0))
+    job = _create_ray(
+        kube,
+        namespace,
+        "RayJob",
+        "train",
+        {"entrypoint": "python train.py", "submissionMode": "HTTPMode", "rayClusterSpec": spec},
+        labels={QUEUE: "team-a"},
+    )
+    rc = _create_ray(
+        kube,
+        namespace,
+        "RayCluster",
+        "train-raycluster-x1",
+        spec,
+        labels={QUEUE: "team-a"},
+        ownerReferences=[
+            {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayJob",
+                "name": "train",
+                "uid": job["metadata"]["uid"],
+                "controller": True,
+            }
+        ],
+    )
+    names = _kuberay_pods(kube, namespace, rc)
+    wait_until("every pod to be stamped", lambda: all(_annotation(pods(kube, namespace)[n]) for n in names))
+    expected = f"pg-train-{job['metadata']['uid']}"
+    assert {_annotation(p) for p in pods(kube, namespace).values()} == {expected}
+    groups = kube.get(podgroups_path(namespace))["items"]
+    assert [g["metadata"]["name"] for g in groups] == [expected], "one PodGroup, named after the RayJob"
+    assert groups[0]["spec"]["minMember"] == 3  # head + replicas (minReplicas 0 gangs the whole count, as KAI)
+    assert groups[0]["metadata"]["ownerReferences"][0]["kind"] == "RayJob"
+    model = parse_object({**job, "kind": "RayJob"})
+    assert isinstance(model, RayJob)
+
+
+def test_bad_ray_cr_gets_an_event_and_the_operator_keeps_going(kube: Kube, namespace: str, run_podgrouper: Any) -> None:
+    op: PodgrouperOperator = run_podgrouper()
+    bad = _create_ray(
+        kube,
+        namespace,
+        "RayCluster",
+        "bad",
+        _cluster_spec(_worker("gpu", replicas=1, min_replicas=1)),
+        annotations={"kai.scheduler/topology-required-placement": "rack"},  # a level without a topology
+    )
+    ev = wait_until(
+        "a Warning Event on the RayCluster",
+        lambda: [
+            e
+            for e in kube.get(events_path(namespace))["items"]
+            if e["involvedObject"]["name"] == "bad" and e["reason"] == "PodGroupError"
+        ],
+    )
+    assert ev[0]["type"] == "Warning"
+    assert ev[0]["involvedObject"]["kind"] == "RayCluster"
+    assert "kai.scheduler/topology" in ev[0]["message"]
+    _kuberay_pods(kube, namespace, bad)
+    solo = kube.create(pods_path(namespace), pod_body("solo"))
+    wait_until(
+        "a good pod to be grouped meanwhile",
+        lambda: _annotation(pods(kube, namespace)["solo"]) == f"pg-solo-{solo['metadata']['uid']}",
+    )
+    assert op.queue.wait_idle(10)
+    assert _pg_for(kube, namespace, "bad") is None
+    assert op.metrics.value("kai_ray_reconcile_errors_total", {"kind": "ray"}) == 0, "bad input is not retried"
+
+    cur = kube.get(ray_path("RayCluster", namespace, "bad"))
+    cur["metadata"]["annotations"]["kai.scheduler/topology"] = "dc"
+    kube.replace(ray_path("RayCluster", namespace, "bad"), cur)
+    pg = wait_until("the PodGroup once the CR is fixed", lambda: _pg_for(kube, namespace, "bad"))
+    assert pg["spec"]["topologyConstraint"] == {"topology": "dc", "requiredTopologyLevel": "rack"}
