@@ -8,6 +8,7 @@ and tells what happened as a short story, then writes the plots.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,7 +67,7 @@ def demo_cmd(
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
-    console = Console(highlight=False)
+    console = Console(width=None if sys.stdout.isatty() else 110, highlight=False)
     console.print(
         "[bold]kai-ray demo[/bold]: a vLLM RayService arrives on a full GPU cluster, preempts RayJob training, and "
         "training comes back when capacity returns. No cluster needed: the real kai-ray podgrouper and scheduler "

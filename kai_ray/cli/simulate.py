@@ -135,7 +135,7 @@ def simulate_cmd(
 
     if placement is not None and placement not in ("binpack", "spread"):
         raise CliError(f"--placement: {placement!r} is not 'binpack' or 'spread'")
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 110)
     if trace is not None:
         if scenario is not None:
             raise CliError("SCENARIO: give a scenario file or --trace, not both")

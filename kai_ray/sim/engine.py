@@ -14,6 +14,7 @@ each restart.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
@@ -185,6 +186,16 @@ class Engine:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
+        """Run to the end (or ``until``). The world's long-lived objects are frozen out of the cyclic GC while it
+        runs: the core creates and drops many objects per cycle, and full collections would rescan them all."""
+        gc.collect()
+        gc.freeze()
+        try:
+            return self._run()
+        finally:
+            gc.unfreeze()
+
+    def _run(self) -> SimResult:
         wall0 = time.perf_counter()
         first = min((w.arrive_at for w in self.workloads), default=0.0)
         self._last_t = first
@@ -477,9 +488,12 @@ class Engine:
                 w.pending_reason = None
                 w.pending_message = None
         self._update_stale(touched, t)
-        if changed:
-            if self.with_pending:
-                self._want_cycle(t, strictly_after=True)
+        # Another cycle next tick only if this one can have left work for it: evictions (victims gone, pods
+        # recreated) or a job that got pods and still has pending ones (elastic growth goes on). Otherwise the
+        # next cycle would see exactly what this one saw, minus the room it just used.
+        followup = bool(self._evicted_now) or any(key in self.with_pending for key in touched)
+        if changed and followup and self.with_pending:
+            self._want_cycle(t, strictly_after=True)
         elif self.with_pending:
             wake = self._next_timer(t)
             if wake is not None:

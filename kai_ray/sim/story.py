@@ -24,6 +24,10 @@ def _gpus(x: float) -> str:
     return f"{x:g} GPU" + ("" if x == 1 else "s")
 
 
+def _pods(n: int) -> str:
+    return f"{n} pod" + ("" if n == 1 else "s")
+
+
 def gang_text(w: dict[str, Any]) -> str:
     parts = []
     lo_gpu = hi_gpu = 0.0
@@ -57,21 +61,21 @@ def timeline_entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
         out.append((w["arrived_at"], 0, n, {"t": w["arrived_at"], "what": "arrive", "workload": key, "text": text}))
         n += 1
     for s in doc.get("scale_steps", []):
-        text = f"{s['group']} scaled to {s['replicas']} replicas" + (
-            f" ({s['pods_removed']} running pods removed)" if s["pods_removed"] else ""
+        text = f"{s['group']} scaled to {s['replicas']} replica(s)" + (
+            f" ({_pods(s['pods_removed'])} removed)" if s["pods_removed"] else ""
         )
         out.append((s["t"], 1, n, {"t": s["t"], "what": "scale", "workload": s["workload"], "text": text}))
         n += 1
     for e in doc["events"]:
         typ = e["type"]
         if typ == "bind":
-            text = f"{e['reason']}: {e['pods']} pods ({_gpus(e['gpus'])}) on {', '.join(e['nodes'])}"
+            text = f"{e['reason']}: {_pods(e['pods'])} ({_gpus(e['gpus'])}) on {', '.join(e['nodes'])}"
         elif typ == "complete":
             text = "completed"
         else:
             who = f" for {e['preemptor']}" if e.get("preemptor") else ""
             kind = "elastic surplus" if e.get("elastic") else "gang"
-            text = f"{e['reason']}: {e['pods']} pods ({_gpus(e['gpus'])}, {kind}){who}"
+            text = f"{e['reason']}: {_pods(e['pods'])} ({_gpus(e['gpus'])}, {kind}){who}"
         out.append((e["t"], 2, n, {"t": e["t"], "what": typ, "workload": e["workload"], "text": text}))
         n += 1
     out.sort(key=lambda x: (x[0], x[1], x[2]))
@@ -91,7 +95,7 @@ STYLE = {
 
 def print_timeline(doc: dict[str, Any], console: Console, limit: int = 400) -> None:
     entries = timeline_entries(doc)
-    table = Table(title="Timeline", show_lines=False, header_style="bold")
+    table = Table(title="Timeline", header_style="bold", box=None, padding=(0, 1))
     table.add_column("t", justify="right", no_wrap=True)
     table.add_column("event", no_wrap=True)
     table.add_column("workload", no_wrap=True)
@@ -104,12 +108,14 @@ def print_timeline(doc: dict[str, Any], console: Console, limit: int = 400) -> N
 
 
 def print_workloads(doc: dict[str, Any], console: Console, limit: int = 100) -> None:
-    table = Table(title="Workloads", header_style="bold")
-    for col in ("workload", "kind", "queue", "state", "first running", "completed", "preemptions", "pending reason"):
-        table.add_column(col, no_wrap=col not in ("pending reason",))
     items = list(doc["workloads"].items())
+    reasons = any(w["pending_reason"] for _, w in items[:limit])
+    table = Table(title="Workloads", header_style="bold", box=None, padding=(0, 1))
+    cols = ["workload", "kind", "queue", "state", "started", "completed", "preempted"]
+    for col in [*cols, "pending reason"] if reasons else cols:
+        table.add_column(col, no_wrap=col != "pending reason")
     for key, w in items[:limit]:
-        table.add_row(
+        row = [
             key,
             w["kind"],
             w["queue"],
@@ -117,8 +123,8 @@ def print_workloads(doc: dict[str, Any], console: Console, limit: int = 100) -> 
             clock(w["first_running_at"]) if w["first_running_at"] is not None else "-",
             clock(w["completed_at"]) if w["completed_at"] is not None else "-",
             str(w["preemptions"]),
-            w["pending_reason"] or "",
-        )
+        ]
+        table.add_row(*row, *([w["pending_reason"] or ""] if reasons else []))
     console.print(table)
     if len(items) > limit:
         console.print(f"[dim]... {len(items) - limit} more workloads (use --json for all)[/dim]")
@@ -136,7 +142,7 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 def print_metrics(doc: dict[str, Any], console: Console) -> None:
     m = doc["metrics"]
-    table = Table(title="Metrics", header_style="bold")
+    table = Table(title="Metrics", header_style="bold", box=None, padding=(0, 1))
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [
@@ -163,8 +169,7 @@ def _w(doc: dict[str, Any], kind: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def _pods(n: int) -> str:
-    return f"{n} pod" + ("" if n == 1 else "s")
+PIPELINED = " (onto GPUs its victims are releasing)"
 
 
 def _delay(seconds: float | None) -> str:
@@ -198,6 +203,8 @@ def demo_story(doc: dict[str, Any], queues: list[dict[str, Any]]) -> list[tuple[
     serve = _w(doc, "RayService")
     workloads = doc["workloads"]
     held: dict[str, float] = {}
+    reclaim_told = False
+    shrunk: dict[str, float] = {}
     events = iter(doc["events"])
     for e in timeline_entries(doc):
         key, what, t = e["workload"], e["what"], e["t"]
@@ -241,18 +248,30 @@ def demo_story(doc: dict[str, Any], queues: list[dict[str, Any]]) -> list[tuple[
                 else:
                     txt = (
                         f"The scheduler places {key}'s whole gang at once: {_pods(ev['pods'])}, {_gpus(ev['gpus'])} on "
-                        f"{_on(ev['nodes'])}. It is running."
+                        f"{_on(ev['nodes'])}{PIPELINED if ev['reason'] == 'Pipelined' else ''}. It is running."
                     )
                 lines.append((t, txt))
         elif what in ("reclaim", "preempt", "evict"):
+            why = ""
+            pre = workloads.get(ev.get("preemptor") or "", {})
+            if what == "reclaim" and pre and not reclaim_told:
+                mine, theirs = quota.get(w.get("queue")), quota.get(pre.get("queue"))
+                if mine is not None and theirs is not None and held.get(key, 0.0) > mine:
+                    why = (
+                        f"{pre['queue']} is entitled to its quota of {theirs:g} GPUs and {w['queue']} holds "
+                        f"{held[key] - mine:g} above its own: "
+                    )
+                    reclaim_told = True
             held[key] = held.get(key, 0.0) - ev["gpus"]
             by = f" for {ev['preemptor']}" if ev.get("preemptor") else ""
             verb = {"reclaim": "reclaims", "preempt": "preempts"}.get(what, "evicts")
             if ev.get("elastic"):
                 txt = (
-                    f"The scheduler {verb} GPUs{by}: first only {key}'s elastic surplus "
+                    f"{why}the scheduler {verb} GPUs{by}, first only {key}'s elastic surplus "
                     f"({_pods(ev['pods'])}, {_gpus(ev['gpus'])}); its gang keeps running on its minimum."
                 )
+                txt = txt[0].upper() + txt[1:]
+                shrunk[key] = t
             elif what == "evict":
                 names = ", ".join(ev.get("pod_names") or [])
                 what_left = f"pod {names}" if ev["pods"] == 1 else f"{_pods(ev['pods'])} ({names})"
@@ -262,8 +281,9 @@ def demo_story(doc: dict[str, Any], queues: list[dict[str, Any]]) -> list[tuple[
                 }.get(ev["reason"], ev["message"])
                 txt = f"The leftover {what_left} of {key} is evicted: {why}."
             elif key == (train[0] if train else None):
-                txt = (
-                    f"{'PREEMPTED' if what == 'preempt' else 'RECLAIMED'}: {key}'s whole gang is evicted "
+                still = "still short, so " if key in shrunk else ""
+                txt = why + (
+                    f"{'PREEMPTED' if what == 'preempt' else 'RECLAIMED'}: {still}{key}'s whole gang is evicted "
                     f"({_pods(ev['pods'])}, {_gpus(ev['gpus'])}){by} ({ev['reason']}). Training waits, its progress "
                     "kept in its checkpoint."
                 )

@@ -26,6 +26,7 @@ NODE_KINDS: tuple[tuple[str, int, int, int, float], ...] = (
     ("T4", 2, 104000, 524288, 0.18),
     ("P100", 2, 64000, 262144, 0.06),
 )
+MODEL_GPUS = {model: gpus for model, gpus, *_ in NODE_KINDS if model}
 SHARE_MILLI = (50, 110, 160, 220, 230, 320, 440, 460, 470, 480, 550, 650, 810)
 
 
@@ -42,14 +43,18 @@ def generate_nodes(n: int, seed: int = 1) -> list[dict[str, object]]:
 def generate_pods(
     n: int,
     seed: int = 1,
-    span: float = 86400.0,
-    mean_run: float = 3600.0,
+    span: float = 3_000_000.0,
+    mean_run: float = 5400.0,
     gpu_spec_share: float = 0.1,
     never_scheduled_share: float = 0.02,
+    long_share: float = 0.07,
+    long_mean: float = 7 * 86400.0,
 ) -> list[dict[str, object]]:
-    """``n`` pods arriving over ``span`` seconds (Poisson), run times log-normal with mean ``mean_run``."""
+    """``n`` pods arriving over ``span`` seconds (Poisson). Run times are log-normal with mean ``mean_run``, except a
+    ``long_share`` of long-running services (mean ``long_mean``). The defaults follow the published default trace:
+    about 8,000 pods over five weeks, mostly minutes-to-hours jobs plus a tail that runs for days."""
     rng = random.Random(seed)
-    models = ["G2", "G3", "V100M32", "V100M16", "T4", "P100"]
+    models = sorted(MODEL_GPUS)
     rows: list[dict[str, object]] = []
     t = 0.0
     rate = n / span
@@ -74,9 +79,13 @@ def generate_pods(
         cpu, mem = min(cpu, 88000), min(mem, 327680)
         spec = ""
         if num_gpu and rng.random() < gpu_spec_share:
-            spec = "|".join(sorted(rng.sample(models, rng.choice((1, 2, 3)))))
+            fit = [m for m in models if MODEL_GPUS[m] >= num_gpu]
+            spec = "|".join(sorted(rng.sample(fit, min(len(fit), rng.choice((1, 2, 3))))))
         created = int(t)
-        run = max(1, int(rng.lognormvariate(mu, sigma)))
+        if rng.random() < long_share:
+            run = max(1, int(rng.lognormvariate(math.log(long_mean) - 0.5, 1.0)))
+        else:
+            run = max(1, int(rng.lognormvariate(mu, sigma)))
         scheduled: object = created + rng.choice((0, 0, 0, 1, 2, 30))
         phase = "Succeeded" if rng.random() < 0.5 else "Running"
         if rng.random() < never_scheduled_share:
@@ -117,8 +126,8 @@ def write_trace(
     nodes: int,
     pods: int,
     seed: int = 1,
-    span: float = 86400.0,
-    mean_run: float = 3600.0,
+    span: float = 3_000_000.0,
+    mean_run: float = 5400.0,
 ) -> tuple[Path, Path]:
     """Write ``nodes.csv`` and ``pods.csv`` into ``directory``; returns their paths."""
     d = Path(directory)
