@@ -96,7 +96,9 @@ def _define(kind: str) -> None:
             int | None, typer.Option(help="grace period of evicted pods (default: the pod's own)")
         ] = None,
         schedule_period: Annotated[str, typer.Option(help="periodic cycle interval")] = "1s",
-        bind_workers: Annotated[int, typer.Option(help="concurrent binding requests")] = 16,
+        bind_workers: Annotated[
+            int, typer.Option(help="concurrent binding requests (podgrouper: concurrent reconciles)")
+        ] = 32,
         write_workers: Annotated[int, typer.Option(help="concurrent status/Event writes")] = 8,
         kai_compatible_priorities: Annotated[
             bool, typer.Option(help="podgrouper: every Ray kind defaults to `train` (KAI's default)")

@@ -102,6 +102,7 @@ class PodEntry:
     spod: s.Pod | None  # set for our grouped pods
     sig: tuple[Any, ...]
     created: float = 0.0
+    raw: tuple[Any, ...] = ()  # the parts of the object the entry was built from
 
 
 @dataclass(slots=True)
@@ -212,7 +213,11 @@ class SchedulerCache:
                     self.evicting.pop(key, None)
                     self._changed()
                 return
+            raw = _pod_fingerprint(obj)
+            if old is not None and old.raw == raw:
+                return  # e.g. the kubelet (KWOK) reporting Running: nothing the core reads changed
             entry = self._pod_entry(key, obj)
+            entry.raw = raw
             if old is not None and old.uid != entry.uid:
                 self.uid_to_key.pop(old.uid, None)
                 self.assumed.pop(key, None)
@@ -469,6 +474,16 @@ class SchedulerCache:
             config=config,
         )
         return SnapshotView(snap, by_uid, invalid, bad_queues, active)
+
+
+def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """Everything of a (slimmed) pod that a PodEntry depends on: its metadata but the resourceVersion, its spec,
+    whether it finished, and its start time."""
+    meta = dict(obj.get("metadata") or {})
+    meta.pop("resourceVersion", None)
+    status = obj.get("status") or {}
+    phase = status.get("phase")
+    return (meta, obj.get("spec"), phase if phase in ("Succeeded", "Failed") else None, status.get("startTime"))
 
 
 def _node_sig(n: s.Node) -> tuple[Any, ...]:

@@ -81,7 +81,7 @@ class OperatorConfig:
     eviction_grace_seconds: int | None = None  # None: the pod's own terminationGracePeriodSeconds
     schedule_period: float = 1.0
     debounce: float = 0.05
-    bind_workers: int = 16
+    bind_workers: int = 32  # scheduler: concurrent bindings; podgrouper: concurrent reconciles
     write_workers: int = 8
     status_interval: float = 2.0  # minimum seconds between two status writes of one Queue
     kai_compatible_priorities: bool = False  # podgrouper: every Ray kind defaults to `train` (KAI's default)

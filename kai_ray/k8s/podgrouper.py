@@ -66,12 +66,12 @@ def _controller_ref(meta: dict[str, Any]) -> dict[str, Any] | None:
 class PodgrouperOperator:
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
         self.config = config.validate()
-        self.kube = kube or Kube.connect(config.kubeconfig, config.context, pool_size=config.write_workers + 24)
+        self.kube = kube or Kube.connect(config.kubeconfig, config.context, pool_size=config.bind_workers + 24)
         self.grouper_config = (
             PodgrouperConfig.kai_compatible() if config.kai_compatible_priorities else PodgrouperConfig()
         ).model_copy(update={"scheduler_name": config.scheduler_name, "queue_label_key": config.queue_label_key})
         self.metrics = Metrics("podgrouper")
-        self.queue = Dispatcher("podgrouper", max(4, config.bind_workers // 2))
+        self.queue = Dispatcher("podgrouper", config.bind_workers)
         self.writer = Dispatcher("podgrouper-events", 2)
         self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
         self.backoff = Backoff()
@@ -81,6 +81,7 @@ class PodgrouperOperator:
         self._local_lock = threading.Lock()
         self._owner_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._reported: dict[str, str] = {}  # Ray CR key -> last error reported (one Event per distinct error)
+        self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
         self.ray: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
@@ -189,7 +190,9 @@ class PodgrouperOperator:
             self.queue.submit(key, lambda: self._reconcile(key), delay=delay)
 
     def _on_pod(self, kind: str, key: str, obj: dict[str, Any]) -> None:
-        if kind != DELETE:
+        if kind == DELETE:
+            self._done.pop(key, None)
+        elif self._done.get(key) != _pod_fingerprint(obj):
             self._enqueue(f"pod/{key}")
 
     def _on_pg(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -197,6 +200,17 @@ class PodgrouperOperator:
             local = self._local_pgs.get(key)
             if local is not None and (kind == DELETE or _rv(obj) >= _rv(local)):
                 del self._local_pgs[key]
+        if kind == DELETE:
+            ns, _, name = key.partition("/")
+            for inf in self.pods:
+                for pkey in inf.list_keys():
+                    pmeta = (inf.get(pkey) or {}).get("metadata") or {}
+                    if (
+                        pmeta.get("namespace") == ns
+                        and (pmeta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION) == name
+                    ):
+                        self._done.pop(pkey, None)
+                        self._enqueue(f"pod/{pkey}")
 
     def _ray_handler(self, kind: str) -> Any:
         def handle(event: str, key: str, obj: dict[str, Any]) -> None:
@@ -315,7 +329,8 @@ class PodgrouperOperator:
         else:
             desired = single_pod_group(pod, self.grouper_config)
         pg = self.apply(desired)
-        self._stamp(pod, pg)
+        done = self._stamp(pod, pg)
+        self._done[key] = _pod_fingerprint(done)
 
     def _ray_group(
         self, kind: str, top: dict[str, Any], chain: list[dict[str, Any]], pod: Pod | None
@@ -433,12 +448,30 @@ class PodgrouperOperator:
         with self._local_lock:
             self._local_pgs[key] = obj
 
-    def _stamp(self, pod: Pod, pg: PodGroup) -> None:
+    def _stamp(self, pod: Pod, pg: PodGroup) -> dict[str, Any]:
+        """Write what is missing of the stamp; returns the pod's metadata as it now is."""
         missing = stamp(pod, pg).missing_on(pod)
         if not missing:
-            return
-        self.kube.merge_patch(pods_path(pod.metadata.namespace, pod.metadata.name), missing.as_patch())
+            return {"metadata": pod.metadata.to_dict()}
+        updated = self.kube.merge_patch(pods_path(pod.metadata.namespace, pod.metadata.name), missing.as_patch())
         self.metrics.pods_stamped.inc()
+        return dict(updated)
+
+
+def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """What grouping reads from a pod: identity, labels, annotations, owners (not its status or node)."""
+    meta = obj.get("metadata") or {}
+    return (
+        meta.get("uid"),
+        _frozen(meta.get("labels")),
+        _frozen(meta.get("annotations")),
+        tuple((r.get("kind"), r.get("uid")) for r in meta.get("ownerReferences") or []),
+        bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _frozen(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((d or {}).items()))
 
 
 def _rv(obj: dict[str, Any]) -> int:

@@ -45,6 +45,7 @@ BIND_PRIORITY = 0
 EVICT_PRIORITY = 1
 STATUS_PRIORITY = 10
 PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
+WRITE_HOLDOFF = 0.5  # seconds after the last binding was dispatched before status/Event writes resume
 
 # (victims) -> victims not handled. Lets Ray-aware strategies (shrink a worker group, suspend an owner) take over
 # some evictions before the remaining pods are evicted one by one.
@@ -79,7 +80,8 @@ class SchedulerOperator:
         self._leading = threading.Event()
         self._loop_thread: threading.Thread | None = None
         self.binder = Dispatcher("binder", config.bind_workers)
-        self.writer = Dispatcher("writer", config.write_workers, gate=lambda: not self.binder.busy(), gate_max_wait=5.0)
+        self.writer = Dispatcher("writer", config.write_workers, gate=self._writes_may_go, gate_max_wait=10.0)
+        self._last_bind_dispatch = 0.0
         self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
         self.eviction_interceptors: list[EvictionInterceptor] = []
         self.informers = self._informers()
@@ -98,6 +100,7 @@ class SchedulerOperator:
         self._queue_written: dict[str, tuple[dict[str, Any], float]] = {}
         self._reported_invalid: dict[str, str] = {}
         self.last_cycle: float = 0.0
+        self._last_cycle_seconds = 0.0
         self.last_result: CycleResult | None = None
         self.cycles = 0
         self.started_at = time.monotonic()
@@ -159,6 +162,10 @@ class SchedulerOperator:
             inf.stop()
         self.metrics.close()
 
+    def _writes_may_go(self) -> bool:
+        """Status and Events wait while bindings are being sent (a burst of arrivals is scheduled first)."""
+        return not self.binder.busy() and time.monotonic() - self._last_bind_dispatch > WRITE_HOLDOFF
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -219,8 +226,9 @@ class SchedulerOperator:
             woke = self._wake.wait(self.config.schedule_period)
             if self._stop.is_set():
                 break
-            if woke and self.config.debounce > 0:
-                self._stop.wait(self.config.debounce)
+            if woke:
+                # Coalesce a burst of changes; never spend more than about half the time in cycles.
+                self._stop.wait(max(self.config.debounce, self._last_cycle_seconds))
             self._wake.clear()
             if not self._leading.is_set():
                 continue
@@ -241,6 +249,7 @@ class SchedulerOperator:
             self._report(view, result)
         self.cycles += 1
         self.last_cycle = time.monotonic()
+        self._last_cycle_seconds = time.perf_counter() - t0
         self.last_result = result
         self.metrics.cycles.inc()
         self.metrics.core_seconds.observe(t2 - t1)
@@ -263,6 +272,7 @@ class SchedulerOperator:
                 continue
             if view.active_before.get(b.job, 0) == 0:
                 started.add(b.job)
+            self._last_bind_dispatch = time.monotonic()
             self.binder.submit(f"bind/{p.key}", partial(self._bind, p, b.node), priority=BIND_PRIORITY)
         for job in started:
             self._annotate_pg(job, {c.LAST_START: _iso()})

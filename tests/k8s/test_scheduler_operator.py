@@ -230,4 +230,7 @@ def test_bad_queue_and_podgroup_are_reported_and_scheduling_goes_on(
     # Fixing the queue lets its job run.
     kube.merge_patch(queues_path(bad), {"spec": {"resources": {"gpu": {"limit": -1}}}})
     wait_until("the job in the fixed queue to be bound", lambda: bound(kube, namespace, in_bad_queue), 30)
-    assert condition(kube.get(queues_path(bad)), "Valid")["status"] == "True"
+    wait_until(
+        "the queue's Valid=True condition",
+        lambda: (condition(kube.get(queues_path(bad)), "Valid") or {}).get("status") == "True",
+    )
