@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 K8S_VERSION = "v1.33.13"
@@ -44,9 +45,21 @@ def go_env() -> dict[str, str]:
     return env
 
 
+@lru_cache(maxsize=1)
 def go_version() -> str:
     out = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, check=True, env=go_env())
     return out.stdout.strip()
+
+
+@lru_cache(maxsize=1)
+def go_mod_cache() -> Path:
+    out = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True, env=go_env())
+    return Path(out.stdout.strip())
+
+
+def _escape_module_path(path: str) -> str:
+    """The module cache's case encoding: every upper-case letter becomes ``!`` plus its lower-case form."""
+    return "".join(f"!{c.lower()}" if c.isupper() else c for c in path)
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str:
@@ -57,7 +70,13 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str:
 
 
 def module_dir(module: str, version: str) -> Path:
-    """Download a module through the proxy (no build) and return its read-only source directory."""
+    """Download a module through the proxy (no build) and return its read-only source directory.
+
+    A module already extracted in the module cache is returned without running ``go`` (tests call this at setup).
+    """
+    cached = go_mod_cache() / f"{_escape_module_path(module)}@{_escape_module_path(version)}"
+    if (cached / "go.mod").is_file():
+        return cached
     with tempfile.TemporaryDirectory() as tmp:
         _run(["go", "mod", "init", "kairay.local/probe"], cwd=Path(tmp))
         info = json.loads(_run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=Path(tmp)))

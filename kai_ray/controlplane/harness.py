@@ -16,6 +16,7 @@ import argparse
 import atexit
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import secrets
@@ -31,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -266,7 +267,7 @@ class Timings:
     apiserver_ready: float = 0.0
     kwok_ready: float = 0.0
     total: float = 0.0
-    crds: float = 0.0  # duration of the last install_crds/apply_crds, not part of total
+    crds: float = 0.0  # duration of the CRD step (at start: after apiserver_ready; later: the last apply_crds)
 
     def as_dict(self) -> dict[str, float]:
         return {k: round(v, 3) for k, v in self.__dict__.items()}
@@ -279,6 +280,12 @@ class ControlPlane:
     ``startup_timeout`` bounds each readiness wait; it is generous because a cold machine with two busy cores can take
     tens of seconds to bring the apiserver to ``/readyz``. ``keep_workdir`` keeps certs, data and logs after stop
     (also when ``KAI_RAY_KEEP_CONTROLPLANE=1``).
+
+    ``crds`` (files or directories) are Established before :meth:`start` returns. Creating KubeRay's big CRDs costs
+    the apiserver ~7 s of CPU (20-30 s of wall time on two busy cores), so by default the first start with a given
+    set of CRDs builds an etcd data directory holding them, caches it under ``~/.cache/kai-ray/etcd-seed/`` keyed by
+    the CRD contents and binary versions, and later starts begin from a fresh copy of it (``seed_cache=False`` or
+    ``KAI_RAY_NO_ETCD_SEED=1`` creates them through the API every time).
     """
 
     kwok: bool = True
@@ -287,6 +294,8 @@ class ControlPlane:
     keep_workdir: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_KEEP_CONTROLPLANE") == "1")
     apiserver_extra_args: list[str] = field(default_factory=list)
     kwok_log_level: str = field(default_factory=lambda: os.environ.get("KAI_RAY_KWOK_LOG_LEVEL", "WARN"))
+    crds: Sequence[Path | str] = field(default_factory=list)
+    seed_cache: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_NO_ETCD_SEED") != "1")
 
     token: str = field(default="", init=False)
     apiserver_port: int = field(default=0, init=False)
@@ -312,6 +321,8 @@ class ControlPlane:
         """Build (or reuse) the binaries, then start etcd, kube-apiserver and KWOK, waiting for each to be ready."""
         binaries = {name: build.ensure(name) for name in ("etcd", "kube-apiserver", *(("kwok",) if self.kwok else ()))}
         stages = kwok_stage_files() if self.kwok else []
+        docs = list(_crd_documents(self.crds))
+        seed = _etcd_seed(docs) if docs and self.seed_cache else None
         begin = time.monotonic()
         if self.workdir is None:
             _sweep_stale_workdirs()
@@ -328,11 +339,19 @@ class ControlPlane:
             (self.workdir / "tokens.csv").chmod(0o600)
             self.timings.pki = time.monotonic() - begin
 
+            if seed is not None:
+                shutil.copytree(seed, self.workdir / "etcd")
             self._start_etcd(binaries["etcd"])
             self.timings.etcd_ready = time.monotonic() - begin
             self._start_apiserver(binaries["kube-apiserver"])
             self.timings.apiserver_ready = time.monotonic() - begin
             self._write_kubeconfig()
+            if docs:
+                if seed is None:
+                    self._apply_docs(docs)
+                else:
+                    self._wait_established([d["metadata"]["name"] for d in docs], timeout=self.startup_timeout)
+                self.timings.crds = time.monotonic() - begin - self.timings.apiserver_ready
             if self.kwok:
                 self._start_kwok(binaries["kwok"], stages)
             self.timings.kwok_ready = time.monotonic() - begin
@@ -731,9 +750,11 @@ class ControlPlane:
                     raise
 
     def apply_crds(self, paths: Iterable[Path | str], timeout: float = 60.0) -> list[str]:
-        """Create (or, if present, server-side apply) every CRD in ``paths`` (files or dirs); wait until Established.
+        """Create (or, if present, server-side apply) every CRD in ``paths`` (files or dirs); wait until Established."""
+        return self._apply_docs(list(_crd_documents(paths)), timeout)
 
-        Responses are read raw: KubeRay's CRDs are ~300 KB each and typed deserialisation of them costs more than the
+    def _apply_docs(self, docs: list[dict[str, Any]], timeout: float = 60.0) -> list[str]:
+        """Responses are read raw: KubeRay's CRDs are ~300 KB each and typed deserialisation costs more than the
         request. The requests run in a few threads because the server, not the client, is the slow part.
         """
         from concurrent.futures import ThreadPoolExecutor
@@ -743,7 +764,6 @@ class ControlPlane:
 
         begin = time.monotonic()
         api: Any = client.ApiextensionsV1Api(self._shared_client())
-        docs = list(_crd_documents(paths))
 
         def put(doc: dict[str, Any]) -> str:
             name: str = doc["metadata"]["name"]
@@ -764,18 +784,24 @@ class ControlPlane:
 
         with ThreadPoolExecutor(max_workers=4) as pool:
             names = list(pool.map(put, docs))
+        self._wait_established(names, timeout)
+        self.timings.crds = time.monotonic() - begin
+        return names
+
+    def _wait_established(self, names: list[str], timeout: float) -> None:
+        from kubernetes import client
+
+        api: Any = client.ApiextensionsV1Api(self._shared_client())
 
         def established() -> bool:
             for name in names:
                 raw = json.loads(api.read_custom_resource_definition(name, _preload_content=False).read())
-                conds = raw.get("status", {}).get("conditions") or []
+                conds = (raw.get("status") or {}).get("conditions") or []
                 if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
                     return False
             return True
 
         wait_for(f"CRDs {', '.join(names)} to be Established", established, timeout, interval=0.1)
-        self.timings.crds = time.monotonic() - begin
-        return names
 
     def install_crds(self, kuberay: bool = True) -> list[str]:
         """Our Queue/PodGroup CRDs and, unless ``kuberay=False``, KubeRay's RayCluster/RayJob/RayService CRDs."""
@@ -830,13 +856,68 @@ def _node_ready(node: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
+SEED_KEEP = 4
+
+
+def _etcd_seed(docs: list[dict[str, Any]]) -> Path:
+    """An etcd data directory in which ``docs`` (CRDs) exist and are Established; built once, then cached.
+
+    Why safe to reuse: it holds only what the apiserver bootstraps plus the CRDs (no tokens, no secrets), every
+    control plane copies it before starting, and the key covers the CRD contents and the etcd/apiserver versions.
+    """
+    payload = json.dumps([build.K8S_VERSION, build.ETCD_VERSION, docs], sort_keys=True).encode()
+    key = hashlib.sha256(payload).hexdigest()[:16]
+    root = build.cache_root() / "etcd-seed"
+    seed = root / key
+    if (seed / "member").is_dir():
+        seed.touch()
+        return seed
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kai-ray-seed-") as tmp:
+        work = Path(tmp) / "cp"
+        with ControlPlane(kwok=False, workdir=work, keep_workdir=True, seed_cache=False) as builder:
+            builder._apply_docs(docs)
+        partial = root / f"{key}.partial-{os.getpid()}"
+        shutil.copytree(work / "etcd", partial)
+        try:
+            partial.rename(seed)
+        except OSError:  # another process won the race; its copy is equivalent
+            shutil.rmtree(partial, ignore_errors=True)
+    seeds = sorted((p for p in root.iterdir() if "." not in p.name), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in seeds[SEED_KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return seed
+
+
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_yaml_docs(path: Path) -> list[Any]:
+    """All documents of a YAML file, memoised as JSON in the cache (KubeRay's 1.3 MB of CRDs take seconds to parse)."""
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    cached = build.cache_root() / "yaml-json" / f"{key}.json"
+    try:
+        docs: list[Any] = json.loads(cached.read_text())
+        return docs
+    except (OSError, ValueError):
+        pass
+    docs = list(yaml.load_all(path.read_text(), Loader=_YAML_LOADER))
+    with contextlib.suppress(OSError, TypeError, ValueError):  # e.g. a YAML timestamp is not JSON; just re-parse
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(docs))
+        tmp.replace(cached)
+    return docs
+
+
 def _crd_documents(paths: Iterable[Path | str]) -> Iterator[dict[str, Any]]:
     files: list[Path] = []
     for p in map(Path, paths):
         files.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
     for f in files:
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
+        for doc in _load_yaml_docs(f):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 yield doc
 
 
@@ -850,10 +931,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    plane = ControlPlane(workdir=args.workdir, keep_workdir=args.workdir is not None)
+    crds = [] if args.no_crds else [our_crd_dir(), *kuberay_crd_files()]
+    plane = ControlPlane(workdir=args.workdir, keep_workdir=args.workdir is not None, crds=crds)
     with plane:
-        t0 = time.monotonic()
-        crds = [] if args.no_crds else plane.install_crds()
         t1 = time.monotonic()
         if args.nodes:
             plane.create_gpu_nodes(args.nodes, gpus=args.gpus, prefix="node", timeout=max(60.0, args.nodes * 0.5))
@@ -862,8 +942,8 @@ def main(argv: list[str] | None = None) -> int:
             "version": plane.version().get("gitVersion"),
             "server": plane.server,
             "kubeconfig": str(plane.kubeconfig_path),
-            "timings_s": {**plane.timings.as_dict(), "crds_total": round(t1 - t0, 3), "nodes": round(t2 - t1, 3)},
-            "crds": crds,
+            "timings_s": {**plane.timings.as_dict(), "nodes": round(t2 - t1, 3)},
+            "crds": [d["metadata"]["name"] for d in _crd_documents(crds)],
             "rss_mib": {name: round(plane.rss_bytes(name) / 2**20, 1) for name in plane.components},
         }
         if args.once:

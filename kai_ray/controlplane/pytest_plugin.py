@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.controlplane.harness import ControlPlane
+from kai_ray.controlplane.harness import ControlPlane, kuberay_crd_files, our_crd_dir
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -32,13 +32,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    plane = ControlPlane()
-    plane.start()
-    try:
-        plane.install_crds()
+    plane = ControlPlane(crds=[our_crd_dir(), *kuberay_crd_files()])
+    with plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 @pytest.fixture(scope="session")

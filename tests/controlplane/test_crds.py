@@ -12,7 +12,7 @@ from kubernetes import client
 
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, SubGroup
 from kai_ray.api.queue import Queue, QueueResource, QueueResources, QueueSpec
-from kai_ray.controlplane.harness import ControlPlane, kuberay_crd_dir
+from kai_ray.controlplane.harness import ControlPlane, kuberay_crd_dir, our_crd_dir
 
 GROUP = "scheduling.run.ai"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -274,3 +274,14 @@ def test_kuberay_crd_rejects_structurally_invalid_raycluster(
         _create(kube_api, doc, namespace, dry_run="All")
     assert exc.value.status == 422
     assert "replicas" in str(exc.value.body)
+
+
+def test_reapplying_our_crds_is_idempotent(control_plane: ControlPlane, kube_api: Any) -> None:
+    """The session's CRDs came from the etcd seed; applying them again goes through server-side apply (409 path)."""
+    ext: Any = client.ApiextensionsV1Api(kube_api)
+    before = ext.read_custom_resource_definition("queues.scheduling.run.ai")
+    names = control_plane.apply_crds([our_crd_dir()])
+    assert sorted(names) == ["podgroups.scheduling.run.ai", "queues.scheduling.run.ai"]
+    after = ext.read_custom_resource_definition("queues.scheduling.run.ai")
+    assert after.metadata.uid == before.metadata.uid
+    assert after.spec.versions[0].additional_printer_columns == before.spec.versions[0].additional_printer_columns
