@@ -96,6 +96,9 @@ class Engine:
         self.workloads: list[WorkloadBase] = []
         self.active: dict[str, WorkloadBase] = {}  # by job key, arrived and not completed
         self.with_pending: dict[str, WorkloadBase] = {}  # active workloads with a Pending pod
+        # pending workloads the core found bigger than every eligible node: nodes never change here, so nothing but
+        # a new cycle for someone else will look at them again
+        self.hopeless: set[str] = set()
         self.stale: dict[str, WorkloadBase] = {}
         self.pods: dict[str, tuple[WorkloadBase, Pod]] = {}  # pod uid -> owner, pod (Running or Releasing)
         self.events: list[dict[str, Any]] = []
@@ -183,6 +186,10 @@ class Engine:
             self.with_pending[key] = w
         else:
             self.with_pending.pop(key, None)
+            self.hopeless.discard(key)
+
+    def _can_progress(self) -> bool:
+        return len(self.with_pending) > len(self.hopeless)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
@@ -224,7 +231,7 @@ class Engine:
                     self._cycle_at = None
                     self._cycle(t)
             self._sample(t)
-            if self._dirty and self.with_pending:
+            if self._dirty and self._can_progress():
                 self._want_cycle(t, strictly_after=self._last_cycle == t)
             self._dirty = False
         end = self.now
@@ -277,6 +284,7 @@ class Engine:
         w.version += 1
         del self.active[w.job.key]
         self.with_pending.pop(w.job.key, None)
+        self.hopeless.discard(w.job.key)
         self.stale.pop(w.job.key, None)
         self._completed += 1
         self._event(t, "complete", w, "Completed", f"{w.kind} {w.key} finished its work")
@@ -480,6 +488,10 @@ class Engine:
                     w.pending_reason = st.reason.value
                     w.pending_message = st.message
                     w.last_pending_reason = st.reason.value
+                if st.reason is Reason.NEVER_FITS and not w.running_pods_any():
+                    self.hopeless.add(key)
+                else:
+                    self.hopeless.discard(key)
             else:
                 w.pending_reason = None
                 w.pending_message = None
@@ -492,9 +504,9 @@ class Engine:
         # recreated) or a job that got pods and still has pending ones (elastic growth goes on). Otherwise the
         # next cycle would see exactly what this one saw, minus the room it just used.
         followup = bool(self._evicted_now) or any(key in self.with_pending for key in touched)
-        if changed and followup and self.with_pending:
+        if changed and followup and self._can_progress():
             self._want_cycle(t, strictly_after=True)
-        elif self.with_pending:
+        elif self._can_progress():
             wake = self._next_timer(t)
             if wake is not None:
                 self._want_cycle(wake, strictly_after=True)

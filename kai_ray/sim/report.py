@@ -98,6 +98,7 @@ def _pending(res: SimResult, path: Path, title: str, colors: dict[str, str]) -> 
         ax.barh(names, vals, color=[colors.get(w.queue, "grey") for w in arrived])
         ax.invert_yaxis()
         ax.set_xlabel("time pending (minutes): before first start and after preemptions")
+        ax.set_xlim(0, max([*vals, 1.0]) * 1.25)
         for i, w in enumerate(arrived):
             if w.preemptions:
                 ax.annotate(f"  preempted x{w.preemptions}", (vals[i], i), va="center", fontsize=8, color="red")

@@ -26,7 +26,7 @@ NODE_KINDS: tuple[tuple[str, int, int, int, float], ...] = (
     ("T4", 2, 104000, 524288, 0.18),
     ("P100", 2, 64000, 262144, 0.06),
 )
-MODEL_GPUS = {model: gpus for model, gpus, *_ in NODE_KINDS if model}
+MODEL_SIZE = {model: (gpus, cpu, mem) for model, gpus, cpu, mem, _ in NODE_KINDS if model}
 SHARE_MILLI = (50, 110, 160, 220, 230, 320, 440, 460, 470, 480, 550, 650, 810)
 
 
@@ -54,7 +54,7 @@ def generate_pods(
     ``long_share`` of long-running services (mean ``long_mean``). The defaults follow the published default trace:
     about 8,000 pods over five weeks, mostly minutes-to-hours jobs plus a tail that runs for days."""
     rng = random.Random(seed)
-    models = sorted(MODEL_GPUS)
+    models = sorted(MODEL_SIZE)
     rows: list[dict[str, object]] = []
     t = 0.0
     rate = n / span
@@ -79,8 +79,11 @@ def generate_pods(
         cpu, mem = min(cpu, 88000), min(mem, 327680)
         spec = ""
         if num_gpu and rng.random() < gpu_spec_share:
-            fit = [m for m in models if MODEL_GPUS[m] >= num_gpu]
-            spec = "|".join(sorted(rng.sample(fit, min(len(fit), rng.choice((1, 2, 3))))))
+            fit = [m for m in models if MODEL_SIZE[m][0] >= num_gpu]
+            chosen = sorted(rng.sample(fit, min(len(fit), rng.choice((1, 2, 3)))))
+            spec = "|".join(chosen)
+            cpu = min(cpu, max(MODEL_SIZE[m][1] for m in chosen))
+            mem = min(mem, max(MODEL_SIZE[m][2] for m in chosen))
         created = int(t)
         if rng.random() < long_share:
             run = max(1, int(rng.lognormvariate(math.log(long_mean) - 0.5, 1.0)))

@@ -82,6 +82,9 @@ class WorkloadBase:
         assert self.job is not None
         return [p for p in self.job.pods if p.phase is PodPhase.RUNNING]
 
+    def running_pods_any(self) -> bool:
+        return self.job is not None and any(p.phase is PodPhase.RUNNING for p in self.job.pods)
+
     def min_satisfied(self) -> bool:
         job = self.job
         if job is None:
