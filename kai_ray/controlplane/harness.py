@@ -3,9 +3,9 @@
 Why not envtest or kind: there is no Docker here and no release downloads, only the Go module proxy, so the binaries
 come from :mod:`kai_ray.controlplane.build`. This module owns everything around them: PKI, a token kubeconfig, process
 lifetimes (each in its own process group, killed on exit, with a parent-death signal as a last resort), bounded
-readiness waits, and helpers that tests need (fake GPU nodes, CRDs, namespaces).
+readiness waits, and helpers that tests need (fake GPU nodes, CRDs, namespaces, the real KubeRay operator).
 
-Run one by hand::
+Run one by hand (``--once`` prints timings and RSS as JSON and stops)::
 
     python -m kai_ray.controlplane.harness --nodes 3
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import base64
 import contextlib
 import ctypes
 import hashlib
@@ -846,8 +847,6 @@ class ControlPlane:
 
 
 def _b64(data: bytes) -> str:
-    import base64
-
     return base64.b64encode(data).decode()
 
 
