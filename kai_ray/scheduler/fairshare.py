@@ -5,6 +5,8 @@ would report, and the differential test holds us to KAI's own ``SetResourcesShar
 kept on purpose: whole-unit rounding inside over-quota rounds, remembered fractions paid one unit each
 (largest first, then older queue, then uid) even when the queue needs less than a unit, a deserved phase that may
 overspend an oversubscribed parent, and ``-1`` meaning "the whole parent amount" for deserved and "no cap" for limits.
+Over-quota buckets (queue priorities) each run their whole-unit rounds first, highest priority first; only then are
+the remembered fractions paid, bucket by bucket, so a lower bucket's rounds come before a higher bucket's fractions.
 
 Units are whatever the caller uses (the core passes GPUs, millicores and bytes); rounding is to whole units of them.
 """
@@ -94,13 +96,17 @@ def _over_quota_phase(total: float, k_value: float, queues: Sequence[ShareQueue]
     for q in queues:
         buckets.setdefault(q.priority, []).append(q)
     remaining = total
-    for priority in sorted(buckets, reverse=True):
+    order = sorted(buckets, reverse=True)
+    fractions: dict[int, dict[str, tuple[ShareQueue, float]]] = {}
+    # every bucket gets its whole-unit rounds first (highest priority first) ...
+    for priority in order:
+        remaining, fractions[priority] = _rounds(remaining, k_value, buckets[priority], r)
+    # ... and only then are the remembered fractions paid, again highest priority first
+    for priority in order:
         if remaining <= 0:
             break
-        remaining, fractions = _rounds(remaining, k_value, buckets[priority], r)
-        if remaining <= 0 or not fractions:
-            continue
-        remaining = _pay_fractions(remaining, fractions, r)
+        if fractions[priority]:
+            remaining = _pay_fractions(remaining, fractions[priority], r)
     return remaining
 
 

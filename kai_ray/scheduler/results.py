@@ -12,6 +12,10 @@ from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import ACTIVE, ALLOCATED, EVICTED, OP_ALLOC, PENDING, PIPELINED, JobInfo, Session
 
 
+def _RUNNING_STATUS(key: str) -> JobStatus:  # noqa: N802
+    return JobStatus(key, True, Reason.SCHEDULED, "running", {"bound": 0})
+
+
 def _as_dict(v: list[float] | tuple[float, ...]) -> dict[str, float]:
     return {k: float(x) for k, x in zip(RES_NAMES, v, strict=True)}
 
@@ -28,10 +32,10 @@ def build_result(ses: Session) -> CycleResult:
             order.append(op[1])
     # count of active pods per PodSet at the start, to tell gang binds from elastic growth
     base: dict[int, int] = {}
-    for p in range(len(ses.pods)):
+    for p in order:
         ps = ses.p_set[p]
-        if ps is not None and init[p] in ACTIVE:
-            base[id(ps)] = base.get(id(ps), 0) + 1
+        if ps is not None and id(ps) not in base:
+            base[id(ps)] = sum(1 for q in ps.pods if init[q] in ACTIVE)
     bound_jobs: dict[int, int] = {}
     for p in order:
         if init[p] != PENDING or st[p] not in (ALLOCATED, PIPELINED):
@@ -107,6 +111,8 @@ def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
     if job.invalid is not None:
         reason, msg = job.invalid
         return JobStatus(job.key, False, reason, msg)
+    if job.version == 0 and job.n_pend == 0 and job.fail_reason is None and job.n_active > 0 and job.min_satisfied():
+        return _RUNNING_STATUS(job.key)  # untouched running job: the common case, kept cheap
     pending = sum(1 for p in job.pods if st[p] == PENDING)
     evicted = sum(1 for p in job.pods if st[p] == EVICTED)
     pipelined = sum(1 for p in job.pods if st[p] == PIPELINED)
