@@ -12,7 +12,7 @@ from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import ACTIVE, ALLOCATED, EVICTED, OP_ALLOC, PENDING, PIPELINED, JobInfo, Session
 
 
-def _RUNNING_STATUS(key: str) -> JobStatus:  # noqa: N802
+def _running_status(key: str) -> JobStatus:
     return JobStatus(key, True, Reason.SCHEDULED, "running", {"bound": 0})
 
 
@@ -112,7 +112,7 @@ def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
         reason, msg = job.invalid
         return JobStatus(job.key, False, reason, msg)
     if job.version == 0 and job.n_pend == 0 and job.fail_reason is None and job.n_active > 0 and job.min_satisfied():
-        return _RUNNING_STATUS(job.key)  # untouched running job: the common case, kept cheap
+        return _running_status(job.key)  # untouched running job: the common case, kept cheap
     pending = sum(1 for p in job.pods if st[p] == PENDING)
     evicted = sum(1 for p in job.pods if st[p] == EVICTED)
     pipelined = sum(1 for p in job.pods if st[p] == PIPELINED)

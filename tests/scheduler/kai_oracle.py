@@ -125,8 +125,10 @@ def ensure_oracle() -> Path:
     attempts: list[tuple[str, str, Path | None]] = [(m, v, None) for m, v in CANDIDATES]
     src = os.environ.get("KAI_SCHEDULER_SRC")
     if src:
-        mod_line = next((ln for ln in (Path(src) / "go.mod").read_text().splitlines() if ln.startswith("module ")),
-                        "module github.com/kai-scheduler/KAI-scheduler")
+        mod_line = next(
+            (ln for ln in (Path(src) / "go.mod").read_text().splitlines() if ln.startswith("module ")),
+            "module github.com/kai-scheduler/KAI-scheduler",
+        )
         attempts.append((mod_line.split()[1], "v0.0.0-local", Path(src).resolve()))
     for module, version, local in attempts:
         tag = "local" if local is not None else version

@@ -21,9 +21,11 @@ RES = ("gpu", "cpu", "memory")
 
 def random_tree(rnd: random.Random) -> tuple[list[float], list[dict[str, object]]]:
     """A queue forest of depth <= 3 with quotas, limits, weights, priorities, requests and creation times."""
-    total = [float(rnd.choice([0, 7, 16, 100, 1000, rnd.randint(1, 300)])),
-             float(rnd.choice([0, 64000, rnd.randint(1, 500000)])),
-             float(rnd.choice([0, 512e9, float(rnd.randint(1, 10**12))]))]
+    total = [
+        float(rnd.choice([0, 7, 16, 100, 1000, rnd.randint(1, 300)])),
+        float(rnd.choice([0, 64000, rnd.randint(1, 500000)])),
+        float(rnd.choice([0, 512e9, float(rnd.randint(1, 10**12))])),
+    ]
     queues: list[dict[str, object]] = []
     n = rnd.randint(1, 12)
     for i in range(n):
@@ -46,12 +48,17 @@ def random_tree(rnd: random.Random) -> tuple[list[float], list[dict[str, object]
                 "overQuotaWeight": weight,
                 "request": request * scale,
             }
-        queues.append({
-            "uid": f"q{i:02d}", "name": f"q{i:02d}", "parentQueue": parent, "depth": depth,
-            "priority": rnd.choice([100, 100, 50, 200]),
-            "created": rnd.choice([0, 10, 10, 20, 30]),
-            "resourceShare": share,
-        })
+        queues.append(
+            {
+                "uid": f"q{i:02d}",
+                "name": f"q{i:02d}",
+                "parentQueue": parent,
+                "depth": depth,
+                "priority": rnd.choice([100, 100, 50, 200]),
+                "created": rnd.choice([0, 10, 10, 20, 30]),
+                "resourceShare": share,
+            }
+        )
     # requests are summed up the tree, as the proportion plugin does
     for q in sorted(queues, key=lambda q: -int(str(q["depth"]))):
         if q["parentQueue"]:
@@ -66,7 +73,9 @@ def ours(total: list[float], queues: list[dict[str, object]]) -> dict[str, list[
     for q in queues:
         rs = q["resourceShare"]
         shares[str(q["uid"])] = ShareQueue(
-            uid=str(q["uid"]), priority=int(str(q["priority"])), created_at=float(str(q["created"])),
+            uid=str(q["uid"]),
+            priority=int(str(q["priority"])),
+            created_at=float(str(q["created"])),
             deserved=[rs[r]["deserved"] for r in RES],  # type: ignore[index]
             max_allowed=[rs[r]["maxAllowed"] for r in RES],  # type: ignore[index]
             weight=[rs[r]["overQuotaWeight"] for r in RES],  # type: ignore[index]
@@ -88,8 +97,17 @@ def to_oracle(total: list[float], queues: list[dict[str, object]]) -> dict[str, 
     for q in queues:
         children = [c["uid"] for c in queues if c["parentQueue"] == q["uid"]]
         ts = datetime.fromtimestamp(1_700_000_000 + int(str(q["created"])), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        out.append({"uid": q["uid"], "name": q["name"], "parentQueue": q["parentQueue"], "childQueues": children,
-                    "creationTimestamp": ts, "priority": q["priority"], "resourceShare": q["resourceShare"]})
+        out.append(
+            {
+                "uid": q["uid"],
+                "name": q["name"],
+                "parentQueue": q["parentQueue"],
+                "childQueues": children,
+                "creationTimestamp": ts,
+                "priority": q["priority"],
+                "resourceShare": q["resourceShare"],
+            }
+        )
     return {"total": dict(zip(("GPU", "CPU", "Memory"), total, strict=True)), "kValue": 1.0, "queues": out}
 
 
