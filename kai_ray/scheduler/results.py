@@ -119,13 +119,10 @@ def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
     satisfied = job.min_satisfied()
     if evicted and not satisfied:
         e = next(ses.evict_info[p] for p in job.pods if st[p] == EVICTED)
-        return JobStatus(
-            job.key,
-            False,
-            e.reason,
-            f"evicted: {e.message}",
-            {"action": e.action.value, "preemptor": e.preemptor, "evictedPods": evicted},
-        )
+        details: dict[str, object] = {"action": e.action.value, "preemptor": e.preemptor, "evictedPods": evicted}
+        if job.stale_since is not None:
+            details["staleSince"] = job.stale_since
+        return JobStatus(job.key, False, e.reason, f"evicted: {e.message}", details)
     if satisfied and job.n_active > 0:
         if pipelined:
             return JobStatus(
@@ -149,6 +146,18 @@ def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
         if evicted:
             msg += f"; {evicted} surplus pods evicted"
         return JobStatus(job.key, True, Reason.SCHEDULED, msg, {"bound": bound})
+    if job.stale_since is not None and job.n_active > 0:
+        grace = job.spec.staleness_grace
+        if grace is None:
+            grace = ses.cfg.default_staleness_grace
+        when = "never (stale-gang eviction disabled)" if grace < 0 else f"at {job.stale_since + grace:g}"
+        return JobStatus(
+            job.key,
+            False,
+            Reason.STALE_GANG,
+            f"running below its gang minimum since {job.stale_since:g}; evicted whole {when}",
+            {"staleSince": job.stale_since, "gracePeriodSeconds": grace},
+        )
     if not job.ready:
         return JobStatus(
             job.key, False, Reason.NOT_READY, "fewer schedulable (non-gated) pods exist than the gang minimum requires"
