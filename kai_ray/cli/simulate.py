@@ -186,9 +186,9 @@ def bench_replay(
         raise CliError("--nodes and --pods must be at least 1")
     with tempfile.TemporaryDirectory(prefix="kai-ray-replay-") as tmp:
         nodes_csv, pods_csv = write_trace(tmp, nodes, pods, seed)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res, extra = run_trace("alibaba-v2023", str(nodes_csv), str(pods_csv), None, None, 1.0, progress=not as_json)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     m = compute_metrics(res)
     out = {
         "nodes": nodes,
@@ -199,6 +199,7 @@ def bench_replay(
         "cycles": res.cycles,
         "core_seconds": round(res.cycle_seconds, 3),
         "replay_seconds": round(wall, 3),
+        "replay_cpu_seconds": round(cpu, 3),  # on a shared machine, CPU time is the steadier number
         "target_seconds": 60,
         "gpu_allocation_rate": m["gpu_allocation_rate"],
         "gpu_fragmentation": m["gpu_fragmentation"],
@@ -208,6 +209,6 @@ def bench_replay(
     else:
         verdict = "within" if wall < 60 else "OVER"
         typer.echo(
-            f"replay of {out['replayed']} pods on {nodes} nodes: {wall:.1f} s ({verdict} the 60 s target); "
-            f"{res.cycles} cycles, {res.cycle_seconds:.1f} s inside the scheduler core"
+            f"replay of {out['replayed']} pods on {nodes} nodes: {wall:.1f} s wall, {cpu:.1f} s CPU ({verdict} the "
+            f"60 s target); {res.cycles} cycles, {res.cycle_seconds:.1f} s inside the scheduler core"
         )
