@@ -2,14 +2,18 @@
 
 A job that still has pods to place after a successful step (elastic growth beyond its minimum) goes back into the
 order, so growth happens one pod at a time, interleaved with other jobs and queues, as in KAI.
+
+Placement only consumes resources during this action, so a step that failed to fit fails again for any job of the
+same shape later in the action; such jobs reuse the first failure's explanation instead of searching again (per
+queue for quota and limit failures).
 """
 
 from __future__ import annotations
 
-from kai_ray.scheduler.allocation import allocate_job
-from kai_ray.scheduler.gang import has_tasks_to_allocate
+from kai_ray.scheduler.allocation import FIT_REASONS, allocate_job, gang_shape
+from kai_ray.scheduler.gang import has_tasks_to_allocate, tasks_to_allocate
 from kai_ray.scheduler.ordering import JobsOrderByQueues
-from kai_ray.scheduler.session import Session
+from kai_ray.scheduler.session import JobInfo, Session
 
 
 def allocate_action(ses: Session) -> None:
@@ -21,14 +25,20 @@ def allocate_action(ses: Session) -> None:
             continue
         order.push(job)
     attempts = 0
+    failed: dict[object, JobInfo] = {}
     while not order.empty():
         nxt = order.pop()
         if nxt is None:
             break
         job = nxt
+        job.touched = True
+        shape = gang_shape(ses, job, tasks_to_allocate(ses, job))
+        rep = failed.get(shape) or failed.get((job.queue, job.preemptible, shape))
+        if rep is not None and rep.fail_reason is not None:
+            job.fail(rep.fail_reason, f"{rep.fail_message} (as for {rep.key}, same shape)", dict(rep.fail_details))
+            continue
         attempts += 1
         cp = ses.checkpoint()
-        job.touched = True
         ok, _ = allocate_job(ses, job)
         if ok:
             job.fail_reason = None
@@ -36,4 +46,8 @@ def allocate_action(ses: Session) -> None:
                 order.push(job)
         else:
             ses.rollback(cp)
+            if job.fail_reason in FIT_REASONS:
+                failed[shape] = job
+            elif job.fail_reason is not None:
+                failed[(job.queue, job.preemptible, shape)] = job
     ses.stats["allocate_attempts"] = ses.stats.get("allocate_attempts", 0) + attempts

@@ -31,6 +31,28 @@ class Failure:
     details: dict[str, Any]
 
 
+def gang_shape(ses: Session, job: JobInfo, tasks: list[int]) -> tuple[object, ...]:
+    """What decides whether a step can be placed, without the job's identity: two jobs of the same shape fit or
+    fail alike on the same cluster state (KAI's scheduling signatures serve the same purpose)."""
+    pods = ses.pods
+    return (
+        job.spec.topology,
+        tuple(
+            (
+                ses.p_req[p],
+                ses.p_frac[p],
+                ses.p_gpumem[p],
+                signature(pods[p]),
+                ses.p_set[p].topology if ses.p_set[p] is not None else None,
+            )  # type: ignore[union-attr]
+            for p in tasks
+        ),
+    )
+
+
+FIT_REASONS = (Reason.GANG_DOES_NOT_FIT, Reason.NEVER_FITS, Reason.TOPOLOGY)
+
+
 def quota_request(ses: Session, tasks: list[int]) -> tuple[float, float, float]:
     """What the tasks charge against limits and quotas (gpu-memory pods as a fraction of the LARGEST GPU, as KAI)."""
     g = c = m = 0.0

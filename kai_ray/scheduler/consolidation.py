@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kai_ray.scheduler.allocation import _choose_group, _choose_node, _fit_mask, quota_request
+from kai_ray.scheduler.allocation import _choose_group, _choose_node, _fit_mask, gang_shape, quota_request
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.pending import pending_jobs_in_order, record_eviction_failure
@@ -23,8 +23,16 @@ def consolidation_action(ses: Session) -> None:
     cfg = ses.cfg
     if cfg.placement_gpu == "spread" or cfg.placement_cpu == "spread" or cfg.max_consolidation_preemptees == 0:
         return
+    failed: dict[object, JobInfo] = {}
     for job in pending_jobs_in_order(ses, Action.CONSOLIDATION, preemptible_only=True):
-        consolidate_for(ses, job)
+        key = gang_shape(ses, job, tasks_to_allocate(ses, job))
+        rep = failed.get(key)
+        if rep is not None:
+            why = rep.fail_details.get("consolidation", "cannot repack")
+            record_eviction_failure(job, "consolidation", f"{why} (as for {rep.key}, same shape)")
+            continue
+        if not consolidate_for(ses, job):
+            failed[key] = job
 
 
 def _reserve_elsewhere(ses: Session, p: int) -> bool:

@@ -7,7 +7,7 @@ non-preemptible preemptor must also fit its queue's quota. Jobs still inside the
 
 from __future__ import annotations
 
-from kai_ray.scheduler.allocation import capacity_failure
+from kai_ray.scheduler.allocation import capacity_failure, gang_shape
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.minruntime import preempt_min_runtime, protected
@@ -17,11 +17,24 @@ from kai_ray.scheduler.victims import Solver, build_units
 
 
 def preempt_action(ses: Session) -> None:
+    by_queue: dict[int, list[JobInfo]] = {}
+    for v in ses.jobs:
+        if v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0:
+            by_queue.setdefault(v.queue, []).append(v)
+    failed: dict[object, JobInfo] = {}
     for job in pending_jobs_in_order(ses, Action.PREEMPT):
-        preempt_for(ses, job)
+        tasks = tasks_to_allocate(ses, job)
+        key = (job.queue, job.priority, job.preemptible, gang_shape(ses, job, tasks))
+        rep = failed.get(key)
+        if rep is not None:
+            why = rep.fail_details.get("preempt", "no victims")
+            record_eviction_failure(job, "preempt", f"{why} (as for {rep.key}, same shape)")
+            continue
+        if not preempt_for(ses, job, by_queue.get(job.queue, [])):
+            failed[key] = job
 
 
-def preempt_for(ses: Session, job: JobInfo) -> bool:
+def preempt_for(ses: Session, job: JobInfo, candidates: list[JobInfo] | None = None) -> bool:
     tasks = tasks_to_allocate(ses, job)
     if not tasks:
         return False
@@ -32,7 +45,7 @@ def preempt_for(ses: Session, job: JobInfo) -> bool:
             return False
     victims: list[JobInfo] = []
     surplus_only: set[int] = set()
-    for v in ses.jobs:
+    for v in ses.jobs if candidates is None else candidates:
         if v.queue != job.queue or v.idx == job.idx or not v.preemptible or v.priority >= job.priority:
             continue
         if v.n_active == 0 or v.invalid is not None:

@@ -8,7 +8,7 @@ The chosen set must pass :func:`reclaimable.validate` (KAI's strategies and the 
 
 from __future__ import annotations
 
-from kai_ray.scheduler.allocation import quota_request
+from kai_ray.scheduler.allocation import gang_shape, quota_request
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.minruntime import protected, reclaim_min_runtime
@@ -27,11 +27,21 @@ def victim_chunks(ses: Session, u: Unit) -> list[tuple[float, float, float]]:
 
 
 def reclaim_action(ses: Session) -> None:
+    active = [v for v in ses.jobs if v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0]
+    failed: dict[object, JobInfo] = {}
     for job in pending_jobs_in_order(ses, Action.RECLAIM):
-        reclaim_for(ses, job)
+        tasks = tasks_to_allocate(ses, job)
+        key = (job.queue, job.preemptible, gang_shape(ses, job, tasks))
+        rep = failed.get(key)
+        if rep is not None:
+            why = rep.fail_details.get("reclaim", "no victims")
+            record_eviction_failure(job, "reclaim", f"{why} (as for {rep.key}, same shape)")
+            continue
+        if not reclaim_for(ses, job, active):
+            failed[key] = job
 
 
-def reclaim_for(ses: Session, job: JobInfo) -> bool:
+def reclaim_for(ses: Session, job: JobInfo, candidates: list[JobInfo] | None = None) -> bool:
     tasks = tasks_to_allocate(ses, job)
     if not tasks:
         return False
@@ -45,7 +55,7 @@ def reclaim_for(ses: Session, job: JobInfo) -> bool:
     victims: list[JobInfo] = []
     surplus_only: set[int] = set()
     allowed: dict[int, bool] = {}
-    for v in ses.jobs:
+    for v in ses.jobs if candidates is None else candidates:
         if v.queue < 0 or v.queue == job.queue or not v.preemptible or v.n_active == 0 or v.invalid is not None:
             continue
         ok = allowed.get(v.queue)
