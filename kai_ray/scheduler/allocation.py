@@ -35,16 +35,11 @@ def gang_shape(ses: Session, job: JobInfo, tasks: list[int]) -> tuple[object, ..
     """What decides whether a step can be placed, without the job's identity: two jobs of the same shape fit or
     fail alike on the same cluster state (KAI's scheduling signatures serve the same purpose)."""
     pods = ses.pods
+    sets = ses.p_set
     return (
         job.spec.topology,
         tuple(
-            (
-                ses.p_req[p],
-                ses.p_frac[p],
-                ses.p_gpumem[p],
-                signature(pods[p]),
-                ses.p_set[p].topology if ses.p_set[p] is not None else None,
-            )  # type: ignore[union-attr]
+            (ses.p_req[p], ses.p_frac[p], ses.p_gpumem[p], signature(pods[p]), getattr(sets[p], "topology", None))
             for p in tasks
         ),
     )
