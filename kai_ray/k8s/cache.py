@@ -101,6 +101,7 @@ class PodEntry:
     request: s.Resources
     spod: s.Pod | None  # set for our grouped pods
     sig: tuple[Any, ...]
+    job_key: str | None = None  # "<namespace>/<pod-group-name>" for our grouped pods
     created: float = 0.0
     raw: tuple[Any, ...] = ()  # the parts of the object the entry was built from
 
@@ -146,6 +147,7 @@ class SnapshotView:
     invalid_jobs: dict[str, list[str]] = field(default_factory=dict)  # PodGroup key -> field errors
     invalid_queues: dict[str, list[str]] = field(default_factory=dict)
     active_before: dict[str, int] = field(default_factory=dict)  # job key -> active pods at snapshot time
+    pending: int = 0  # pods of scheduled PodGroups waiting for a node
 
 
 class SchedulerCache:
@@ -165,6 +167,12 @@ class SchedulerCache:
         self.evicting: dict[str, float] = {}
         self.changes = 0
         self.namespaces = set(config.namespaces)
+        # incremental snapshot state: members per job, built jobs, foreign usage per node
+        self.members: dict[str, dict[str, PodEntry]] = {}
+        self.by_uid: dict[str, PodEntry] = {}
+        self.foreign: dict[str, list[float]] = {}
+        self._jobs: dict[str, tuple[s.Job, s.Job, int, int]] = {}  # key -> (job, template used, active, pending)
+        self._dirty: set[str] = set()
 
     def _changed(self) -> None:
         self.changes += 1
@@ -207,6 +215,7 @@ class SchedulerCache:
             old = self.pods.get(key)
             if kind == DELETE:
                 if old is not None:
+                    self._unindex(old)
                     del self.pods[key]
                     self.uid_to_key.pop(old.uid, None)
                     self.assumed.pop(key, None)
@@ -218,12 +227,15 @@ class SchedulerCache:
                 return  # e.g. the kubelet (KWOK) reporting Running: nothing the core reads changed
             entry = self._pod_entry(key, obj)
             entry.raw = raw
-            if old is not None and old.uid != entry.uid:
-                self.uid_to_key.pop(old.uid, None)
-                self.assumed.pop(key, None)
-                self.evicting.pop(key, None)
+            if old is not None:
+                self._unindex(old)
+                if old.uid != entry.uid:
+                    self.uid_to_key.pop(old.uid, None)
+                    self.assumed.pop(key, None)
+                    self.evicting.pop(key, None)
             self.pods[key] = entry
             self.uid_to_key[entry.uid] = key
+            self._index(entry)
             relevant = old is None or old.sig != entry.sig
             a = self.assumed.get(key)
             if a is not None and (entry.node or entry.terminal or a.uid != entry.uid):
@@ -234,6 +246,44 @@ class SchedulerCache:
                 self.evicting.pop(key, None)
             if relevant:
                 self._changed()
+
+    def _index(self, p: PodEntry) -> None:
+        if p.job_key is not None:
+            self.members.setdefault(p.job_key, {})[p.key] = p
+            if p.spod is not None:
+                self.by_uid[p.spod.uid] = p
+            self._dirty.add(p.job_key)
+        elif p.node and not p.terminal:
+            u = self.foreign.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
+            u[0] += p.request.gpu
+            u[1] += p.request.cpu
+            u[2] += p.request.memory
+            u[3] += 1
+
+    def _unindex(self, p: PodEntry) -> None:
+        if p.job_key is not None:
+            group = self.members.get(p.job_key)
+            if group is not None:
+                group.pop(p.key, None)
+                if not group:
+                    del self.members[p.job_key]
+            if p.spod is not None and self.by_uid.get(p.spod.uid) is p:
+                del self.by_uid[p.spod.uid]
+            self._dirty.add(p.job_key)
+        elif p.node and not p.terminal:
+            u = self.foreign.get(p.node)
+            if u is not None:
+                u[0] -= p.request.gpu
+                u[1] -= p.request.cpu
+                u[2] -= p.request.memory
+                u[3] -= 1
+                if u[3] <= 0:
+                    del self.foreign[p.node]
+
+    def _touch(self, key: str) -> None:
+        entry = self.pods.get(key)
+        if entry is not None and entry.job_key is not None:
+            self._dirty.add(entry.job_key)
 
     def _pod_entry(self, key: str, obj: dict[str, Any]) -> PodEntry:
         meta = obj.get("metadata") or {}
@@ -285,6 +335,7 @@ class SchedulerCache:
             spod=spod,
             sig=sig,
             created=parse_time(meta.get("creationTimestamp")) or 0.0,
+            job_key=f"{ns}/{group}" if ours and group and spod is not None else None,
         )
 
     def on_podgroup(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -325,6 +376,7 @@ class SchedulerCache:
             except ManifestError as exc:
                 entry.errors = [str(exc)]
             self.pgs[key] = entry
+            self._dirty.add(key)
             self._changed()
 
     def on_queue(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -362,7 +414,13 @@ class SchedulerCache:
             if entry is None or entry.uid != uid or entry.node or key in self.assumed:
                 return False
             self.assumed[key] = Assumed(node, uid, time.monotonic() + ASSUME_TTL)
+            self._touch(key)
             return True
+
+    def assume_many(self, binds: list[tuple[str, str, str]]) -> list[bool]:
+        """``assume`` for a cycle's (key, uid, node) bindings under one lock."""
+        with self.lock:
+            return [self.assume(key, uid, node) for key, uid, node in binds]
 
     def forget(self, key: str, uid: str) -> None:
         """A binding failed: the pod is pending again."""
@@ -370,6 +428,7 @@ class SchedulerCache:
             a = self.assumed.get(key)
             if a is not None and a.uid == uid:
                 del self.assumed[key]
+                self._touch(key)
                 self._changed()
 
     def mark_evicting(self, key: str, uid: str) -> bool:
@@ -378,11 +437,13 @@ class SchedulerCache:
             if entry is None or entry.uid != uid or entry.deleting or key in self.evicting:
                 return False
             self.evicting[key] = time.monotonic() + EVICT_TTL
+            self._touch(key)
             return True
 
     def unmark_evicting(self, key: str) -> None:
         with self.lock:
             if self.evicting.pop(key, None) is not None:
+                self._touch(key)
                 self._changed()
 
     def inflight(self) -> int:
@@ -406,17 +467,53 @@ class SchedulerCache:
             pg.pc_generation = self.pc_generation
         return pg.template
 
+    def clear_overlays(self) -> None:
+        with self.lock:
+            for key in list(self.assumed) + list(self.evicting):
+                self._touch(key)
+            self.assumed.clear()
+            self.evicting.clear()
+
+    def _build_job(self, key: str, tmpl: s.Job) -> tuple[s.Job, s.Job, int, int]:
+        job = copy.copy(tmpl)
+        pods: list[s.Pod] = []
+        active = pending = 0
+        for pkey, p in (self.members.get(key) or {}).items():
+            spod = p.spod
+            if spod is None:
+                continue
+            a = self.assumed.get(pkey)
+            if a is not None and a.uid == p.uid:
+                spod = replace(spod, phase=s.PodPhase.RUNNING, node=a.node)
+            if pkey in self.evicting and spod.phase is s.PodPhase.RUNNING:
+                spod = replace(spod, phase=s.PodPhase.RELEASING)
+            pods.append(spod)
+            if spod.phase is s.PodPhase.RUNNING:
+                active += 1
+            elif spod.phase is s.PodPhase.PENDING:
+                pending += 1
+        job.pods = pods
+        return job, tmpl, active, pending
+
     def build(self, config: s.SchedulerConfig, now: float | None = None) -> SnapshotView:
-        """Assemble the core's Snapshot from the cache (under the lock; O(objects), no parsing)."""
+        """Assemble the core's Snapshot. Incremental: only jobs whose pods, PodGroup or overlays changed since the
+        last build are rebuilt; the core never mutates a snapshot, so unchanged jobs are shared between cycles."""
         mono = time.monotonic()
         with self.lock:
             for key in [k for k, a in self.assumed.items() if a.until < mono]:
                 log.warning("binding of %s not confirmed in %.0fs; treating it as pending again", key, ASSUME_TTL)
                 del self.assumed[key]
+                self._touch(key)
             for key in [k for k, until in self.evicting.items() if until < mono]:
                 del self.evicting[key]
-            jobs: dict[str, s.Job] = {}
+                self._touch(key)
+            dirty = self._dirty
+            self._dirty = set()
+            jobs: list[s.Job] = []
             invalid: dict[str, list[str]] = {}
+            active: dict[str, int] = {}
+            pending = 0
+            valid: set[str] = set()
             for key, pg in self.pgs.items():
                 if not self.schedulable_namespace(pg.namespace):
                     continue
@@ -424,31 +521,27 @@ class SchedulerCache:
                 if tmpl is None:
                     invalid[key] = pg.errors
                     continue
-                job = copy.copy(tmpl)
-                job.pods = []
-                jobs[key] = job
-            used: dict[str, list[float]] = {}
-            by_uid: dict[str, PodEntry] = {}
-            active: dict[str, int] = {}
-            for key, p in self.pods.items():
-                owner = jobs.get(f"{p.namespace}/{p.group}") if p.ours and p.group else None
-                if owner is not None and p.spod is not None:
-                    spod = p.spod
-                    a = self.assumed.get(key)
-                    if a is not None and a.uid == p.uid:
-                        spod = replace(spod, phase=s.PodPhase.RUNNING, node=a.node)
-                    if key in self.evicting and spod.phase is s.PodPhase.RUNNING:
-                        spod = replace(spod, phase=s.PodPhase.RELEASING)
-                    owner.pods.append(spod)
-                    by_uid[spod.uid] = p
-                    if spod.phase is s.PodPhase.RUNNING:
-                        active[owner.key] = active.get(owner.key, 0) + 1
-                elif p.node and not p.terminal:
-                    u = used.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
-                    u[0] += p.request.gpu
-                    u[1] += p.request.cpu
-                    u[2] += p.request.memory
-                    u[3] += 1
+                valid.add(key)
+                built = self._jobs.get(key)
+                if built is None or key in dirty or built[1] is not tmpl:
+                    built = self._jobs[key] = self._build_job(key, tmpl)
+                jobs.append(built[0])
+                if built[2]:
+                    active[key] = built[2]
+                pending += built[3]
+            for key in [k for k in self._jobs if k not in valid]:
+                del self._jobs[key]
+            used = {node: list(u) for node, u in self.foreign.items()}
+            for key, group in self.members.items():
+                if key in valid:
+                    continue
+                for p in group.values():  # ours, but its PodGroup is missing or invalid: it still holds its node
+                    if p.node and not p.terminal:
+                        u = used.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
+                        u[0] += p.request.gpu
+                        u[1] += p.request.cpu
+                        u[2] += p.request.memory
+                        u[3] += 1
             nodes = []
             for name, node in self.nodes.items():
                 usage = used.get(name)
@@ -466,14 +559,15 @@ class SchedulerCache:
                     queues.append(q.queue)
                 else:
                     bad_queues[name] = q.errors
+            by_uid = dict(self.by_uid)
         snap = s.Snapshot(
             nodes=sorted(nodes, key=lambda n: n.name),
             queues=queues,
-            jobs=list(jobs.values()),
+            jobs=jobs,
             now=time.time() if now is None else now,
             config=config,
         )
-        return SnapshotView(snap, by_uid, invalid, bad_queues, active)
+        return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending)
 
 
 def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:

@@ -34,6 +34,12 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.phase_seconds = Counter(
+            f"{p}_scheduler_phase_seconds",
+            "Cycle time by phase (snapshot, core, dispatch, report)",
+            ["phase"],
+            registry=r,
+        )
         self.binds = Counter(f"{p}_binds", "Binding requests by result", ["result"], registry=r)
         self.evictions = Counter(
             f"{p}_evictions", "Eviction requests by action and result", ["action", "result"], registry=r
