@@ -149,6 +149,11 @@ def _all_active(ses: Session, m: Member) -> list[int]:
     return out
 
 
+def _holds_head(ses: Session, m: Member) -> bool:
+    st = ses.p_status
+    return any(ses.pods[p].is_ray_head and st[p] in ACTIVE for ps in m.podsets() for p in ps.pods)
+
+
 def _elastic_from_set(ses: Session, sgs: SubGroupSet) -> list[int]:
     n_sat = sgs.n_satisfied_members()
     if n_sat == 0:
@@ -166,7 +171,8 @@ def _elastic_from_set(ses: Session, sgs: SubGroupSet) -> list[int]:
             if tasks:
                 return tasks
     if sgs.k() < n_sat:
-        for m in members:
+        # a surplus subgroup holding the Ray head goes last (KAI would pick by name; the head is the cluster)
+        for m in sorted(members, key=lambda m: _holds_head(ses, m)):
             if m.satisfied():
                 tasks = _all_active(ses, m)
                 if tasks:
