@@ -156,7 +156,7 @@ def read_pods(path: str | Path, limit: int | None = None) -> tuple[list[TracePod
     skipped: dict[str, int] = {}
     seen: set[str] = set()
     for line, row in _rows(path, POD_COLUMNS):
-        if limit is not None and len(pods) >= limit:
+        if limit is not None and line - 1 > limit:  # the first ``limit`` rows, skipped ones included
             break
         name = (row.get("name") or "").strip()
         if not name:
