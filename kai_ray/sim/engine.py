@@ -44,6 +44,7 @@ class EngineOptions:
     until: float | None = None
     record_bind_events: bool = True
     max_findings: int = 50
+    max_cycles: int = 1_000_000  # a bound on the loop: a scheduler that never settles stops the run with an error
 
 
 @dataclass
@@ -210,6 +211,9 @@ class Engine:
         while self._heap:
             t = self._heap[0][0]
             if until is not None and t > until:
+                break
+            if self.cycles >= self.opt.max_cycles:
+                self.errors.append(f"t={t:g}: stopped after {self.cycles} scheduling cycles (max_cycles)")
                 break
             self._integrate(t)
             self.now = t

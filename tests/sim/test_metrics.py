@@ -117,3 +117,11 @@ def test_nearest_rank_percentile() -> None:
     assert nearest_rank(values, 0.99) == 198.0
     assert nearest_rank([5.0], 0.99) == 5.0
     assert nearest_rank([], 0.99) is None
+
+
+def test_the_loop_is_bounded() -> None:
+    eng = _engine(max_cycles=1)
+    eng.add(_wl("a", 0, 100, 4))
+    eng.add(_wl("b", 10, 50, 2))
+    res = eng.run()
+    assert res.cycles == 1 and res.errors == ["t=10: stopped after 1 scheduling cycles (max_cycles)"]
