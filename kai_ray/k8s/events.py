@@ -8,9 +8,9 @@ Event writes are the lowest-priority work of the operator: they never delay a bi
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
@@ -81,7 +81,7 @@ class EventRecorder:
                 name, ns = entry["name"], entry["namespace"]
             else:
                 ns = ref.get("namespace") or "default"
-                name = f"{ref.get('name', 'object')[:200]}.{uuid.uuid4().hex[:16]}"
+                name = f"{ref.get('name', 'object')[:200]}.{random.getrandbits(64):016x}"
                 self._seen[key] = {"count": 1, "written_at": now, "name": name, "namespace": ns}
                 while len(self._seen) > self.max_tracked:
                     self._seen.popitem(last=False)

@@ -304,8 +304,8 @@ class SchedulerOperator:
             work.append((f"bind/{p.key}", partial(self._bind, p, node)))
         self._last_bind_dispatch = time.monotonic()
         self.binder.submit_many(work, priority=BIND_PRIORITY)
-        for job in started:
-            self._annotate_pg(job, {c.LAST_START: _iso()})
+        stamp = {c.LAST_START: _iso()}
+        self.writer.submit_many([self._annotation_work(job, stamp) for job in started], priority=STATUS_PRIORITY)
 
     def _bind(self, p: PodEntry, node: str) -> None:
         if not self._leading.is_set():
@@ -387,6 +387,10 @@ class SchedulerOperator:
     # --- status and Events --------------------------------------------------------------------------------------
 
     def _annotate_pg(self, job: str, annotations: dict[str, str]) -> None:
+        key, work = self._annotation_work(job, annotations)
+        self.writer.submit(key, work, priority=STATUS_PRIORITY)
+
+    def _annotation_work(self, job: str, annotations: dict[str, str]) -> tuple[str, Callable[[], None]]:
         ns, _, name = job.partition("/")
 
         def work() -> None:
@@ -396,7 +400,7 @@ class SchedulerOperator:
                 if not exc.not_found:
                     log.info("annotate PodGroup %s: %s", job, exc)
 
-        self.writer.submit(f"pgmeta/{job}/{','.join(annotations)}", work, priority=STATUS_PRIORITY)
+        return f"pgmeta/{job}/{','.join(annotations)}", work
 
     def _write_pg_status(self, job: str, status: dict[str, Any]) -> None:
         ns, _, name = job.partition("/")
