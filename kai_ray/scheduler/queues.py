@@ -58,8 +58,10 @@ class QueueTree:
 def _clean(values: list[float], name: str, fld: str, floor_value: float, findings: list[Finding]) -> list[float]:
     out = []
     for res, v in zip(RES_NAMES, values, strict=True):
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            findings.append(Finding("Queue", name, f"{fld}.{res}", f"{fld}.{res} is not a number; using {floor_value}"))
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            findings.append(
+                Finding("Queue", name, f"{fld}.{res}", f"{fld}.{res} is not a finite number; using {floor_value}")
+            )
             out.append(floor_value)
         elif v < 0 and v != UNLIMITED:
             findings.append(
@@ -116,9 +118,12 @@ def build_queue_tree(queues: list[Queue]) -> QueueTree:
         q = raw[name]
         quota = _clean(res_list(q.quota), name, "quota", 0.0, findings)
         limit = _clean(res_list(q.limit), name, "limit", 0.0, findings)
-        weight = [max(0.0, w) if not math.isnan(w) else 0.0 for w in res_list(q.over_quota_weight)]
-        if any(w < 0 for w in res_list(q.over_quota_weight)):
-            findings.append(Finding("Queue", name, "overQuotaWeight", "negative overQuotaWeight; using 0"))
+        raw_w = res_list(q.over_quota_weight)
+        weight = [w if 0 <= w < math.inf else 0.0 for w in raw_w]
+        if weight != raw_w:
+            findings.append(
+                Finding("Queue", name, "overQuotaWeight", "negative or non-finite overQuotaWeight; using 0")
+            )
         by_name[name] = len(nodes)
         nodes.append(
             QueueNode(

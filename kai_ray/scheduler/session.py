@@ -227,9 +227,11 @@ class Session:
         for i, n in enumerate(self.nodes):
             a = n.allocatable
             vals = (a.gpu, a.cpu, a.memory)
-            if any(v < 0 or math.isnan(v) for v in vals):
-                self.findings.append(Finding("Node", n.name, "allocatable", "negative allocatable treated as 0"))
-            alloc[:, i] = [max(0.0, v) if not math.isnan(v) else 0.0 for v in vals]
+            if not all(0 <= v < math.inf for v in vals):
+                self.findings.append(
+                    Finding("Node", n.name, "allocatable", "negative, infinite or NaN allocatable treated as 0")
+                )
+            alloc[:, i] = [v if 0 <= v < math.inf else 0.0 for v in vals]
         alloc[GPU] = np.floor(alloc[GPU] + EPS)
         self.alloc = alloc
         self.free = alloc.copy()  # alloc - everything on the node (bound, allocated, pipelined, releasing)
@@ -418,6 +420,10 @@ class Session:
         if not (g >= 0 and c >= 0 and m >= 0):  # also catches NaN
             findings.append(Finding("Pod", pod.uid, "resources", "negative request treated as 0"))
             g, c, m = (v if v >= 0 else 0.0 for v in (g, c, m))
+        if math.inf in (g, c, m):
+            findings.append(Finding("Pod", pod.uid, "resources", "infinite request; the pod is never scheduled"))
+            g, c, m = (0.0 if v == math.inf else v for v in (g, c, m))
+            ps = None
         frac = 0.0
         gpumem = 0.0
         if pod.gpu_fraction is not None:
@@ -581,6 +587,8 @@ class Session:
 
     def _release(self, p: int, sign: float = 1.0) -> None:
         node = self.p_node[p]
+        if node < 0:
+            return  # running on a node the snapshot does not know: nothing to account
         group = self.p_group[p]
         g, c, m = self.p_req[p]
         if group is not None:
@@ -645,12 +653,12 @@ class Session:
                 _, p, prev_status, prev_info = op
                 job = self.jobs[self.p_job[p]]
                 self._release(p, -1.0)
-                self.charge(job, self.p_req[p], 1.0)
                 self.p_status[p] = prev_status
                 ps = self.p_set[p]
-                assert ps is not None
-                ps.n_active += 1
-                job.n_active += 1
+                if ps is not None:  # pods outside the gang tree were never counted
+                    self.charge(job, self.p_req[p], 1.0)
+                    ps.n_active += 1
+                    job.n_active += 1
                 job.version += 1
                 if prev_info is None:
                     self.evict_info.pop(p, None)
@@ -680,11 +688,11 @@ class Session:
         prev = self.p_status[p]
         self.p_status[p] = EVICTED
         self._release(p)
-        self.charge(job, self.p_req[p], -1.0)
         ps = self.p_set[p]
-        assert ps is not None
-        ps.n_active -= 1
-        job.n_active -= 1
+        if ps is not None:  # pods outside the gang tree were never counted
+            self.charge(job, self.p_req[p], -1.0)
+            ps.n_active -= 1
+            job.n_active -= 1
         job.version += 1
         self.log.append((OP_EVICT, p, prev, self.evict_info.get(p)))
         self.evict_info[p] = info
