@@ -103,6 +103,12 @@ def clusters(draw: st.DrawFn) -> Snapshot:
                 max_member=draw(st.one_of(st.none(), st.integers(len(pods), len(pods) + 2))),
             )
         )
+    for f in range(draw(st.integers(0, 4))):  # pending fractional-GPU pods
+        frac = draw(st.sampled_from([0.25, 0.5, 0.75]))
+        pod = Pod(f"f{f}", f"f{f}", "ns", f"ns/f{f}", Resources(0, 500, GIB), gpu_fraction=frac)
+        jobs.append(
+            Job("ns", f"f{f}", f"q{draw(st.integers(0, n_q - 1))}", priority=50, pods=[pod], created_at=100.0 + f)
+        )
     cfg = SchedulerConfig(
         queue_priority_in_quota_reclaim=draw(st.booleans()), placement_gpu=draw(st.sampled_from(["binpack", "spread"]))
     )
@@ -149,6 +155,15 @@ def test_invariants(snap: Snapshot) -> None:
         u[0] += pods[b.pod].request.gpu
         u[1] += pods[b.pod].request.cpu
         u[2] += 1
+    shared: dict[tuple[str, str], float] = defaultdict(float)  # fractional pods per physical GPU
+    for b in res.binds:
+        frac = pods[b.pod].gpu_fraction
+        if frac is not None:
+            assert b.gpu_group, b
+            shared[(b.node, b.gpu_group)] += frac
+    for key, total in shared.items():
+        assert total <= 1.0 + 1e-9, (key, total)
+        used[key[0]][0] += 1.0  # a shared GPU occupies one whole device
     for n in snap.nodes:
         u = used[n.name]
         assert u[0] <= n.allocatable.gpu + 1e-9, (n.name, u)
