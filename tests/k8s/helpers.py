@@ -92,13 +92,21 @@ def podgroup_body(name: str, min_member: int, queue: str, priority: str = "train
 
 
 def make_gang(
-    kube: Kube, ns: str, name: str, pods: int, gpus: float, queue: str, priority: str = "train", **spec: Any
+    kube: Kube,
+    ns: str,
+    name: str,
+    pods: int,
+    gpus: float,
+    queue: str,
+    priority: str = "train",
+    labels: dict[str, str] | None = None,
+    **spec: Any,
 ) -> list[str]:
     """A bring-your-own PodGroup (minMember = pods) and its pods, annotated as the podgrouper would."""
     kube.create(podgroups_path(ns), podgroup_body(name, pods, queue, priority, **spec))
     names = [f"{name}-{i}" for i in range(pods)]
     for pod in names:
-        kube.create(pods_path(ns), pod_body(pod, gpus, group=name))
+        kube.create(pods_path(ns), pod_body(pod, gpus, group=name, labels=labels))
     return names
 
 

@@ -8,9 +8,14 @@ container runs). PodGroups here are written by the test, as a user bringing thei
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from kai_ray.cli import main
+from kai_ray.controlplane.harness import ControlPlane
 from kai_ray.k8s.explain import explain
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.scheduler import SchedulerOperator
@@ -27,6 +32,15 @@ from tests.k8s.helpers import (
 )
 
 NodePool = Callable[..., tuple[list[str], dict[str, str]]]
+
+
+def _cli(argv: list[str]) -> int:
+    """Run the ``kai-ray`` entry point in-process; its exit status."""
+    try:
+        main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
 
 
 def test_gang_binds_all_or_nothing(
@@ -88,7 +102,14 @@ def test_gang_binds_all_or_nothing(
 
 
 def test_gang_that_can_never_fit_reports_why(
-    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: NodePool,
+    run_scheduler: Any,
+    priority_classes: Any,
+    control_plane: ControlPlane,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, selector = node_pool(2, gpus=8)
     queues("dept")
@@ -108,6 +129,22 @@ def test_gang_that_can_never_fit_reports_why(
     wait_until("an Unschedulable Event naming NeverFits", lambda: events(kube, namespace, "huge", "Unschedulable"))
     text = explain(kube, namespace, pods[0])
     assert "NeverFits" in text and "huge" in text
+
+    # The same through the command line, and a one-line error for a name that does not exist.
+    kubeconfig = str(control_plane.kubeconfig_path)
+    assert _cli(["explain", pods[0], "-n", namespace, "--kubeconfig", kubeconfig]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pending: NeverFits: the gang needs more gpu than the whole cluster has")
+    assert "podgroup: huge" in out and "pods bound 0/3" in out
+    assert _cli(["explain", "huge", "-n", namespace, "--kubeconfig", kubeconfig, "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["podGroup"]["scheduled"]["reason"] == "NeverFits" and data["podGroup"]["pods"] == {
+        "total": 3,
+        "bound": 0,
+    }
+    assert _cli(["explain", "no-such-thing", "-n", namespace, "--kubeconfig", kubeconfig]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kai-ray: error: no pod, PodGroup") and "\n" not in err
 
 
 def test_inference_preempts_training_in_one_queue(
@@ -234,3 +271,46 @@ def test_bad_queue_and_podgroup_are_reported_and_scheduling_goes_on(
         "the queue's Valid=True condition",
         lambda: (condition(kube.get(queues_path(bad)), "Valid") or {}).get("status") == "True",
     )
+
+
+def test_preemption_respects_pod_disruption_budgets_unless_told_to_delete(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    """No kube-controller-manager runs here, so the test writes the PDB's status itself (0 disruptions allowed),
+    as the disruption controller would; the API server's Eviction handler then enforces it for real."""
+    _, selector = node_pool(2, gpus=8)
+    queues("dept", gpu_quota=16)
+    team = queues("team", gpu_quota=16, parent="dept")
+    op: SchedulerOperator = run_scheduler(node_selector=selector)
+    training = make_gang(kube, namespace, "training", pods=4, gpus=4, queue=team, labels={"app": "training"})
+    wait_until("training to fill the cluster", lambda: len(bound(kube, namespace, training)) == 4, 30)
+    pdb_path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    pdb = kube.create(
+        pdb_path,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "training"},
+            "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "training"}}},
+        },
+    )
+    pdb["status"] = {
+        "observedGeneration": pdb["metadata"]["generation"],
+        "disruptionsAllowed": 0,
+        "currentHealthy": 4,
+        "desiredHealthy": 4,
+        "expectedPods": 4,
+    }
+    kube.replace(f"{pdb_path}/training/status", pdb)
+
+    serving = make_gang(kube, namespace, "serving", pods=2, gpus=4, queue=team, priority="inference")
+    ev = wait_until("an EvictionBlocked Event", lambda: events(kube, namespace, reason="EvictionBlocked"), 30)
+    assert "disruption budget" in ev[0]["message"]
+    assert len(bound(kube, namespace, training)) == 4, "a PodDisruptionBudget must stop the eviction"
+    assert bound(kube, namespace, serving) == {}
+    assert op.metrics.value("kai_ray_evictions_total", {"action": "preempt", "result": "blocked"}) >= 1
+
+    op.stop()
+    run_scheduler(node_selector=selector, eviction_mode="delete")
+    wait_until("inference to be bound once victims are deleted", lambda: len(bound(kube, namespace, serving)) == 2, 45)
+    assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())

@@ -1,0 +1,50 @@
+"""The API permissions each operator uses, as RBAC rules: the Helm chart's ClusterRoles are checked against these.
+
+Kept next to the code that makes the calls so a new call and its permission change together. The Lease rules are
+needed only in the lease namespace (a Role there is enough).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Rule = dict[str, Any]
+
+LEASE_RULES: list[Rule] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+]
+
+EVENT_RULES: list[Rule] = [
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+SCHEDULER_RULES: list[Rule] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},  # delete: eviction-mode
+    {"apiGroups": [""], "resources": ["pods/binding", "pods/eviction"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups", "queues"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups"], "verbs": ["patch"]},  # kai.scheduler/* stamps
+    {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups/status", "queues/status"], "verbs": ["get", "patch"]},
+    *EVENT_RULES,
+]
+
+PODGROUPER_RULES: list[Rule] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+    {
+        "apiGroups": ["scheduling.run.ai"],
+        "resources": ["podgroups"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch"],
+    },
+    {
+        "apiGroups": ["ray.io"],
+        "resources": ["rayclusters", "rayjobs", "rayservices"],
+        "verbs": ["get", "list", "watch"],
+    },
+    # owners between a pod and its Ray top owner (the RayJob submitter's Job) and other controllers' pods
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+    {"apiGroups": ["apps"], "resources": ["replicasets", "deployments", "statefulsets"], "verbs": ["get"]},
+    *EVENT_RULES,
+]
+
+RULES: dict[str, list[Rule]] = {"scheduler": SCHEDULER_RULES, "podgrouper": PODGROUPER_RULES}
