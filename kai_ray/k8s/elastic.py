@@ -749,11 +749,212 @@ def apply_resume(
     )
 
 
+# --- scheduler operator glue ------------------------------------------------------------------------------------
+
+# Refusals after which the victims are evicted the plain way: a shrink can never express them.
+FALLBACK_CODES = (NOT_A_WORKER, UNKNOWN_GROUP, NO_REPLICA_LABEL, BELOW_MIN_REPLICAS, NO_RESOURCE_VERSION)
+
+
+@dataclass
+class ReclaimRecord:
+    """One Ray-aware reclaim the interceptor performed (kept for metrics, tests and ``kai-ray explain``)."""
+
+    kind: str  # "shrink" | "suspend"
+    target: str  # namespace/name of the RayCluster or owner
+    pods: list[str]
+    ok: bool
+    code: str
+    message: str
+    seconds: float
+    drains: list[DrainOutcome] = field(default_factory=list)
+
+
+class ElasticReclaimer:
+    """An eviction interceptor for the scheduler operator (``SchedulerOperator.eviction_interceptors``).
+
+    Elastic victims that are KubeRay workers become one shrink per RayCluster (drain, then ``replicas`` down and
+    ``workersToDelete``); whole-gang victims whose PodGroup's owner is one of ``suspend_kinds`` become a suspend of
+    that owner. Everything else is returned for plain eviction. The API work runs on a small thread pool, because a
+    shrink waits up to ``drain_deadline_s`` for the drain; refusals that a shrink can never express (a head pod, an
+    unknown group, ...) are handed to ``fallback`` (the operator's own eviction), while ``PendingDeletes`` is left for a
+    later cycle to decide again (killing the pod would restart the recreate loop).
+
+    ``gcs_address``: ``"auto"`` (the head pod's IP and GCS port), ``None`` (no draining), or a function
+    ``(namespace, cluster) -> address``.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        suspend_kinds: Sequence[str] = ("RayJob",),
+        gcs_address: str | Callable[[str, str], str | None] | None = "auto",
+        drain_deadline_s: float = 30.0,
+        fallback: Callable[[Any, Any], None] | None = None,
+        workers: int = 4,
+    ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.kube = kube
+        self.suspend_kinds = tuple(suspend_kinds)
+        self.gcs_address = gcs_address
+        self.drain_deadline_s = drain_deadline_s
+        self.fallback = fallback
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-ray-reclaim")
+        self.records: list[ReclaimRecord] = []
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+    def __call__(self, victims: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        remaining: list[tuple[Any, Any]] = []
+        shrinks: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
+        suspends: dict[tuple[str, str, str, str], list[tuple[Any, Any]]] = {}
+        owners: dict[str, tuple[str, str] | None] = {}
+        for p, e in victims:
+            try:
+                if getattr(e, "elastic", False):
+                    labels = _labels(self.kube.get(pods_path(p.namespace, p.name)))
+                    if labels.get(c.RAY_NODE_TYPE) == "worker" and labels.get(c.RAY_CLUSTER):
+                        shrinks.setdefault((p.namespace, labels[c.RAY_CLUSTER]), []).append((p, e))
+                        continue
+                elif getattr(e, "whole_gang", False) and p.group:
+                    key = f"{p.namespace}/{p.group}"
+                    if key not in owners:
+                        owners[key] = self._owner(p.namespace, p.group)
+                    owner = owners[key]
+                    if owner is not None and owner[0] in self.suspend_kinds:
+                        suspends.setdefault((p.namespace, owner[0], owner[1], p.group), []).append((p, e))
+                        continue
+            except ApiError as exc:
+                if exc.not_found:
+                    continue  # already gone: nothing to evict
+                log.info("reclaim of %s/%s: %s; evicting it instead", p.namespace, p.name, exc)
+            remaining.append((p, e))
+        for (ns, cluster), items in shrinks.items():
+            self.pool.submit(self._shrink, ns, cluster, items)
+        for (ns, kind, name, pg), items in suspends.items():
+            self.pool.submit(self._suspend, ns, kind, name, pg, items)
+        return remaining
+
+    def _owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
+        pg = self.kube.get(podgroups_path(namespace, podgroup))
+        for ref in _meta(pg).get("ownerReferences") or []:
+            if str(ref.get("apiVersion", "")).startswith("ray.io/"):
+                return str(ref.get("kind")), str(ref.get("name"))
+        return None
+
+    def _address(self, namespace: str, cluster: str) -> str | None:
+        if callable(self.gcs_address):
+            return self.gcs_address(namespace, cluster)
+        return self.gcs_address
+
+    def _reason(self, items: list[tuple[Any, Any]]) -> tuple[str, str]:
+        e = items[0][1]
+        reason = getattr(getattr(e, "reason", None), "value", None) or str(getattr(e, "reason", "Reclaimed"))
+        who = f" for {e.preemptor}" if getattr(e, "preemptor", None) else ""
+        return reason, f"kai-ray {reason.lower()}{who}"
+
+    def _record(self, rec: ReclaimRecord) -> None:
+        with self._lock:
+            self.records.append(rec)
+            del self.records[:-1000]
+
+    def _fall_back(self, items: list[tuple[Any, Any]]) -> None:
+        if self.fallback is None:
+            return
+        for p, e in items:
+            try:
+                self.fallback(p, e)
+            except Exception as exc:
+                log.warning("fallback eviction of %s/%s failed: %s", p.namespace, p.name, exc)
+
+    def _shrink(self, namespace: str, cluster: str, items: list[tuple[Any, Any]]) -> None:
+        t0 = time.monotonic()
+        reason, message = self._reason(items)
+        names = [p.name for p, _ in items]
+        try:
+            out = apply_shrink(
+                self.kube,
+                namespace,
+                cluster,
+                names,
+                reason=reason,
+                message=message,
+                podgroup=items[0][0].group,
+                gcs_address=self._address(namespace, cluster),
+                drain_deadline_s=self.drain_deadline_s,
+            )
+        except Exception as exc:
+            log.warning("shrink of RayCluster %s/%s failed: %s; evicting instead", namespace, cluster, exc)
+            self._record(ReclaimRecord("shrink", f"{namespace}/{cluster}", names, False, "Error", str(exc), 0.0))
+            self._fall_back(items)
+            return
+        took = time.monotonic() - t0
+        ok = out.in_effect
+        self._record(
+            ReclaimRecord("shrink", f"{namespace}/{cluster}", names, ok, out.plan.code, out.message, took, out.drains)
+        )
+        if ok:
+            log.info("shrank RayCluster %s/%s in %.1fs: %s", namespace, cluster, took, out.message)
+        elif out.plan.code in FALLBACK_CODES:
+            log.info("cannot shrink RayCluster %s/%s (%s); evicting", namespace, cluster, out.message)
+            self._fall_back(items)
+        else:
+            log.info("shrink of RayCluster %s/%s deferred: %s", namespace, cluster, out.message)
+
+    def _suspend(self, namespace: str, kind: str, name: str, podgroup: str, items: list[tuple[Any, Any]]) -> None:
+        t0 = time.monotonic()
+        reason, message = self._reason(items)
+        names = [p.name for p, _ in items]
+        try:
+            out = apply_suspend(self.kube, kind, namespace, name, reason=reason, message=message, podgroup=podgroup)
+        except Exception as exc:
+            out = SuspendOutcome(False, "Error", str(exc))
+        self._record(
+            ReclaimRecord(
+                "suspend", f"{namespace}/{name}", names, out.applied, out.code, out.message, time.monotonic() - t0
+            )
+        )
+        if not out.applied:
+            log.info("cannot suspend %s %s/%s (%s); evicting its pods", kind, namespace, name, out.message)
+            self._fall_back(items)
+
+
+def publish_headroom(
+    kube: Kube,
+    snapshot: Any,
+    jobs: Iterable[str] | None = None,
+    *,
+    now: float | None = None,
+    **compute: Any,
+) -> dict[str, Any]:
+    """Compute the headroom of ``jobs`` (default: every job that may still grow) with the scheduler core and write it
+    onto their PodGroups (``kai-ray.io/headroom``). Returns job key -> {subgroup: SubgroupHeadroom}."""
+    from kai_ray.autoscaler.compute import compute_headroom
+    from kai_ray.autoscaler.headroom import headroom_annotations
+
+    result = compute_headroom(snapshot, jobs, **compute)
+    for key, subgroups in result.items():
+        ns, _, name = key.partition("/")
+        try:
+            kube.merge_patch(
+                podgroups_path(ns, name), {"metadata": {"annotations": headroom_annotations(subgroups, now)}}
+            )
+        except ApiError as exc:
+            if not exc.not_found:
+                log.info("publishing headroom on PodGroup %s: %s", key, exc)
+    return result
+
+
 __all__ = [
     "SHRINK_ANNOTATION",
     "SUSPEND_ANNOTATION",
     "DrainOutcome",
+    "ElasticReclaimer",
     "GroupShrink",
+    "ReclaimRecord",
     "ShrinkOutcome",
     "ShrinkPlan",
     "SuspendOutcome",
@@ -768,6 +969,7 @@ __all__ = [
     "plan_resume",
     "plan_shrink",
     "plan_suspend",
+    "publish_headroom",
     "record_on_podgroup",
     "wait_drained",
 ]

@@ -1,5 +1,5 @@
 """Fixtures for the autoscaler-hook and elastic-reclaim tests: a raw-JSON client on the real test control plane, and
-isolated Ray environments (token auth off, HOME and RAY_TMPDIR in a temporary directory)."""
+isolated Ray environments (token auth off, RAY_TMPDIR in a temporary directory)."""
 
 from __future__ import annotations
 
@@ -47,12 +47,14 @@ def _procs_mentioning(text: str) -> list[int]:
 
 @pytest.fixture
 def ray_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Environment for real Ray processes: token auth off, HOME and RAY_TMPDIR in a fresh short temp dir (Unix
-    socket paths must stay short). Afterwards, asserts every process started under it is gone."""
+    """Environment for real Ray processes: token auth off (so nothing is written to ~/.ray), RAY_TMPDIR in a fresh
+    short temp dir (Unix socket paths must stay short). HOME stays: the control plane's binary cache lives there.
+    Afterwards, asserts every process started under the temp dir is gone and that ~/.ray was not created."""
     pytest.importorskip("ray")
     root = Path(tempfile.mkdtemp(prefix="kr-", dir="/tmp"))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.setenv("HOME", str(root))
+    home_ray = Path.home() / ".ray"
+    had_home_ray = home_ray.exists()
     monkeypatch.setenv("RAY_TMPDIR", str(root))
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     yield root
@@ -66,6 +68,7 @@ def ray_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
             os.kill(pid, signal.SIGKILL)
     shutil.rmtree(root, ignore_errors=True)
     assert not left, f"Ray processes left running after the test: {left}"
+    assert had_home_ray or not home_ray.exists(), f"Ray wrote {home_ray}"
 
 
 @pytest.fixture
