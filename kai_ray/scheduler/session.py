@@ -223,15 +223,22 @@ class Session:
         self.nodes: list[Node] = [seen[k] for k in sorted(seen)]
         self.node_index: dict[str, int] = {n.name: i for i, n in enumerate(self.nodes)}
         nn = len(self.nodes)
-        alloc = np.zeros((3, nn))
-        for i, n in enumerate(self.nodes):
-            a = n.allocatable
-            vals = (a.gpu, a.cpu, a.memory)
-            if not all(0 <= v < math.inf for v in vals):
+        alloc = (
+            np.array(
+                [(n.allocatable.gpu, n.allocatable.cpu, n.allocatable.memory) for n in self.nodes], dtype=np.float64
+            )
+            .reshape(nn, 3)
+            .T.copy()
+        )
+        bad = ~((alloc >= 0) & (alloc < math.inf))  # NaN fails both comparisons
+        if bad.any():
+            for i in np.flatnonzero(bad.any(axis=0)):
                 self.findings.append(
-                    Finding("Node", n.name, "allocatable", "negative, infinite or NaN allocatable treated as 0")
+                    Finding(
+                        "Node", self.nodes[i].name, "allocatable", "negative, infinite or NaN allocatable treated as 0"
+                    )
                 )
-            alloc[:, i] = [v if 0 <= v < math.inf else 0.0 for v in vals]
+            alloc[bad] = 0.0
         alloc[GPU] = np.floor(alloc[GPU] + EPS)
         self.alloc = alloc
         self.free = alloc.copy()  # alloc - everything on the node (bound, allocated, pipelined, releasing)
