@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,11 +16,13 @@ from typing import Any
 
 import kopf
 import pytest
+import yaml
 from kopf.testing import KopfRunner
 
 from kai_ray.controlplane.harness import ControlPlane, free_port
-from kai_ray.k8s.rest import Kube, pods_path
-from tests.k8s.helpers import bound, make_gang, pod_body, pods, wait_until
+from kai_ray.k8s.rbac import LEASE_RULES, RULES
+from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from tests.k8s.helpers import bound, condition, make_gang, pod_body, pods, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NodePool = Callable[..., tuple[list[str], dict[str, str]]]
@@ -158,3 +161,93 @@ def test_cli_operator_serves_health_metrics_and_stops_on_sigterm(
     assert proc.returncode == 0, out.decode()[-3000:]
     lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/kai-ray-scheduler")
     assert not lease["spec"].get("holderIdentity"), "a graceful stop hands the Lease back"
+
+
+def test_operators_work_with_exactly_the_rbac_rules_they_declare(
+    control_plane: ControlPlane,
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: NodePool,
+    priority_classes: Any,
+    run_scheduler: Any,
+    run_podgrouper: Any,
+    tmp_path: Path,
+) -> None:
+    """A ServiceAccount granted only ``kai_ray.k8s.rbac.RULES`` (what the Helm chart grants) runs both operators."""
+    _, selector = node_pool(1, gpus=8)
+    queues("dept")
+    team = queues("team", parent="dept")
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "kai-ray"}})
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    subject = [{"kind": "ServiceAccount", "name": "kai-ray", "namespace": namespace}]
+    made: list[str] = []
+    try:
+        for kind, rules in RULES.items():
+            name = f"{namespace}-{kind}"
+            kube.create(f"{rbac}/clusterroles", {"metadata": {"name": name}, "rules": rules})
+            made.append(f"{rbac}/clusterroles/{name}")
+            kube.create(
+                f"{rbac}/clusterrolebindings",
+                {
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": subject,
+                },
+            )
+            made.append(f"{rbac}/clusterrolebindings/{name}")
+        kube.create(f"{rbac}/namespaces/{namespace}/roles", {"metadata": {"name": "leases"}, "rules": LEASE_RULES})
+        kube.create(
+            f"{rbac}/namespaces/{namespace}/rolebindings",
+            {
+                "metadata": {"name": "leases"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "leases"},
+                "subjects": subject,
+            },
+        )
+        token = kube.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/kai-ray/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+        )["status"]["token"]
+        config = yaml.safe_load(control_plane.kubeconfig_path.read_text())
+        config["users"][0]["user"] = {"token": token}
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(config))
+
+        limited = Kube.connect(str(kubeconfig), pool_size=2)
+        try:
+            limited.get(f"/api/v1/namespaces/{namespace}/secrets")
+            raise AssertionError("the operators' identity must not read Secrets")
+        except ApiError as exc:
+            assert exc.status == 403
+        finally:
+            limited.close()
+
+        run_podgrouper(kubeconfig=str(kubeconfig), leader_elect=True)
+        run_scheduler(node_selector=selector, kubeconfig=str(kubeconfig), leader_elect=True)
+        kube.create(pods_path(namespace), pod_body("solo", 1, labels={"kai.scheduler/queue": team}))
+        byo = {"kai.scheduler/skip-podgrouper": "true"}  # a bring-your-own PodGroup, as KAI requires
+        names = make_gang(kube, namespace, "gang", pods=2, gpus=2, queue=team, labels=byo)
+        wait_until("both operators to do their job", lambda: len(bound(kube, namespace, ["solo", *names])) == 3, 60)
+        wait_until(
+            "the scheduler's Events to be written",
+            lambda: any(
+                e["reason"] == "Scheduled" for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+            ),
+        )
+
+        def gang_written() -> dict[str, Any] | None:
+            pg: dict[str, Any] = kube.get(podgroups_path(namespace, "gang"))
+            stamped = "kai.scheduler/last-start-timestamp" in pg["metadata"].get("annotations", {})
+            return pg if stamped and condition(pg, "Scheduled") else None
+
+        pg = wait_until("the PodGroup's status and annotation to be written", gang_written)
+        assert (condition(pg, "Scheduled") or {}).get("status") == "True"
+        wait_until(
+            "the Queue's status to be written",
+            lambda: (kube.get(queues_path(team)).get("status") or {}).get("allocated"),
+        )
+    finally:
+        for path in made:
+            with contextlib.suppress(ApiError):
+                kube.delete(path)
