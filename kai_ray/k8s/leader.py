@@ -92,12 +92,16 @@ class LeaderElector:
 
     def _run(self) -> None:
         last_renew = 0.0
+        last_error = ""
         while not self._stop.is_set():
             ok = False
             try:
                 ok = self._try_acquire_or_renew()
+                last_error = ""
             except ApiError as exc:
-                log.debug("lease %s: %s", self.cfg.name, exc)
+                if str(exc) != last_error:  # e.g. a missing namespace or RBAC: say so once, keep trying
+                    log.warning("lease %s/%s: %s", self.cfg.namespace, self.cfg.name, exc)
+                last_error = str(exc)
             except Exception:
                 log.exception("lease %s: unexpected error", self.cfg.name)
             now = time.monotonic()

@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.api.podgroup import PodGroup
 from kai_ray.k8s import status as st
 from kai_ray.k8s.cache import PodEntry, SchedulerCache, SnapshotView, slim_pod
 from kai_ray.k8s.config import OperatorConfig
@@ -98,6 +99,9 @@ class SchedulerOperator:
                 on_stop=self._on_deposed,
             )
         self._verdicts: dict[str, _Verdict] = {}
+        self._status_lock = threading.Lock()
+        self._status_pending: dict[str, dict[str, Any]] = {}
+        self._status_written: dict[str, tuple[int, dict[str, Any]]] = {}  # PodGroup -> (resourceVersion, status)
         self._queue_written: dict[str, tuple[dict[str, Any], float]] = {}
         self._reported_invalid: dict[str, str] = {}
         self.last_cycle: float = 0.0
@@ -304,7 +308,7 @@ class SchedulerOperator:
             work.append((f"bind/{p.key}", partial(self._bind, p, node)))
         self._last_bind_dispatch = time.monotonic()
         self.binder.submit_many(work, priority=BIND_PRIORITY)
-        stamp = {c.LAST_START: _iso()}
+        stamp: dict[str, str | None] = {c.LAST_START: _iso()}
         self.writer.submit_many([self._annotation_work(job, stamp) for job in started], priority=STATUS_PRIORITY)
 
     def _bind(self, p: PodEntry, node: str) -> None:
@@ -351,8 +355,7 @@ class SchedulerOperator:
             pg = self.cache.pgs.get(job)
             ref = _pg_ref(pg.raw) if pg is not None else None
             if pg is not None and ref is not None:
-                body = st.evicted_status(pg.raw.get("status"), evs, now)
-                self._write_pg_status(job, body)
+                self._write_pg_status(job, st.evicted_status(evs, now))
                 self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))
             self._annotate_pg(job, {c.LAST_EVICTION: now})
 
@@ -386,11 +389,12 @@ class SchedulerOperator:
 
     # --- status and Events --------------------------------------------------------------------------------------
 
-    def _annotate_pg(self, job: str, annotations: dict[str, str]) -> None:
+    def _annotate_pg(self, job: str, annotations: dict[str, str | None]) -> None:
         key, work = self._annotation_work(job, annotations)
         self.writer.submit(key, work, priority=STATUS_PRIORITY)
 
-    def _annotation_work(self, job: str, annotations: dict[str, str]) -> tuple[str, Callable[[], None]]:
+    def _annotation_work(self, job: str, annotations: dict[str, str | None]) -> tuple[str, Callable[[], None]]:
+        """A merge patch of PodGroup annotations (``None`` removes one)."""
         ns, _, name = job.partition("/")
 
         def work() -> None:
@@ -402,19 +406,51 @@ class SchedulerOperator:
 
         return f"pgmeta/{job}/{','.join(annotations)}", work
 
+    def _current_pg_status(self, job: str, raw: dict[str, Any] | None) -> dict[str, Any]:
+        """The freshest status we know: the watched object's, or our own last write if the watch lags behind it."""
+        raw_status = dict((raw or {}).get("status") or {})
+        with self._status_lock:
+            mine = self._status_written.get(job)
+        if mine is not None and mine[0] > _rv(raw):
+            return dict(mine[1])
+        return raw_status
+
     def _write_pg_status(self, job: str, status: dict[str, Any]) -> None:
+        """Queue a status change. Changes to one PodGroup accumulate until written (conditions by type), and the
+        write merges them onto the freshest known conditions, since a merge patch replaces the whole list."""
+        with self._status_lock:
+            pending = self._status_pending.setdefault(job, {})
+            for k, v in status.items():
+                if k == "conditions":
+                    by_type = {cond["type"]: cond for cond in pending.get("conditions") or []}
+                    by_type.update({cond["type"]: cond for cond in v})
+                    pending["conditions"] = list(by_type.values())
+                else:
+                    pending[k] = v
+        self.writer.submit(f"pgstatus/{job}", partial(self._flush_pg_status, job), priority=STATUS_PRIORITY)
+
+    def _flush_pg_status(self, job: str) -> None:
+        with self._status_lock:
+            pending = self._status_pending.pop(job, None)
+        if not pending:
+            return
+        pg = self.cache.pgs.get(job)
+        if "conditions" in pending:
+            current = self._current_pg_status(job, pg.raw if pg is not None else None)
+            by_type = {cond.get("type"): cond for cond in current.get("conditions") or []}
+            by_type.update({cond["type"]: cond for cond in pending["conditions"]})
+            pending["conditions"] = sorted(by_type.values(), key=lambda cond: str(cond.get("type")))
         ns, _, name = job.partition("/")
-
-        def work() -> None:
-            try:
-                self.kube.merge_patch(podgroups_path(ns, name) + "/status", {"status": status})
-                self.metrics.status_writes.labels("podgroup", "ok").inc()
-            except ApiError as exc:
-                self.metrics.status_writes.labels("podgroup", "error").inc()
-                if not exc.not_found:
-                    log.info("status of PodGroup %s: %s", job, exc)
-
-        self.writer.submit(f"pgstatus/{job}", work, priority=STATUS_PRIORITY)
+        try:
+            updated = self.kube.merge_patch(podgroups_path(ns, name) + "/status", {"status": pending})
+            self.metrics.status_writes.labels("podgroup", "ok").inc()
+        except ApiError as exc:
+            self.metrics.status_writes.labels("podgroup", "error").inc()
+            if not exc.not_found:
+                log.info("status of PodGroup %s: %s", job, exc)
+            return
+        with self._status_lock:
+            self._status_written[job] = (_rv(updated), dict(updated.get("status") or {}))
 
     def _report(self, view: SnapshotView, result: CycleResult) -> None:
         now = time.monotonic()
@@ -442,6 +478,8 @@ class SchedulerOperator:
             self._report_job(key, v, members, now, iso)
         for key in [k for k in self._verdicts if k not in verdicts]:
             del self._verdicts[key]
+            with self._status_lock:
+                self._status_written.pop(key, None)
         self._report_findings(result)
         self._report_queues(result, bad_queues, now, iso)
 
@@ -451,6 +489,7 @@ class SchedulerOperator:
         pg = self.cache.pgs.get(key)
         if pg is None:
             return
+        self._persist_stale_since(key, pg.model, v)
         prev = self._verdicts.get(key)
         same_kind = prev is not None and prev.scheduled == v.scheduled and prev.reason == v.reason.value
         first_seen = prev.first_seen if same_kind and prev is not None else now
@@ -465,10 +504,11 @@ class SchedulerOperator:
             return
         prev.message = v.message
         prev.written_at = now
-        stored = _condition(pg.raw.get("status"), st.SCHEDULED)
+        current = self._current_pg_status(key, pg.raw)
+        stored = _condition(current, st.SCHEDULED)
         if stored is not None and stored.get("reason") == v.reason.value and stored.get("message") == v.message:
             return  # already says so (e.g. written by the previous leader)
-        self._write_pg_status(key, st.podgroup_status(pg.raw.get("status"), v, iso))
+        self._write_pg_status(key, st.podgroup_status(current, v, iso))
         if written:
             return  # a message refresh: Events are for transitions
         ref = _pg_ref(pg.raw)
@@ -483,6 +523,18 @@ class SchedulerOperator:
                 for p in members(key):
                     if not p.node:
                         self.events.emit(_pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+
+    def _persist_stale_since(self, key: str, model: PodGroup | None, v: JobStatus) -> None:
+        """Keep ``kai.scheduler/stale-podgroup-timestamp`` in step with the core, which restarts the stale-gang
+        clock every cycle unless the time it first saw the gang below its minimum is stored on the PodGroup."""
+        if model is None:
+            return
+        since = v.details.get("staleSince")
+        stored = model.metadata.annotations.get(c.STALE_SINCE)
+        if isinstance(since, int | float) and stored is None:
+            self._annotate_pg(key, {c.STALE_SINCE: _iso(float(since))})
+        elif since is None and stored is not None and v.reason is not Reason.STALE_GANG:
+            self._annotate_pg(key, {c.STALE_SINCE: None})
 
     def _report_findings(self, result: CycleResult) -> None:
         for f in result.findings:
@@ -545,6 +597,13 @@ def _condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | No
         if cond.get("type") == type_:
             return dict(cond)
     return None
+
+
+def _rv(obj: dict[str, Any] | None) -> int:
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def _queue_status_matches(current: dict[str, Any] | None, compare: dict[str, Any]) -> bool:

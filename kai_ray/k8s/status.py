@@ -89,12 +89,13 @@ def podgroup_status(
     now: str,
     counts: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The ``status`` to write for one cycle's verdict, keeping conditions that are not ours."""
+    """The status change for one cycle's verdict: the ``Scheduled`` condition (its transition time kept while the
+    verdict is unchanged), ``phase`` and KAI's ``schedulingConditions``. Other conditions are left alone."""
     current = current or {}
     conditions = list(current.get("conditions") or [])
     reason = verdict.reason.value
     cond = _condition(conditions, SCHEDULED, "True" if verdict.scheduled else "False", reason, verdict.message, now)
-    status: dict[str, Any] = {"conditions": _merge_conditions(conditions, cond)}
+    status: dict[str, Any] = {"conditions": [cond]}
     if verdict.scheduled:
         status["phase"] = "Running"
         status["schedulingConditions"] = []
@@ -123,9 +124,8 @@ def podgroup_status(
     return status
 
 
-def evicted_status(current: dict[str, Any] | None, evictions: list[Evict], now: str) -> dict[str, Any]:
+def evicted_status(evictions: list[Evict], now: str) -> dict[str, Any]:
     """The ``Evicted`` condition after this cycle evicted pods of a group: action, reason and the preemptor."""
-    current = current or {}
     cond = {
         "type": EVICTED,
         "status": "True",
@@ -134,7 +134,7 @@ def evicted_status(current: dict[str, Any] | None, evictions: list[Evict], now: 
         "lastTransitionTime": now,
         "transitionID": _tid(),
     }
-    return {"conditions": _merge_conditions(list(current.get("conditions") or []), cond)}
+    return {"conditions": [cond]}
 
 
 def eviction_message(evictions: list[Evict]) -> str:

@@ -314,3 +314,27 @@ def test_preemption_respects_pod_disruption_budgets_unless_told_to_delete(
     run_scheduler(node_selector=selector, eviction_mode="delete")
     wait_until("inference to be bound once victims are deleted", lambda: len(bound(kube, namespace, serving)) == 2, 45)
     assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
+
+
+def test_a_gang_left_below_its_minimum_is_evicted_after_its_grace_period(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    _, selector = node_pool(1, gpus=8)
+    queues("dept")
+    team = queues("team", parent="dept")
+    run_scheduler(node_selector=selector)
+    names = make_gang(kube, namespace, "gang", pods=3, gpus=1, queue=team, stalenessGracePeriod="3s")
+    wait_until("the gang to run", lambda: len(bound(kube, namespace, names)) == 3, 30)
+    kube.delete_pod(namespace, names[0], None, grace_seconds=0)  # one member dies; nothing recreates it
+    stamped = wait_until(
+        "the time it went stale to be stored on the PodGroup",
+        lambda: (
+            podgroup(kube, namespace, "gang")["metadata"]
+            .get("annotations", {})
+            .get("kai.scheduler/stale-podgroup-timestamp")
+        ),
+    )
+    assert stamped.endswith("Z")
+    wait_until("the rest of the gang to be evicted", lambda: bound(kube, namespace, names) == {}, 30)
+    cond = wait_until("the Evicted condition", lambda: condition(podgroup(kube, namespace, "gang"), "Evicted"))
+    assert cond["reason"] == "StaleGang"
