@@ -230,8 +230,8 @@ class SchedulerOperator:
             if self._stop.is_set():
                 break
             if woke:
-                # Coalesce a burst of changes; never spend more than about half the time in cycles.
-                self._stop.wait(max(self.config.debounce, self._last_cycle_seconds))
+                # Coalesce a burst of changes; cycles take at most about a third of the time.
+                self._stop.wait(max(self.config.debounce, 2 * self._last_cycle_seconds))
             self._wake.clear()
             if not self._leading.is_set():
                 continue
@@ -489,9 +489,19 @@ class SchedulerOperator:
         pg = self.cache.pgs.get(key)
         if pg is None:
             return
-        self._persist_stale_since(key, pg.model, v)
+        if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
+            self._persist_stale_since(key, pg.model, v)
         prev = self._verdicts.get(key)
-        same_kind = prev is not None and prev.scheduled == v.scheduled and prev.reason == v.reason.value
+        reason = v.reason.value
+        if (
+            prev is not None
+            and prev.written_at > 0
+            and prev.scheduled == v.scheduled
+            and prev.reason == reason
+            and (v.scheduled or prev.message == v.message)
+        ):
+            return  # the common case: nothing new to say
+        same_kind = prev is not None and prev.scheduled == v.scheduled and prev.reason == reason
         first_seen = prev.first_seen if same_kind and prev is not None else now
         if prev is None or not same_kind:
             self._verdicts[key] = prev = _Verdict(v.scheduled, v.reason.value, v.message, 0.0, first_seen)

@@ -143,7 +143,7 @@ class Dispatcher:
                     now = time.monotonic()
                     held_since = held_since or now
                     if now - held_since < self.gate_max_wait:
-                        self._cond.wait(0.02)
+                        self._cond.wait(0.1)
                         continue
                 held_since = None
                 item = heapq.heappop(self._ready)
