@@ -69,6 +69,7 @@ class E2EResult:
     control_plane: dict[str, Any] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # per process, during the e2e run
+    apiserver_requests_per_pod: dict[str, float] = field(default_factory=dict)  # during the e2e run
     timed_out: bool = False
 
     def to_json(self) -> str:
@@ -120,6 +121,24 @@ def _metrics(port: int) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             with contextlib.suppress(ValueError):
                 out[name] = float(value)
+    return out
+
+
+def apiserver_requests(kube: Kube) -> dict[str, float]:
+    """``apiserver_request_total`` summed by verb/resource[/subresource] (watch requests left out)."""
+    resp = kube.pool.request("GET", kube.url("/metrics"), headers=kube._headers(None), retries=False)
+    out: dict[str, float] = {}
+    for line in resp.data.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(","))
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        if labels.get("verb") in ("WATCH", "CONNECT"):
+            continue
+        key = f"{labels.get('verb')} {labels.get('resource')}" + (
+            f"/{labels['subresource']}" if labels.get("subresource") else ""
+        )
+        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
 
 
@@ -272,6 +291,7 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             pids = {**ports["pids"], **{n: c.popen.pid for n, c in plane.components.items()}}
             cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
             cpu0["bench"] = time.process_time()
+            req0 = apiserver_requests(kube)
             t0 = time.perf_counter()
             _create_pods(kube, ns, [f"p-{i}" for i in range(cfg.pods)], SCHEDULER, cfg.workers)
             t_created = time.perf_counter() - t0
@@ -280,6 +300,8 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             elapsed = time.perf_counter() - t0
             cpu = {n: round(cpu_seconds(pid) - cpu0[n], 2) for n, pid in pids.items()}
             cpu["bench"] = round(time.process_time() - cpu0["bench"], 2)
+            req1 = apiserver_requests(kube)
+            requests = {k: v - req0.get(k, 0.0) for k, v in sorted(req1.items()) if v - req0.get(k, 0.0) > 0}
             watch.stop()
             t_grouped = (max(grouped.values()) - t0) if len(grouped) >= cfg.pods else float("nan")
             sched = _metrics(ports["scheduler"])
@@ -310,5 +332,6 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             control_plane=plane.timings.as_dict(),
             machine={"cpus": os.cpu_count(), "loadavg_1m_after": round(os.getloadavg()[0], 2)},
             cpu_seconds=cpu,
+            apiserver_requests_per_pod={k: round(v / cfg.pods, 2) for k, v in requests.items() if v >= cfg.pods / 100},
             timed_out=not finished,
         )

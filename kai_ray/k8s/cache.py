@@ -225,7 +225,9 @@ class SchedulerCache:
             raw = _pod_fingerprint(obj)
             if old is not None and old.raw == raw:
                 return  # e.g. the kubelet (KWOK) reporting Running: nothing the core reads changed
-            entry = self._pod_entry(key, obj)
+            entry = self._bound_entry(old, obj, raw) if old is not None else None
+            if entry is None:
+                entry = self._pod_entry(key, obj)
             entry.raw = raw
             if old is not None:
                 self._unindex(old)
@@ -285,6 +287,24 @@ class SchedulerCache:
         if entry is not None and entry.job_key is not None:
             self._dirty.add(entry.job_key)
 
+    def _bound_entry(self, old: PodEntry, obj: dict[str, Any], raw: tuple[Any, ...]) -> PodEntry | None:
+        """The entry after a binding (only ``spec.nodeName`` and the start time changed), derived from the old one
+        without parsing the pod again; None when anything else changed."""
+        if old.spod is None or old.raw[0] != raw[0] or old.raw[2] != raw[2] or old.node:
+            return None
+        spec, old_spec = raw[1] or {}, old.raw[1] or {}
+        node = spec.get("nodeName")
+        if not node or len(spec) != len(old_spec) + ("nodeName" not in old_spec):
+            return None
+        if any(v != old_spec.get(k) for k, v in spec.items() if k != "nodeName"):
+            return None
+        spod = old.spod
+        if spod.phase is s.PodPhase.PENDING:
+            spod = replace(spod, phase=s.PodPhase.RUNNING, node=node, start_time=parse_time(raw[3]))
+        else:
+            spod = replace(spod, node=node, start_time=parse_time(raw[3]))
+        return replace(old, node=node, spod=spod, sig=(node, *old.sig[1:]))
+
     def _pod_entry(self, key: str, obj: dict[str, Any]) -> PodEntry:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
@@ -300,6 +320,8 @@ class SchedulerCache:
         request = s.ZERO
         spod: s.Pod | None = None
         try:
+            if not ((ours and group) or (node and not terminal)):
+                raise _NothingToRead
             api = ApiPod.model_validate(obj)
             if ours and group:
                 spod = pod_from_api(api, f"{ns}/{group}")
@@ -307,6 +329,8 @@ class SchedulerCache:
                 request = spod.request
             elif node and not terminal:
                 request = pod_request(api)
+        except _NothingToRead:
+            pass  # not ours to schedule and holding no node: nothing the snapshot needs
         except ValidationError as exc:
             log.info("pod %s: cannot read (%s); treated as holding nothing", key, exc.errors()[0].get("msg"))
         labels = meta.get("labels") or {}
@@ -568,6 +592,10 @@ class SchedulerCache:
             config=config,
         )
         return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending)
+
+
+class _NothingToRead(Exception):
+    pass
 
 
 def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
