@@ -137,3 +137,16 @@ def podgroup(name: str, queue: str = "default-queue", annotations: dict[str, str
         "metadata": {"name": name, "annotations": dict(annotations or {})},
         "spec": {"minMember": 1, "queue": queue, "priorityClassName": "train"},
     }
+
+
+def queue(name: str, gpu_quota: float = -1, parent: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "resources": {
+            "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
+            "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+            "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+        }
+    }
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
