@@ -140,3 +140,32 @@ def _count(
             placed += sum(1 for uid in bound if uid.startswith(prefix))
             out[key][sg] = SubgroupHeadroom(n, placed - n)
     return out
+
+
+def admits(
+    snapshot: s.Snapshot,
+    job_key: str,
+    pods: list[s.Pod],
+    *,
+    actions: tuple[str, ...] | None = None,
+) -> bool:
+    """Would the core schedule this gang now if ``pods`` existed? For lifting a suspend: a suspended RayJob has no
+    pods, so the caller passes the ones KubeRay would create (``podgrouper.expand_pods`` through the bridge) and
+    calls :func:`kai_ray.k8s.elastic.apply_resume` only when the answer is yes, so a resumed job does not sit
+    Pending. ``actions`` defaults as in :func:`compute_headroom`."""
+    jobs = []
+    found = False
+    for job in snapshot.jobs:
+        if job.key == job_key:
+            found = True
+            extra = [dataclasses.replace(p, job=job_key, phase=s.PodPhase.PENDING, node=None) for p in pods]
+            job = dataclasses.replace(job, pods=list(job.pods) + extra)
+        jobs.append(job)
+    if not found:
+        raise KeyError(f"job not in the snapshot: {job_key}")
+    run = tuple(a for a in DEFAULT_ACTIONS if a in snapshot.config.actions) if actions is None else tuple(actions)
+    result = run_cycle(
+        dataclasses.replace(snapshot, jobs=jobs, config=dataclasses.replace(snapshot.config, actions=run))
+    )
+    status = result.jobs.get(job_key)
+    return bool(status is not None and status.scheduled)

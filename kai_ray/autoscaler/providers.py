@@ -8,8 +8,6 @@ written, when it is safe to scale and how multi-host groups count; we only cap s
 - :class:`KaiKubeRayProvider` (autoscaler v2, an ``ICloudInstanceProvider``): caps each launch; the refused part
   becomes a ``LaunchNodeError`` carrying our reason, so v2 fails those instances at once instead of waiting out its
   10-minute REQUESTED timeout.
-- :class:`HeadroomGatedMixin`: the same cap for any plain v1 ``NodeProvider`` (used with Ray's fake multi-node
-  provider to test against real Ray nodes).
 
 Both KubeRay providers talk to the API server through :class:`RayKubeClient`, Ray's injectable HTTP-client interface
 over kai-ray's client (kubeconfig or in-cluster service account), which also reaches PodGroups and Events.
@@ -26,7 +24,6 @@ from typing import Any, cast
 
 import requests
 from ray.autoscaler._private.kuberay.node_provider import IKubernetesHttpApiClient, KubeRayNodeProvider
-from ray.autoscaler.tags import NODE_KIND_HEAD, TAG_RAY_NODE_KIND, TAG_RAY_USER_NODE_TYPE
 from ray.autoscaler.v2.instance_manager.cloud_providers.kuberay.cloud_provider import KubeRayProvider
 
 from kai_ray.autoscaler.headroom import MISSING_DENY, CapDecision, HeadroomGate
@@ -253,62 +250,3 @@ class KaiKubeRayProvider(KubeRayProvider):
                 if n > 0:
                     self._add_launch_errors({node_type: n}, request_id, details=f"kai-ray: {message}")
         self._kai_capped = {}
-
-
-class HeadroomGatedMixin:
-    """Caps ``create_node*`` of a plain v1 NodeProvider (one that launches nodes itself) by ``self.kai_gate``.
-
-    Put it first in the bases: ``class P(HeadroomGatedMixin, SomeNodeProvider)`` and set ``self.kai_gate``."""
-
-    kai_gate: HeadroomGate
-
-    def _kai_allowed(self, tags: Mapping[str, str], count: int) -> int:
-        node_type = tags.get(TAG_RAY_USER_NODE_TYPE)
-        if not node_type or tags.get(TAG_RAY_NODE_KIND) == NODE_KIND_HEAD:
-            return count
-        current = len(self.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: node_type}))  # type: ignore[attr-defined]
-        d = self.kai_gate.cap(node_type, current, current + count)
-        return d.allowed - current
-
-    def create_node(self, node_config: dict[str, Any], tags: dict[str, str], count: int) -> Any:
-        n = self._kai_allowed(tags, count)
-        return super().create_node(node_config, tags, n) if n > 0 else None  # type: ignore[misc]
-
-    def create_node_with_resources_and_labels(
-        self,
-        node_config: dict[str, Any],
-        tags: dict[str, str],
-        count: int,
-        resources: dict[str, float],
-        labels: dict[str, str],
-    ) -> Any:
-        n = self._kai_allowed(tags, count)
-        if n <= 0:
-            return None
-        return super().create_node_with_resources_and_labels(node_config, tags, n, resources, labels)  # type: ignore[misc]
-
-
-def gate_from_provider_config(provider_config: Mapping[str, Any]) -> HeadroomGate:
-    """A gate from a provider config's ``kai_ray`` section: ``kubeconfig``, ``namespace``, ``podgroup`` (required),
-    ``max_age_s``, ``missing``. Reads the PodGroup directly (no RayCluster involved)."""
-    cfg = dict(provider_config.get("kai_ray") or {})
-    for key in ("namespace", "podgroup"):
-        if not cfg.get(key):
-            raise ValueError(f"provider.kai_ray.{key}: required")
-    kube = Kube.connect(cfg.get("kubeconfig") or os.environ.get("KUBECONFIG") or None)
-    path = podgroups_path(str(cfg["namespace"]), str(cfg["podgroup"]))
-
-    def fetch() -> Mapping[str, Any] | None:
-        try:
-            return dict(kube.get(path))
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-
-    return HeadroomGate(
-        fetch,
-        max_age_s=float(cfg.get("max_age_s", 300.0)),
-        missing=str(cfg.get("missing", MISSING_DENY)),
-        refresh_s=float(cfg.get("refresh_s", 1.0)),
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -186,3 +187,17 @@ def test_core_headroom_counts_room_won_by_reclaim() -> None:
     with_reclaim = compute_headroom(snap, ["ns/a"])["ns/a"]["workers"]
     assert allocate_only.headroom == 0
     assert with_reclaim.headroom >= 1
+
+
+def test_admits_tells_when_a_suspended_gang_fits_again() -> None:
+    from kai_ray.autoscaler.compute import admits
+
+    running = _job("b", "q", 6, 6)
+    gang = [s.SubGroup("headgroup", 1, max_member=1), s.SubGroup("workers", 3, max_member=4)]
+    suspended = dataclasses.replace(_job("a", "q", 0, 4), pods=[], min_member=4, subgroups=gang)
+    virtual = [_pod("ns/a", "head", 0, running=False, head=True)]
+    virtual += [_pod("ns/a", f"w{i}", 1, running=False) for i in range(3)]
+    assert not admits(_snapshot(suspended, running), "ns/a", virtual)  # its 3 GPUs are not free: stay suspended
+    assert admits(_snapshot(suspended, running, gpus=9), "ns/a", virtual)
+    with pytest.raises(KeyError):
+        admits(_snapshot(running), "ns/a", virtual)
