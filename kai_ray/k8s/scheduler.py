@@ -46,6 +46,7 @@ BIND_PRIORITY = 0
 EVICT_PRIORITY = 1
 STATUS_PRIORITY = 10
 PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
+REPORT_INTERVAL = 1.0  # seconds between two status reports while bindings are being dispatched
 IDLE_RESYNC = 30.0  # seconds between cycles when every gang is scheduled and nothing changes
 WRITE_HOLDOFF = 0.5  # seconds after the last binding was dispatched before status/Event writes resume
 
@@ -106,6 +107,7 @@ class SchedulerOperator:
         self._reported_invalid: dict[str, str] = {}
         self.last_cycle: float = 0.0
         self._last_cycle_seconds = 0.0
+        self._last_report = 0.0
         self.last_result: CycleResult | None = None
         self.cycles = 0
         self.started_at = time.monotonic()
@@ -260,13 +262,16 @@ class SchedulerOperator:
         t1 = time.perf_counter()
         result = run_cycle(view.snapshot)
         t2 = time.perf_counter()
+        t3 = t2
         if self._leading.is_set():
             self._dispatch_binds(view, result)
             self._dispatch_evictions(view, result)
             t3 = time.perf_counter()
-            self._report(view, result)
-        else:
-            t3 = t2
+            # During a burst of bindings, status and Events (which wait for the burst anyway) are worked out at
+            # most once a second; every other cycle reports at once.
+            if not result.binds or time.monotonic() - self._last_report >= REPORT_INTERVAL:
+                self._report(view, result)
+                self._last_report = time.monotonic()
         t4 = time.perf_counter()
         self.cycles += 1
         self.last_cycle = time.monotonic()
