@@ -232,8 +232,8 @@ class SchedulerOperator:
             if self._stop.is_set():
                 break
             if woke:
-                # Coalesce a burst of changes; cycles take at most about a third of the time.
-                self._stop.wait(max(self.config.debounce, 2 * self._last_cycle_seconds))
+                # Coalesce a burst of changes; cycles take at most about a quarter of the time.
+                self._stop.wait(max(self.config.debounce, 3 * self._last_cycle_seconds))
             self._wake.clear()
             if not self._leading.is_set():
                 continue
