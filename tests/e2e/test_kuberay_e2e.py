@@ -116,6 +116,7 @@ def test_inference_preempts_training_and_training_comes_back(
         lambda: (lambda ps: ps if len(_bound(ps)) == 2 else None)(_ray_pods(kube, namespace, svc_name)),
         120,
     )
+    assert {p["metadata"]["labels"]["ray.io/node-type"] for p in serving} == {"head", "worker"}
     serve_pg = wait_until("the RayService's PodGroup", lambda: _podgroup_of(kube, namespace, "RayService", svc_name))
     assert serve_pg["spec"]["priorityClassName"] == "inference"
     assert serve_pg["spec"]["preemptibility"] == "non-preemptible"
