@@ -255,6 +255,16 @@ def _rv(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
-def wait_all_synced(informers: list[Informer], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    return all(inf.wait_synced(max(0.0, deadline - time.monotonic())) for inf in informers)
+def wait_all_synced(informers: list[Informer], stop: threading.Event, warn_every: float = 30.0) -> bool:
+    """Wait until every informer has listed once (or ``stop`` is set). Never acts on a partial picture: a missing
+    list (e.g. no RBAC permission) keeps the operator waiting and saying so, rather than scheduling blind."""
+    since = time.monotonic()
+    while not stop.is_set():
+        waiting = [inf.name for inf in informers if not inf.synced.is_set()]
+        if not waiting:
+            return True
+        if time.monotonic() - since >= warn_every:
+            log.warning("still waiting for the first list of: %s", ", ".join(waiting))
+            since = time.monotonic()
+        stop.wait(0.05)
+    return False

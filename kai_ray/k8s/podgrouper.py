@@ -160,7 +160,8 @@ class PodgrouperOperator:
 
     def _on_elected(self) -> None:
         def begin() -> None:
-            wait_all_synced(self.informers, 120.0)
+            if not wait_all_synced(self.informers, self._stop):
+                return
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
                 return
             self._leading.set()

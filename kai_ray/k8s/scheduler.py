@@ -193,12 +193,16 @@ class SchedulerOperator:
 
     def _on_elected(self) -> None:
         def begin() -> None:
-            wait_all_synced(self.informers, 120.0)
+            if not wait_all_synced(self.informers, self._stop):
+                return
             if self.elector is not None:
                 # See every write of the previous leader before acting (its watch events may still be in flight).
                 for inf in self.informers:
                     if inf.name == "pods" or inf.name.startswith("podgroups"):
-                        inf.relist(60.0)
+                        while not inf.relist(30.0):
+                            if self._stop.is_set() or not self.elector.is_leader():
+                                return
+                            log.warning("%s: fresh list after election is taking long; still waiting", inf.name)
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
                 return
             self._leading.set()
