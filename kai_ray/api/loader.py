@@ -32,7 +32,8 @@ class ManifestError(ValueError):
     """A manifest that cannot be used; the message is one line naming where and which field."""
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
+def field_path(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as a dotted path with [i] indices, e.g. ``spec.subGroups[1].name``."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -60,7 +61,7 @@ def parse_object(doc: Any, where: str = "document") -> BaseModel:
         return model.model_validate(doc)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = _loc(tuple(err["loc"])) or "(root)"
+        field = field_path(tuple(err["loc"])) or "(root)"
         raise ManifestError(f"{where} ({describe(doc)}): field {field}: {err['msg']}") from None
 
 

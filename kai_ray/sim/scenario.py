@@ -17,7 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic.alias_generators import to_camel
 
 from kai_ray import constants as c
-from kai_ray.api.loader import ManifestError, load_documents, parse_object
+from kai_ray.api.loader import ManifestError, field_path, load_documents, parse_object
 from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
@@ -261,19 +261,9 @@ class Scenario:
     description: str | None = None
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
 def _first_error(exc: ValidationError, prefix: str = "") -> str:
     err = exc.errors()[0]
-    loc = _loc(tuple(err["loc"]))
+    loc = field_path(tuple(err["loc"]))
     msg = str(err["msg"]).removeprefix("Value error, ")
     where = ".".join(p for p in (prefix, loc) if p)
     return f"{where or '(root)'}: {msg}"
