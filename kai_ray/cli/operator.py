@@ -50,12 +50,24 @@ def build_config(**opts: Any) -> OperatorConfig:
             bind_workers=opts["bind_workers"],
             write_workers=opts["write_workers"],
             kai_compatible_priorities=opts["kai_compatible_priorities"],
+            elastic_reclaim=opts["elastic_reclaim"],
+            suspend_kinds=_kinds(opts["suspend_kinds"]),
+            drain_deadline=duration(opts["drain_deadline"], "--drain-deadline"),
+            headroom_interval=duration(opts["headroom_interval"], "--headroom-interval"),
         )
         if opts["identity"]:
             cfg.identity = opts["identity"]
         return cfg.validate()
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+
+
+def _kinds(values: list[str] | None) -> tuple[str, ...]:
+    """``--suspend-kinds`` (repeatable, comma-separated; ``none`` for none) -> kinds; unset -> RayJob."""
+    if values is None:
+        return ("RayJob",)
+    kinds = [k.strip() for v in values for k in v.split(",") if k.strip()]
+    return () if kinds in ([], ["none"]) else tuple(kinds)
 
 
 def _define(kind: str) -> None:
@@ -103,6 +115,24 @@ def _define(kind: str) -> None:
         kai_compatible_priorities: Annotated[
             bool, typer.Option(help="podgrouper: every Ray kind defaults to `train` (KAI's default)")
         ] = False,
+        elastic_reclaim: Annotated[
+            bool,
+            typer.Option(help="scheduler: shrink a KubeRay worker group instead of evicting its elastic workers"),
+        ] = True,
+        suspend_kinds: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="scheduler: Ray kinds whose whole gangs are suspended (spec.suspend) instead of evicted, and "
+                "resumed when admitted (repeatable or comma-separated; 'none' for none; default RayJob)"
+            ),
+        ] = None,
+        drain_deadline: Annotated[
+            str, typer.Option(help="scheduler: time Ray gets to move work off shrunk workers (0s: no draining)")
+        ] = "30s",
+        headroom_interval: Annotated[
+            str,
+            typer.Option(help="scheduler: how often the headroom for the Ray autoscaler hook is published (0s: off)"),
+        ] = "2s",
         log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     ) -> None:
         opts = dict(locals())

@@ -17,7 +17,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,6 +30,7 @@ from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.queue import Queue as ApiQueue
 from kai_ray.bridge import job_from_podgroup, node_from_api, parse_time, pod_from_api, pod_request, queue_from_api
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.elastic import SUSPEND_ANNOTATION
 from kai_ray.k8s.informer import DELETE
 from kai_ray.scheduler import snapshot as s
 
@@ -173,6 +174,7 @@ class SchedulerCache:
         self.foreign: dict[str, list[float]] = {}
         self._jobs: dict[str, tuple[s.Job, s.Job, int, int]] = {}  # key -> (job, template used, active, pending)
         self._dirty: set[str] = set()
+        self.suspended: set[str] = set()  # PodGroups whose owner kai-ray suspended (kai-ray.io/suspended)
 
     def _changed(self) -> None:
         self.changes += 1
@@ -366,11 +368,16 @@ class SchedulerCache:
         with self.lock:
             old = self.pgs.get(key)
             if kind == DELETE:
+                self.suspended.discard(key)
                 if old is not None:
                     del self.pgs[key]
                     self._changed()
                 return
             meta = obj.get("metadata") or {}
+            if SUSPEND_ANNOTATION in (meta.get("annotations") or {}):
+                self.suspended.add(key)
+            else:
+                self.suspended.discard(key)
             sig = (
                 meta.get("uid"),
                 meta.get("generation"),
@@ -519,9 +526,15 @@ class SchedulerCache:
         job.pods = pods
         return job, tmpl, active, pending
 
-    def build(self, config: s.SchedulerConfig, now: float | None = None) -> SnapshotView:
+    def build(
+        self,
+        config: s.SchedulerConfig,
+        now: float | None = None,
+        extra: Mapping[str, list[s.Pod]] | None = None,
+    ) -> SnapshotView:
         """Assemble the core's Snapshot. Incremental: only jobs whose pods, PodGroup or overlays changed since the
-        last build are rebuilt; the core never mutates a snapshot, so unchanged jobs are shared between cycles."""
+        last build are rebuilt; the core never mutates a snapshot, so unchanged jobs are shared between cycles.
+        ``extra``: pods that do not exist, added to their jobs for this snapshot only (a suspended gang's)."""
         mono = time.monotonic()
         with self.lock:
             for key in [k for k, a in self.assumed.items() if a.until < mono]:
@@ -549,7 +562,10 @@ class SchedulerCache:
                 built = self._jobs.get(key)
                 if built is None or key in dirty or built[1] is not tmpl:
                     built = self._jobs[key] = self._build_job(key, tmpl)
-                jobs.append(built[0])
+                if extra and key in extra:
+                    jobs.append(replace(built[0], pods=[*built[0].pods, *extra[key]]))
+                else:
+                    jobs.append(built[0])
                 if built[2]:
                     active[key] = built[2]
                 pending += built[3]

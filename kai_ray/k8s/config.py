@@ -18,6 +18,7 @@ from kai_ray.bridge import parse_duration
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
+RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 
 
 class ConfigError(ValueError):
@@ -85,6 +86,14 @@ class OperatorConfig:
     write_workers: int = 8
     status_interval: float = 2.0  # minimum seconds between two status writes of one Queue
     kai_compatible_priorities: bool = False  # podgrouper: every Ray kind defaults to `train` (KAI's default)
+    default_priority: dict[str, str] = field(default_factory=dict)  # podgrouper: Ray kind -> PriorityClass override
+    # podgrouper: KAI's scheduler schedules; Ray owners and stamped pods get kai.scheduler/skip-podgrouper
+    kai_coexistence: bool = False
+    # scheduler: Ray-aware reclaim (kai_ray.k8s.elastic)
+    elastic_reclaim: bool = True  # elastic surplus of KubeRay workers: shrink the worker group instead of evicting
+    suspend_kinds: tuple[str, ...] = ("RayJob",)  # whole gangs owned by these kinds are suspended, then resumed
+    drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
+    headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
 
     def validate(self) -> OperatorConfig:
         if self.placement_strategy not in ("binpack", "spread"):
@@ -106,6 +115,18 @@ class OperatorConfig:
                 raise ConfigError(f"{name}: {port} is not a port number")
         if self.bind_workers < 1 or self.write_workers < 1:
             raise ConfigError("--bind-workers/--write-workers: must be at least 1")
+        for kind in self.suspend_kinds:
+            if kind not in RAY_KINDS:
+                raise ConfigError(f"--suspend-kinds: {kind!r} is not one of {', '.join(RAY_KINDS)}")
+        for kind, pclass in self.default_priority.items():
+            if kind not in RAY_KINDS:
+                raise ConfigError(f"--default-priority: {kind!r} is not one of {', '.join(RAY_KINDS)}")
+            if not pclass:
+                raise ConfigError(f"--default-priority: {kind}: the PriorityClass name must not be empty")
+        if self.drain_deadline < 0:
+            raise ConfigError(f"--drain-deadline: {self.drain_deadline} must not be negative")
+        if self.headroom_interval < 0:
+            raise ConfigError(f"--headroom-interval: {self.headroom_interval} must not be negative")
         return self
 
     def lease(self, operator: str) -> tuple[str, str]:

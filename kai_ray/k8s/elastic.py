@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
@@ -751,6 +752,15 @@ def apply_resume(
 
 # --- scheduler operator glue ------------------------------------------------------------------------------------
 
+
+def ray_owner(podgroup: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the Ray object that owns a PodGroup (its ``ray.io`` owner reference), or None."""
+    for ref in _meta(podgroup).get("ownerReferences") or []:
+        if str(ref.get("apiVersion", "")).startswith("ray.io/"):
+            return str(ref.get("kind")), str(ref.get("name"))
+    return None
+
+
 # Refusals after which the victims are evicted the plain way: a shrink can never express them.
 FALLBACK_CODES = (NOT_A_WORKER, UNKNOWN_GROUP, NO_REPLICA_LABEL, BELOW_MIN_REPLICAS, NO_RESOURCE_VERSION)
 
@@ -773,77 +783,96 @@ class ElasticReclaimer:
     """An eviction interceptor for the scheduler operator (``SchedulerOperator.eviction_interceptors``).
 
     Elastic victims that are KubeRay workers become one shrink per RayCluster (drain, then ``replicas`` down and
-    ``workersToDelete``); whole-gang victims whose PodGroup's owner is one of ``suspend_kinds`` become a suspend of
-    that owner. Everything else is returned for plain eviction. The API work runs on a small thread pool, because a
-    shrink waits up to ``drain_deadline_s`` for the drain; refusals that a shrink can never express (a head pod, an
-    unknown group, ...) are handed to ``fallback`` (the operator's own eviction), while ``PendingDeletes`` is left for a
-    later cycle to decide again (killing the pod would restart the recreate loop).
+    ``workersToDelete``); the victims of a job that loses its whole gang, when its PodGroup's owner is one of
+    ``suspend_kinds``, become a suspend of that owner (every victim of that job: shrinking the surplus of a gang that
+    goes anyway would only race the suspend). Everything else is returned for plain eviction. The API work runs on a
+    small thread pool, because a shrink waits up to ``drain_deadline_s`` for the drain; refusals that a shrink can
+    never express (a head pod, an unknown group, ...) are handed to ``fallback`` (the operator's own eviction), while
+    ``PendingDeletes`` is left for a later cycle to decide again (killing the pod would restart the recreate loop).
 
     ``gcs_address``: ``"auto"`` (the head pod's IP and GCS port), ``None`` (no draining), or a function
-    ``(namespace, cluster) -> address``.
+    ``(namespace, cluster) -> address``. ``shrink=False`` leaves elastic victims to plain eviction. ``labels_of``
+    (victim -> pod labels) and ``owner_of`` ((namespace, podgroup) -> (kind, name) of its Ray owner, or None) let the
+    caller answer from its informer cache instead of the API.
     """
 
     def __init__(
         self,
         kube: Kube,
         *,
+        shrink: bool = True,
         suspend_kinds: Sequence[str] = ("RayJob",),
         gcs_address: str | Callable[[str, str], str | None] | None = "auto",
         drain_deadline_s: float = 30.0,
         fallback: Callable[[Any, Any], None] | None = None,
         workers: int = 4,
+        labels_of: Callable[[Any], Mapping[str, str] | None] | None = None,
+        owner_of: Callable[[str, str], tuple[str, str] | None] | None = None,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.kube = kube
+        self.shrink = shrink
         self.suspend_kinds = tuple(suspend_kinds)
         self.gcs_address = gcs_address
         self.drain_deadline_s = drain_deadline_s
         self.fallback = fallback
+        self.labels_of = labels_of
+        self.owner_of = owner_of
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-ray-reclaim")
         self.records: list[ReclaimRecord] = []
         self._lock = threading.Lock()
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
+    def close(self, wait: bool = True) -> None:
+        self.pool.shutdown(wait=wait, cancel_futures=not wait)
 
     def __call__(self, victims: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         remaining: list[tuple[Any, Any]] = []
         shrinks: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
         suspends: dict[tuple[str, str, str, str], list[tuple[Any, Any]]] = {}
-        owners: dict[str, tuple[str, str] | None] = {}
+        by_job: dict[str, list[tuple[Any, Any]]] = {}
         for p, e in victims:
-            try:
-                if getattr(e, "elastic", False):
-                    labels = _labels(self.kube.get(pods_path(p.namespace, p.name)))
+            by_job.setdefault(str(getattr(e, "job", "") or f"{p.namespace}/{p.group}"), []).append((p, e))
+        for items in by_job.values():
+            p0 = items[0][0]
+            if self.suspend_kinds and p0.group and any(getattr(e, "whole_gang", False) for _, e in items):
+                try:
+                    owner = self._owner(p0.namespace, p0.group)
+                except ApiError as exc:
+                    owner = None
+                    if not exc.not_found:
+                        log.info("owner of PodGroup %s/%s: %s; evicting its pods", p0.namespace, p0.group, exc)
+                if owner is not None and owner[0] in self.suspend_kinds:
+                    suspends[(p0.namespace, owner[0], owner[1], p0.group)] = items
+                    continue
+            for p, e in items:
+                if self.shrink and getattr(e, "elastic", False):
+                    try:
+                        labels = self._labels(p)
+                    except ApiError as exc:
+                        if exc.not_found:
+                            continue  # already gone: nothing to evict
+                        log.info("reclaim of %s/%s: %s; evicting it instead", p.namespace, p.name, exc)
+                        labels = {}
                     if labels.get(c.RAY_NODE_TYPE) == "worker" and labels.get(c.RAY_CLUSTER):
                         shrinks.setdefault((p.namespace, labels[c.RAY_CLUSTER]), []).append((p, e))
                         continue
-                elif getattr(e, "whole_gang", False) and p.group:
-                    key = f"{p.namespace}/{p.group}"
-                    if key not in owners:
-                        owners[key] = self._owner(p.namespace, p.group)
-                    owner = owners[key]
-                    if owner is not None and owner[0] in self.suspend_kinds:
-                        suspends.setdefault((p.namespace, owner[0], owner[1], p.group), []).append((p, e))
-                        continue
-            except ApiError as exc:
-                if exc.not_found:
-                    continue  # already gone: nothing to evict
-                log.info("reclaim of %s/%s: %s; evicting it instead", p.namespace, p.name, exc)
-            remaining.append((p, e))
-        for (ns, cluster), items in shrinks.items():
-            self.pool.submit(self._shrink, ns, cluster, items)
-        for (ns, kind, name, pg), items in suspends.items():
-            self.pool.submit(self._suspend, ns, kind, name, pg, items)
+                remaining.append((p, e))
+        for (ns, cluster), group in shrinks.items():
+            self.pool.submit(self._shrink, ns, cluster, group)
+        for (ns, kind, name, pg), group in suspends.items():
+            self.pool.submit(self._suspend, ns, kind, name, pg, group)
         return remaining
 
+    def _labels(self, p: Any) -> Mapping[str, str]:
+        if self.labels_of is not None:
+            return self.labels_of(p) or {}
+        return _labels(self.kube.get(pods_path(p.namespace, p.name)))
+
     def _owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
-        pg = self.kube.get(podgroups_path(namespace, podgroup))
-        for ref in _meta(pg).get("ownerReferences") or []:
-            if str(ref.get("apiVersion", "")).startswith("ray.io/"):
-                return str(ref.get("kind")), str(ref.get("name"))
-        return None
+        if self.owner_of is not None:
+            return self.owner_of(namespace, podgroup)
+        return ray_owner(self.kube.get(podgroups_path(namespace, podgroup)))
 
     def _address(self, namespace: str, cluster: str) -> str | None:
         if callable(self.gcs_address):
@@ -933,19 +962,86 @@ def publish_headroom(
     """Compute the headroom of ``jobs`` (default: every job that may still grow) with the scheduler core and write it
     onto their PodGroups (``kai-ray.io/headroom``). Returns job key -> {subgroup: SubgroupHeadroom}."""
     from kai_ray.autoscaler.compute import compute_headroom
-    from kai_ray.autoscaler.headroom import headroom_annotations
 
     result = compute_headroom(snapshot, jobs, **compute)
     for key, subgroups in result.items():
-        ns, _, name = key.partition("/")
-        try:
-            kube.merge_patch(
-                podgroups_path(ns, name), {"metadata": {"annotations": headroom_annotations(subgroups, now)}}
-            )
-        except ApiError as exc:
-            if not exc.not_found:
-                log.info("publishing headroom on PodGroup %s: %s", key, exc)
+        write_headroom(kube, key, subgroups, now)
     return result
+
+
+def write_headroom(kube: Kube, job: str, subgroups: Mapping[str, Any], now: float | None = None) -> None:
+    """Merge-patch one PodGroup's ``kai-ray.io/headroom`` annotation (a vanished PodGroup is not an error)."""
+    from kai_ray.autoscaler.headroom import headroom_annotations
+
+    ns, _, name = job.partition("/")
+    try:
+        kube.merge_patch(podgroups_path(ns, name), {"metadata": {"annotations": headroom_annotations(subgroups, now)}})
+    except ApiError as exc:
+        if not exc.not_found:
+            log.info("publishing headroom on PodGroup %s: %s", job, exc)
+
+
+class HeadroomPublisher:
+    """The scheduler operator's headroom publication for the autoscaler hook.
+
+    At most every ``interval`` seconds, it computes the headroom of every job that may still grow with the core
+    (:func:`kai_ray.autoscaler.compute.compute_headroom`) and hands a write to ``submit`` only for PodGroups whose
+    numbers changed, or whose last write is older than ``refresh_s`` (the hook treats old numbers as unknown).
+    ``templates(job_keys)`` supplies probe pods for subgroups scaled to zero.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        interval: float,
+        submit: Callable[[str, Callable[[], None]], None],
+        *,
+        refresh_s: float = 60.0,
+        templates: Callable[[list[str]], Mapping[str, Mapping[str, Any]]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.interval = interval
+        self.submit = submit
+        self.refresh_s = refresh_s
+        self.templates = templates
+        self.clock = clock
+        self._last_run = float("-inf")
+        self._written: dict[str, tuple[dict[str, tuple[int, int]], float]] = {}
+        self.writes = 0
+
+    def due(self) -> bool:
+        return self.interval > 0 and self.clock() - self._last_run >= self.interval
+
+    def maybe_publish(self, snapshot: Any) -> dict[str, Any] | None:
+        """Publish if due; returns what was computed (None when not due or nothing may grow)."""
+        if not self.due():
+            return None
+        from kai_ray.autoscaler.compute import autoscaling_jobs, compute_headroom
+
+        now = self.clock()
+        self._last_run = now
+        jobs = autoscaling_jobs(snapshot)
+        for key in [k for k in self._written if k not in jobs]:
+            del self._written[key]
+        if not jobs:
+            return None
+        templates = dict(self.templates(jobs)) if self.templates is not None else None
+        result = compute_headroom(snapshot, jobs, templates=templates)
+        wall = time.time()
+        for key, subgroups in result.items():
+            numbers = {sg: (h.pods, h.headroom) for sg, h in subgroups.items()}
+            last = self._written.get(key)
+            if last is not None and last[0] == numbers and now - last[1] < self.refresh_s:
+                continue
+            self._written[key] = (numbers, now)
+            self.writes += 1
+            self.submit(f"headroom/{key}", partial(write_headroom, self.kube, key, subgroups, wall))
+        return result
+
+    def forget(self) -> None:
+        self._written.clear()
+        self._last_run = float("-inf")
 
 
 __all__ = [
@@ -954,6 +1050,7 @@ __all__ = [
     "DrainOutcome",
     "ElasticReclaimer",
     "GroupShrink",
+    "HeadroomPublisher",
     "ReclaimRecord",
     "ShrinkOutcome",
     "ShrinkPlan",
@@ -970,6 +1067,8 @@ __all__ = [
     "plan_shrink",
     "plan_suspend",
     "publish_headroom",
+    "ray_owner",
     "record_on_podgroup",
     "wait_drained",
+    "write_headroom",
 ]

@@ -26,6 +26,12 @@ SCHEDULER_RULES: list[Rule] = [
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups", "queues"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups"], "verbs": ["patch"]},  # kai.scheduler/* stamps
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups/status", "queues/status"], "verbs": ["get", "patch"]},
+    # elastic reclaim: shrink worker groups, suspend and resume owners; owners' specs for resume and headroom probes
+    {
+        "apiGroups": ["ray.io"],
+        "resources": ["rayclusters", "rayjobs", "rayservices"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
     *EVENT_RULES,
 ]
 

@@ -8,6 +8,11 @@ API; the cache *assumes* each binding before it is sent, so the next cycle can r
 still never binds a pod twice nor gives its room away. Status and Events are written by a separate, lower-priority
 pool that waits while bindings are outstanding, and are written on transitions, not every cycle.
 
+Ray-aware by default: evictions first go through :class:`~kai_ray.k8s.elastic.ElasticReclaimer` (elastic KubeRay
+workers: shrink the worker group; whole gangs of ``suspend_kinds``, RayJob by default: suspend the owner), a gang that
+kai-ray suspended stays in the snapshot as virtual pending pods and is resumed when the core admits it
+(:mod:`kai_ray.k8s.resume`), and the headroom the Ray autoscaler hook reads is published after cycles, rate-limited.
+
 Only the Lease holder runs cycles; informers run on every replica so a new leader starts warm, but it lists again
 before its first cycle so it sees every binding of the previous leader.
 """
@@ -29,12 +34,15 @@ from kai_ray.api.podgroup import PodGroup
 from kai_ray.k8s import status as st
 from kai_ray.k8s.cache import PodEntry, SchedulerCache, SnapshotView, slim_pod
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.elastic import ElasticReclaimer, HeadroomPublisher, ray_owner
 from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder
 from kai_ray.k8s.informer import Informer, wait_all_synced
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import Metrics
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.resume import SuspendedGangs, is_virtual
 from kai_ray.k8s.workqueue import Dispatcher
+from kai_ray.podgrouper import PodgrouperConfig
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
 from kai_ray.scheduler.snapshot import SchedulerConfig
@@ -87,6 +95,41 @@ class SchedulerOperator:
         self._last_bind_dispatch = 0.0
         self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
         self.eviction_interceptors: list[EvictionInterceptor] = []
+        self.reclaimer: ElasticReclaimer | None = None
+        if config.elastic_reclaim or config.suspend_kinds:
+            self.reclaimer = ElasticReclaimer(
+                self.kube,
+                shrink=config.elastic_reclaim,
+                suspend_kinds=config.suspend_kinds,
+                gcs_address="auto" if config.drain_deadline > 0 else None,
+                drain_deadline_s=config.drain_deadline,
+                fallback=self._evict,
+                labels_of=self._cached_labels,
+                owner_of=self._cached_owner,
+            )
+            self.eviction_interceptors.append(self.reclaimer)
+        self.gangs: SuspendedGangs | None = None
+        if config.suspend_kinds or config.headroom_interval > 0:
+            self.gangs = SuspendedGangs(
+                self.kube,
+                self.cache,
+                kinds=config.suspend_kinds,
+                namespaces=config.namespaces,
+                grouper_config=PodgrouperConfig(
+                    scheduler_name=config.scheduler_name, queue_label_key=config.queue_label_key
+                ),
+                submit=lambda key, work: self.binder.submit(key, work, priority=EVICT_PRIORITY),
+                wake=self.wake,
+                is_leader=self.is_leader,
+            )
+        self.headroom: HeadroomPublisher | None = None
+        if config.headroom_interval > 0:
+            self.headroom = HeadroomPublisher(
+                self.kube,
+                config.headroom_interval,
+                lambda key, work: self.writer.submit(key, work, priority=STATUS_PRIORITY),
+                templates=self.gangs.probe_templates if self.gangs is not None else None,
+            )
         self.informers = self._informers()
         self.elector: LeaderElector | None = None
         if config.leader_elect:
@@ -138,6 +181,8 @@ class SchedulerOperator:
                     missing_ok=True,
                 )
             )
+        if self.gangs is not None:
+            infs.extend(self.gangs.informers)
         return infs
 
     def start(self) -> SchedulerOperator:
@@ -165,6 +210,8 @@ class SchedulerOperator:
             self._loop_thread.join(10)
         self.binder.stop()
         self.writer.stop()
+        if self.reclaimer is not None:
+            self.reclaimer.close(wait=False)
         for inf in self.informers:
             inf.stop()
         self.metrics.close()
@@ -217,6 +264,10 @@ class SchedulerOperator:
         self._leading.clear()
         self.metrics.leader.labels("scheduler").set(0)
         self.cache.clear_overlays()
+        if self.gangs is not None:
+            self.gangs.clear()
+        if self.headroom is not None:
+            self.headroom.forget()
         log.warning("no longer leader: scheduling stopped")
 
     # --- the loop -----------------------------------------------------------------------------------------------
@@ -262,7 +313,9 @@ class SchedulerOperator:
 
     def run_once(self) -> CycleResult:
         t0 = time.perf_counter()
-        view = self.cache.build(self.core_config())
+        leading = self._leading.is_set()
+        virtual = self.gangs.virtual_pods() if self.gangs is not None and leading else {}
+        view = self.cache.build(self.core_config(), extra=virtual)
         t1 = time.perf_counter()
         result = run_cycle(view.snapshot)
         t2 = time.perf_counter()
@@ -270,12 +323,19 @@ class SchedulerOperator:
         if self._leading.is_set():
             self._dispatch_binds(view, result)
             self._dispatch_evictions(view, result)
+            if virtual and self.gangs is not None:
+                self.gangs.after_cycle(result, virtual)
             t3 = time.perf_counter()
             # During a burst of bindings, status and Events (which wait for the burst anyway) are worked out at
             # most once a second; every other cycle reports at once.
             if not result.binds or time.monotonic() - self._last_report >= REPORT_INTERVAL:
                 self._report(view, result)
                 self._last_report = time.monotonic()
+            if self.headroom is not None and self.headroom.due():
+                try:
+                    self.headroom.maybe_publish(view.snapshot)
+                except Exception:
+                    log.exception("computing the headroom failed; the next publication retries")
         t4 = time.perf_counter()
         self.cycles += 1
         self.last_cycle = time.monotonic()
@@ -296,8 +356,8 @@ class SchedulerOperator:
     def _dispatch_binds(self, view: SnapshotView, result: CycleResult) -> None:
         wanted: list[tuple[PodEntry, str, str]] = []
         for b in result.binds:
-            if b.pipelined:
-                continue  # waits for its victims to go; a later cycle binds it for real
+            if b.pipelined or is_virtual(b.pod):
+                continue  # waits for its victims to go, or does not exist yet (a suspended gang's)
             p = view.pods_by_uid.get(b.pod)
             if p is None:
                 self.metrics.binds.labels("skipped").inc()
@@ -367,6 +427,14 @@ class SchedulerOperator:
                 self._write_pg_status(job, st.evicted_status(evs, now))
                 self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))
             self._annotate_pg(job, {c.LAST_EVICTION: now})
+
+    def _cached_labels(self, p: PodEntry) -> dict[str, str]:
+        meta = p.raw[0] if p.raw else None
+        return dict(meta.get("labels") or {}) if isinstance(meta, dict) else {}
+
+    def _cached_owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
+        pg = self.cache.pgs.get(f"{namespace}/{podgroup}")
+        return ray_owner(pg.raw) if pg is not None else None
 
     def _evict(self, p: PodEntry, e: Evict) -> None:
         if not self._leading.is_set():

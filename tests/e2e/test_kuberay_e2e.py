@@ -2,19 +2,24 @@
 
 What is real: kube-apiserver + etcd; KWOK GPU nodes (4 x 8 fake `nvidia.com/gpu`); KubeRay's operator built from the
 `github.com/ray-project/kuberay/ray-operator` Go module and run with `--batch-scheduler=kai-scheduler`, turning our
-example RayJob and RayService into RayClusters and pods; kai-ray's podgrouper and scheduler operators. The manifests
-are `examples/rayjob-training.yaml` and `examples/rayservice-vllm.yaml`, changed only in namespace and queue names.
+example RayJob and RayService into RayClusters and pods, suspending the RayJob and resuming it; kai-ray's podgrouper
+and scheduler operators with their default settings (suspend-based preemption for RayJobs, resume on admission). The
+manifests are `examples/rayjob-training.yaml` and `examples/rayservice-vllm.yaml`, changed only in namespace and
+queue names.
 
 What is not exercised: Ray itself never runs inside KWOK pods (no containers), so the RayJob never submits its job
-and the RayService never becomes ready to serve; no GPU exists. No kube-controller-manager runs, so the test does what
-its garbage collector would when the RayService is deleted: it deletes the RayService's RayCluster and that cluster's
-pods.
+and the RayService never becomes ready to serve; no GPU exists. No kube-controller-manager runs, so a thread in the
+test plays its garbage collector: it deletes the pods of a RayCluster that is gone (KubeRay deletes a suspended
+RayJob's RayCluster and relies on the collector for its pods) and the RayClusters of a RayService that is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +27,14 @@ import pytest
 import yaml
 
 from kai_ray.controlplane.harness import ControlPlane
+from kai_ray.k8s.elastic import SUSPEND_ANNOTATION
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
 from tests.k8s.helpers import condition, events, gpu_use, wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.kuberay, pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ORIGIN = "ray.io/originated-from-cr-name"
 
 
 def _example(name: str, namespace: str, queue: str) -> dict[str, Any]:
@@ -39,7 +46,7 @@ def _example(name: str, namespace: str, queue: str) -> dict[str, Any]:
 
 def _ray_pods(kube: Kube, ns: str, owner_name: str) -> list[dict[str, Any]]:
     """Pods of the RayCluster(s) that a RayJob/RayService named ``owner_name`` created."""
-    items = kube.get(pods_path(ns), labelSelector=f"ray.io/originated-from-cr-name={owner_name}")["items"]
+    items = kube.get(pods_path(ns), labelSelector=f"{ORIGIN}={owner_name}")["items"]
     if not items:  # older KubeRay: select through the clusters' names
         clusters = kube.get(ray_path("RayCluster", ns))["items"]
         names = {
@@ -67,6 +74,64 @@ def _podgroup_of(kube: Kube, ns: str, owner_kind: str, owner_name: str) -> dict[
     return None
 
 
+class GarbageCollector:
+    """What kube-controller-manager's garbage collector does here, for the objects of this test's namespace: pods
+    whose controlling RayCluster is gone, and RayClusters whose RayService or RayJob is gone (or being deleted), are
+    deleted. It also watches every node's GPU use, so the test can check that no node was ever over-committed."""
+
+    def __init__(self, kube: Kube, ns: str) -> None:
+        self.kube, self.ns = kube, ns
+        self.max_gpu: dict[str, float] = {}
+        self.collected: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="test-gc", daemon=True)
+
+    def __enter__(self) -> GarbageCollector:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _uids(self, kind: str) -> set[str]:
+        return {
+            o["metadata"]["uid"]
+            for o in self.kube.get(ray_path(kind, self.ns))["items"]
+            if not o["metadata"].get("deletionTimestamp")
+        }
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(ApiError):
+                self.sweep()
+            self._stop.wait(0.3)
+
+    def sweep(self) -> None:
+        owners = self._uids("RayService") | self._uids("RayJob")
+        for rc in self.kube.get(ray_path("RayCluster", self.ns))["items"]:
+            refs = [r for r in rc["metadata"].get("ownerReferences") or [] if r.get("controller")]
+            if refs and refs[0]["uid"] not in owners and not rc["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(ApiError):
+                    self.kube.delete(ray_path("RayCluster", self.ns, rc["metadata"]["name"]))
+                    self.collected.append(f"RayCluster/{rc['metadata']['name']}")
+        clusters = self._uids("RayCluster")
+        for pod in self.kube.get(pods_path(self.ns))["items"]:
+            refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
+            if refs and refs[0].get("kind") == "RayCluster" and refs[0]["uid"] not in clusters:
+                with contextlib.suppress(ApiError):
+                    self.kube.delete(pods_path(self.ns, pod["metadata"]["name"]), {"gracePeriodSeconds": 0})
+                    self.collected.append(f"Pod/{pod['metadata']['name']}")
+        for node, used in gpu_use(self.kube, [self.ns]).items():
+            self.max_gpu[node] = max(self.max_gpu.get(node, 0.0), used)
+
+
+@pytest.fixture
+def gc(kube: Kube, namespace: str):
+    with GarbageCollector(kube, namespace) as collector:
+        yield collector
+
+
 @pytest.fixture
 def kuberay(control_plane: ControlPlane, namespace: str):
     control_plane.start_kuberay_operator(batch_scheduler="kai-scheduler", watch_namespace=namespace)
@@ -83,13 +148,14 @@ def test_inference_preempts_training_and_training_comes_back(
     run_scheduler: Any,
     priority_classes: Any,
     kuberay: None,
+    gc: GarbageCollector,
 ) -> None:
     _, selector = node_pool(4, gpus=8)
     queues("ml-platform", gpu_quota=32)
     training_q = queues("training", gpu_quota=16, parent="ml-platform", priority=50)
     serving_q = queues("serving", gpu_quota=16, parent="ml-platform", priority=200)
     run_podgrouper()
-    run_scheduler(node_selector=selector)
+    sched = run_scheduler(node_selector=selector)
 
     # 1. The training RayJob's cluster is gang-scheduled onto the fake GPUs: head + 4 workers x 8 GPUs = 32 GPUs.
     job = _example("rayjob-training.yaml", namespace, training_q)
@@ -107,7 +173,10 @@ def test_inference_preempts_training_and_training_comes_back(
     assert {p["metadata"]["annotations"].get("pod-group-name") for p in training} == {train_pg["metadata"]["name"]}
     assert sum(gpu_use(kube, [namespace]).values()) == 32
 
-    # 2. The vLLM RayService arrives on the full cluster; its pods are bound after training is preempted.
+    # 2. The vLLM RayService arrives on the full cluster. kai-ray reclaims the training gang by suspending the RayJob
+    #    (KubeRay >= 1.5 does not recreate a RayJob's head: deleting its pods would fail the job for good); KubeRay
+    #    deletes the training cluster, and the serving pods are bound in the room it leaves.
+    t_serve = time.monotonic()
     svc = _example("rayservice-vllm.yaml", namespace, serving_q)
     kube.create(ray_path("RayService", namespace), svc)
     svc_name = svc["metadata"]["name"]
@@ -116,15 +185,17 @@ def test_inference_preempts_training_and_training_comes_back(
         lambda: (lambda ps: ps if len(_bound(ps)) == 2 else None)(_ray_pods(kube, namespace, svc_name)),
         120,
     )
+    serve_s = time.monotonic() - t_serve
     assert {p["metadata"]["labels"]["ray.io/node-type"] for p in serving} == {"head", "worker"}
     serve_pg = wait_until("the RayService's PodGroup", lambda: _podgroup_of(kube, namespace, "RayService", svc_name))
     assert serve_pg["spec"]["priorityClassName"] == "inference"
     assert serve_pg["spec"]["preemptibility"] == "non-preemptible"
     assert all(v <= 8 for v in gpu_use(kube, [namespace]).values()), "no node is ever over-committed"
     serve_key = f"{namespace}/{serve_pg['metadata']['name']}"
+    train_pg_name = train_pg["metadata"]["name"]
     evicted = wait_until(
         "the training PodGroup to say who evicted it",
-        lambda: condition(kube.get(podgroups_path(namespace, train_pg["metadata"]["name"])), "Evicted"),
+        lambda: condition(kube.get(podgroups_path(namespace, train_pg_name)), "Evicted"),
         60,
     )
     assert evicted["reason"] in ("Reclaimed", "Preempted") and serve_key in evicted["message"]
@@ -133,20 +204,47 @@ def test_inference_preempts_training_and_training_comes_back(
         lambda: [e for e in events(kube, namespace) if e.get("reason") in ("Reclaimed", "Preempted")],
     )
     assert any(serve_key in e["message"] for e in evs)
-    left = _bound(_ray_pods(kube, namespace, name))
-    assert len(left) < 5, "the training gang no longer runs whole"
+    suspended = wait_until(
+        "the RayJob to be suspended and its cluster's pods gone",
+        lambda: (lambda j: j if j["spec"].get("suspend") and not _ray_pods(kube, namespace, name) else None)(
+            kube.get(ray_path("RayJob", namespace, name))
+        ),
+        60,
+    )
+    record = json.loads(
+        kube.get(podgroups_path(namespace, train_pg_name))["metadata"]["annotations"][SUSPEND_ANNOTATION]
+    )
+    assert record["owner"] == f"RayJob/{name}" and record["reason"] in ("Reclaimed", "Preempted")
+    assert serve_key in record["message"], record
+    wait_until(
+        "KubeRay to report the RayJob Suspended (not Failed)",
+        lambda: (
+            (kube.get(ray_path("RayJob", namespace, name)).get("status") or {}).get("jobDeploymentStatus")
+            == "Suspended"
+        ),
+        60,
+    )
+    assert suspended["spec"]["suspend"] is True
 
-    # 3. The RayService goes away; training is scheduled again.
+    # While suspended, KubeRay creates nothing for the RayJob (the recreate loop that pod deletion starts).
+    seen: set[str] = set()
+    end = time.monotonic() + 8
+    while time.monotonic() < end:
+        seen |= {
+            p["metadata"]["uid"] for p in kube.get(pods_path(namespace), labelSelector=f"{ORIGIN}={name}")["items"]
+        }
+        time.sleep(0.3)
+    print(
+        f"\nserving bound {serve_s:.1f} s after the RayService was created; training pods recreated while "
+        f"suspended: {len(seen)}"
+    )
+    assert seen == set(), "no training pod is recreated while the RayJob is suspended"
+    assert len(_bound(_ray_pods(kube, namespace, svc_name))) == 2
+
+    # 3. The RayService goes away (the test's collector deletes its cluster and pods); kai-ray admits the suspended
+    #    gang again, lifts the suspend, and KubeRay's fresh cluster for the RayJob is bound whole.
+    t_back = time.monotonic()
     kube.delete(ray_path("RayService", namespace, svc_name))
-    for cluster in kube.get(ray_path("RayCluster", namespace))["items"]:  # what the garbage collector would do
-        if any(r.get("kind") == "RayService" for r in cluster["metadata"].get("ownerReferences", [])):
-            with contextlib.suppress(ApiError):
-                kube.delete(ray_path("RayCluster", namespace, cluster["metadata"]["name"]))
-            for pod in kube.get(pods_path(namespace), labelSelector=f"ray.io/cluster={cluster['metadata']['name']}")[
-                "items"
-            ]:
-                with contextlib.suppress(ApiError):
-                    kube.delete(pods_path(namespace, pod["metadata"]["name"]), {"gracePeriodSeconds": 0})
     try:
         wait_until(
             "the training gang to run whole again",
@@ -164,4 +262,15 @@ def test_inference_preempts_training_and_training_comes_back(
             f"pods={pods}\njob status={job_now.get('status')}\njob spec suspend="
             f"{job_now['spec'].get('suspend')}\npodgroups={pgs}"
         ) from None
+    print(f"training bound whole again {time.monotonic() - t_back:.1f} s after the RayService was deleted")
+    job_now = kube.get(ray_path("RayJob", namespace, name))
+    assert not job_now["spec"].get("suspend")
+    assert (job_now.get("status") or {}).get("jobDeploymentStatus") != "Failed"
+    pg_now = kube.get(podgroups_path(namespace, train_pg_name))
+    assert SUSPEND_ANNOTATION not in pg_now["metadata"].get("annotations", {})
     assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
+    assert all(v <= 8 for v in gc.max_gpu.values()), f"a node was over-committed at some point: {gc.max_gpu}"
+    # One suspend and one resume: the gang did not flap.
+    assert sched.reclaimer is not None and sched.gangs is not None
+    assert [(r.kind, r.target, r.ok) for r in sched.reclaimer.records] == [("suspend", f"{namespace}/{name}", True)]
+    assert [job for job, _ in sched.gangs.resumed] == [f"{namespace}/{train_pg_name}"]
