@@ -1,12 +1,12 @@
 """The three loops closed, with the real KubeRay operator, kai-ray's operators, Ray's autoscaler and real Ray nodes.
 
 What is real: kube-apiserver + etcd + KWOK nodes; KubeRay's operator (``kai-scheduler`` batch scheduler) creating and
-deleting pods; kai-ray's podgrouper and scheduler operators (the scheduler with :class:`ElasticReclaimer` as its
-eviction interceptor); Ray's autoscaler v2 through ``python -m kai_ray.autoscaler``; a Ray head and one Ray worker
-node per bound worker pod. What stands in: KWOK pods run no containers, so a small "kubelet" thread in the test starts
-a real Ray worker node (``RAY_CLOUD_INSTANCE_ID`` = pod name) for each bound worker pod and stops it when the pod is
-deleted; the headroom is published by a thread running :func:`kai_ray.k8s.elastic.publish_headroom` on the
-scheduler's own snapshot (the scheduler operator does not publish it yet).
+deleting pods; kai-ray's podgrouper and scheduler operators (the scheduler with its default
+:class:`ElasticReclaimer` as eviction interceptor, and publishing the headroom itself after its cycles); Ray's
+autoscaler v2 through ``python -m kai_ray.autoscaler``; a Ray head and one Ray worker node per bound worker pod. What
+stands in: KWOK pods run no containers, so a small "kubelet" in the test starts a real Ray worker node
+(``RAY_CLOUD_INSTANCE_ID`` = pod name) for each bound worker pod and stops it when the pod is deleted; and since the
+KWOK head pod's IP leads nowhere, the reclaimer drains through the test's real Ray head instead.
 """
 
 from __future__ import annotations
@@ -161,7 +161,8 @@ def _operators(
     control_plane: ControlPlane, kube: Kube, ns: str, gpu_nodes: Any, gcs_address: str | None, ray_aware: bool
 ) -> Iterator[dict[str, Any]]:
     """Queues (train: 1 GPU quota, serve: 2), one 3-GPU KWOK node, kai-ray's podgrouper and scheduler operators (the
-    scheduler with the elastic interceptor when ``ray_aware``) and the KubeRay operator; stopped in reverse order."""
+    scheduler's shrink on when ``ray_aware``, draining through ``gcs_address``) and the KubeRay operator; stopped in
+    reverse order."""
     names = gpu_nodes(1, gpus=3)
     batch = kube.get(f"/api/v1/nodes/{names[0]}")["metadata"]["labels"][NODE_BATCH_LABEL]
     made_queues = [f"{ns}-root", f"{ns}-train", f"{ns}-serve"]
@@ -169,13 +170,19 @@ def _operators(
     kube.create(queues_path(), queue(made_queues[1], gpu_quota=1, parent=made_queues[0]))
     kube.create(queues_path(), queue(made_queues[2], gpu_quota=2, parent=made_queues[0]))
     grouper = PodgrouperOperator(_config(control_plane, ns)).start()
-    sched = SchedulerOperator(_config(control_plane, ns, node_selector={NODE_BATCH_LABEL: batch}))
-    reclaim_kube = Kube(control_plane.api_client(pool_size=4))
-    reclaimer = elastic.ElasticReclaimer(
-        reclaim_kube, gcs_address=gcs_address, drain_deadline_s=3.0, fallback=sched._evict
+    sched = SchedulerOperator(
+        _config(
+            control_plane,
+            ns,
+            node_selector={NODE_BATCH_LABEL: batch},
+            elastic_reclaim=ray_aware,
+            drain_deadline=3.0,
+            headroom_interval=0.5,
+        )
     )
-    if ray_aware:
-        sched.eviction_interceptors.append(reclaimer)
+    reclaimer = sched.reclaimer
+    assert reclaimer is not None  # suspend for RayJobs stays on; the shrink follows ``ray_aware``
+    reclaimer.gcs_address = gcs_address
     sched.start()
     try:
         control_plane.start_kuberay_operator(batch_scheduler="kai-scheduler", watch_namespace=ns)
@@ -185,8 +192,6 @@ def _operators(
         control_plane.stop_component("kuberay-operator")
         sched.stop()
         grouper.stop()
-        reclaimer.close()
-        reclaim_kube.close()
         for q in reversed(made_queues):
             with contextlib.suppress(ApiError):
                 kube.delete(queues_path(q))
@@ -228,7 +233,6 @@ def test_reclaim_shrinks_without_recreation_and_scale_up_stays_within_headroom(
     train, serve = stack["queues"][1], stack["queues"][2]
     sampler = Sampler(kube, ns, "rc").start()
     kubelet = Kubelet(kube, ns, "rc", head)
-    publisher_stop = threading.Event()
     proc: subprocess.Popen[bytes] | None = None
     try:
         # 1. Training takes the whole node (3 GPUs, 2 above its queue's quota of 1).
@@ -291,21 +295,13 @@ def test_reclaim_shrinks_without_recreation_and_scale_up_stays_within_headroom(
 
         # 3. The autoscaler wants more workers than the queue can get now: it is capped, no pod is created.
         ray.kill(by_pod[survivor])
-        pg_key = f"{ns}/{pg['metadata']['name']}"
-
-        def publish() -> None:
-            while not publisher_stop.is_set():
-                with contextlib.suppress(Exception):
-                    view = sched.cache.build(sched.core_config())
-                    elastic.publish_headroom(kube, view.snapshot, [pg_key])
-                publisher_stop.wait(0.5)
-
-        threading.Thread(target=publish, name="test-headroom", daemon=True).start()
-        wait_until(
-            "headroom 0 to be published",
+        published = wait_until(
+            "the scheduler to publish the headroom",
             lambda: hr.limits_from_podgroup(kube.get(podgroups_path(ns, pg["metadata"]["name"]))).headroom,
             30,
         )
+        assert published.subgroups["workers"] == hr.SubgroupHeadroom(1, 0), published
+        assert sched.headroom is not None and sched.headroom.writes >= 1
         env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig_path), "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
         env["RAY_HEAD_POD_NAME"] = "rc-head"
         log_path = ray_env / "autoscaler.log"
@@ -372,7 +368,6 @@ def test_reclaim_shrinks_without_recreation_and_scale_up_stays_within_headroom(
         assert sampler.max_live <= 3
         assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
     finally:
-        publisher_stop.set()
         if proc is not None:
             proc.terminate()
             try:
