@@ -201,3 +201,34 @@ def test_admits_tells_when_a_suspended_gang_fits_again() -> None:
     assert admits(_snapshot(suspended, running, gpus=9), "ns/a", virtual)
     with pytest.raises(KeyError):
         admits(_snapshot(running), "ns/a", virtual)
+
+
+def test_operator_publisher_is_rate_limited_and_writes_only_changes() -> None:
+    """The scheduler operator's HeadroomPublisher: at most once per interval, one write per changed PodGroup, and
+    unchanged numbers rewritten only when they would grow old."""
+    from kai_ray.k8s.elastic import HeadroomPublisher
+
+    clock = [100.0]
+    writes: list[str] = []
+    pub = HeadroomPublisher(
+        None,  # type: ignore[arg-type]  # the write work handed to submit is not run here
+        interval=2.0,
+        submit=lambda key, work: writes.append(key),
+        refresh_s=60.0,
+        clock=lambda: clock[0],
+    )
+    snap = _snapshot(_job("a", "q", 2, 6), gpu_limit=4)
+    assert pub.maybe_publish(snap) == {"ns/a": {"workers": hr.SubgroupHeadroom(2, 2)}}
+    assert writes == ["headroom/ns/a"]
+    clock[0] += 1.0
+    assert pub.maybe_publish(snap) is None and not pub.due()  # within the interval: nothing computed
+    clock[0] += 1.5
+    assert pub.maybe_publish(snap) is not None and writes == ["headroom/ns/a"]  # unchanged: not written
+    clock[0] += 3.0
+    pub.maybe_publish(_snapshot(_job("a", "q", 3, 6), gpu_limit=4))
+    assert writes == ["headroom/ns/a"] * 2  # changed (3 pods, +1)
+    clock[0] += 61.0
+    pub.maybe_publish(_snapshot(_job("a", "q", 3, 6), gpu_limit=4))
+    assert writes == ["headroom/ns/a"] * 3  # unchanged but a minute old: refreshed
+    clock[0] += 3.0
+    assert pub.maybe_publish(_snapshot(_job("a", "q", 6, 6))) is None  # nothing may grow: nothing to publish
