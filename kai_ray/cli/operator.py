@@ -24,6 +24,8 @@ HELP = {
 
 def build_config(**opts: Any) -> OperatorConfig:
     """CLI values -> a validated OperatorConfig; every bad value becomes a CliError naming the flag."""
+    if opts.get("kind") == "scheduler" and opts.get("kai_coexistence"):
+        raise CliError("--kai-coexistence: KAI's scheduler schedules in this mode; run only `operator podgrouper`")
     try:
         cfg = OperatorConfig(
             kubeconfig=opts["kubeconfig"],
@@ -54,6 +56,8 @@ def build_config(**opts: Any) -> OperatorConfig:
             suspend_kinds=_kinds(opts["suspend_kinds"]),
             drain_deadline=duration(opts["drain_deadline"], "--drain-deadline"),
             headroom_interval=duration(opts["headroom_interval"], "--headroom-interval"),
+            kai_coexistence=opts["kai_coexistence"],
+            default_priority=_priorities(opts["default_priority"]),
         )
         if opts["identity"]:
             cfg.identity = opts["identity"]
@@ -64,10 +68,46 @@ def build_config(**opts: Any) -> OperatorConfig:
 
 def _kinds(values: list[str] | None) -> tuple[str, ...]:
     """``--suspend-kinds`` (repeatable, comma-separated; ``none`` for none) -> kinds; unset -> RayJob."""
-    if values is None:
+    if not values:
         return ("RayJob",)
     kinds = [k.strip() for v in values for k in v.split(",") if k.strip()]
     return () if kinds in ([], ["none"]) else tuple(kinds)
+
+
+def _priorities(values: list[str] | None) -> dict[str, str]:
+    """``--default-priority KIND=CLASS`` (repeatable) -> {kind: class}."""
+    out: dict[str, str] = {}
+    for value in values or ():
+        kind, sep, pclass = value.partition("=")
+        if not sep or not kind.strip():
+            raise ConfigError(f"--default-priority: {value!r} is not KIND=CLASS (e.g. RayService=inference)")
+        out[kind.strip()] = pclass.strip()
+    return out
+
+
+def parse_args(kind: str, args: list[str]) -> OperatorConfig:
+    """The OperatorConfig that ``kai-ray operator <kind> <args>`` would run with, without starting anything (used to
+    check the Helm chart's rendered arguments against the real parser). Bad flags raise CliError."""
+    import typer.main
+
+    commands: dict[str, Any] = getattr(typer.main.get_command(operator_app), "commands", {})
+    command = commands.get(kind)
+    if command is None:
+        raise CliError(f"operator: {kind!r} is not one of {', '.join(sorted(commands))}")
+    try:
+        ctx = command.make_context(f"kai-ray operator {kind}", list(args))
+    except Exception as exc:  # the parser's usage errors (typer vendors its own click)
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        raise CliError(f"kai-ray operator {kind}: {message}") from None
+    _log_level(ctx.params["log_level"])
+    return build_config(kind=kind, **ctx.params)
+
+
+def _log_level(name: str) -> int:
+    level = getattr(logging, name.upper(), None)
+    if not isinstance(level, int):
+        raise CliError(f"--log-level: {name!r} is not DEBUG, INFO, WARNING or ERROR")
+    return level
 
 
 def _define(kind: str) -> None:
@@ -133,13 +173,22 @@ def _define(kind: str) -> None:
             str,
             typer.Option(help="scheduler: how often the headroom for the Ray autoscaler hook is published (0s: off)"),
         ] = "2s",
+        kai_coexistence: Annotated[
+            bool,
+            typer.Option(
+                help="podgrouper: KAI's scheduler schedules; mark Ray objects and stamped pods "
+                "kai.scheduler/skip-podgrouper so KAI's podgrouper leaves them to kai-ray"
+            ),
+        ] = False,
+        default_priority: Annotated[
+            list[str] | None,
+            typer.Option(help="podgrouper: PriorityClass of a Ray kind that names none, KIND=CLASS (repeatable)"),
+        ] = None,
         log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     ) -> None:
         opts = dict(locals())
-        level = getattr(logging, log_level.upper(), None)
-        if not isinstance(level, int):
-            raise CliError(f"--log-level: {log_level!r} is not DEBUG, INFO, WARNING or ERROR")
-        config = build_config(**opts)
+        level = _log_level(log_level)
+        config = build_config(**{**opts, "kind": kind})
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from kai_ray.k8s.kopf_app import run
         from kai_ray.k8s.rest import Kube

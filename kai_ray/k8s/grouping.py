@@ -5,7 +5,9 @@
 - :func:`merge_existing`: what an update may change on an existing PodGroup. As KAI's pod controller, it keeps the
   queue (never moved after creation), ``markUnschedulable``, ``schedulingBackoff``, the queue and node-pool labels, an
   existing topology constraint when the new one is empty, and never adds subgroups to a group created without them.
-- :func:`skip_requested`: ``kai.scheduler/skip-podgrouper: "true"`` as a label or annotation.
+- :func:`skip_requested`: ``kai.scheduler/skip-podgrouper: "true"`` as a label or annotation, unless kai-ray's own
+  podgrouper wrote it (KAI-coexistence mode marks what it groups so that KAI's podgrouper leaves it alone; those marks
+  carry :data:`SKIP_MARKED_BY` and are not a request to skip kai-ray).
 """
 
 from __future__ import annotations
@@ -19,15 +21,29 @@ from kai_ray.api.podgroup import PodGroup, PodGroupSpec
 from kai_ray.podgrouper import PodgrouperConfig
 
 NODE_POOL_LABEL = "runai/node-pool"
+SKIP_MARKED_BY = "kai-ray.io/skip-podgrouper-by"  # annotation: who wrote kai.scheduler/skip-podgrouper
+SKIP_MARKER = "kai-ray-podgrouper"
 PROJECT_LABEL = "project"
 DEFAULT_POD_PRIORITY = "train"
 
 
 def skip_requested(meta: dict[str, Any]) -> bool:
-    for where in ("labels", "annotations"):
-        if str((meta.get(where) or {}).get(c.SKIP_PODGROUPER, "")).lower() == "true":
-            return True
-    return False
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if str(labels.get(c.SKIP_PODGROUPER, "")).lower() == "true":
+        return True
+    ours = annotations.get(SKIP_MARKED_BY) == SKIP_MARKER
+    return not ours and str(annotations.get(c.SKIP_PODGROUPER, "")).lower() == "true"
+
+
+def skip_marks() -> dict[str, str]:
+    """What kai-ray writes in KAI-coexistence mode on Ray owners and the pods it stamps (annotations)."""
+    return {c.SKIP_PODGROUPER: "true", SKIP_MARKED_BY: SKIP_MARKER}
+
+
+def has_skip_marks(meta: dict[str, Any]) -> bool:
+    annotations = meta.get("annotations") or {}
+    return all(annotations.get(k) == v for k, v in skip_marks().items())
 
 
 def pod_queue(pod: Pod, config: PodgrouperConfig) -> str:

@@ -55,6 +55,9 @@ class Metrics:
         # podgrouper
         self.podgroups = Counter(f"{p}_podgrouper_podgroups", "PodGroup writes by action", ["action"], registry=r)
         self.pods_stamped = Counter(f"{p}_podgrouper_pods_stamped", "Pods annotated with their PodGroup", registry=r)
+        self.owners_marked = Counter(
+            f"{p}_podgrouper_owners_marked", "Ray objects marked for KAI's podgrouper to skip", registry=r
+        )
         self.reconcile_errors = Counter(
             f"{p}_reconcile_errors", "Reconciles that failed and were retried", ["kind"], registry=r
         )

@@ -8,6 +8,10 @@ so the scheduler never sees a stamped pod without its group. Ray CRs are watched
 soon as the CR exists and follows spec changes; a CR that cannot be grouped gets a Warning Event naming the field and
 is not retried until it changes (no crash loop, no hot loop).
 
+In KAI-coexistence mode (``kai_coexistence``: KAI's scheduler schedules, kai-ray only groups) the Ray top owner and
+every pod it stamps also get ``kai.scheduler/skip-podgrouper: "true"`` (with ``kai-ray.io/skip-podgrouper-by``, so
+kai-ray does not mistake its own mark for a user's request), and KAI's podgrouper leaves them to us.
+
 Everything is level-triggered from informer caches through a keyed work queue, so restarts and duplicate events are
 harmless: an up-to-date PodGroup and stamp cost no write.
 """
@@ -29,13 +33,21 @@ from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.k8s.cache import slim_pod
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder, object_ref
-from kai_ray.k8s.grouping import differs, merge_existing, single_pod_group, skip_requested, update_body
+from kai_ray.k8s.grouping import (
+    differs,
+    has_skip_marks,
+    merge_existing,
+    single_pod_group,
+    skip_marks,
+    skip_requested,
+    update_body,
+)
 from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import Metrics
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.workqueue import Backoff, Dispatcher
-from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group, stamp
+from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group, stamp
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +79,14 @@ class PodgrouperOperator:
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
         self.config = config.validate()
         self.kube = kube or Kube.connect(config.kubeconfig, config.context, pool_size=config.bind_workers + 24)
-        self.grouper_config = (
-            PodgrouperConfig.kai_compatible() if config.kai_compatible_priorities else PodgrouperConfig()
-        ).model_copy(update={"scheduler_name": config.scheduler_name, "queue_label_key": config.queue_label_key})
+        base = PodgrouperConfig.kai_compatible() if config.kai_compatible_priorities else PodgrouperConfig()
+        self.grouper_config = base.model_copy(
+            update={
+                "scheduler_name": config.scheduler_name,
+                "queue_label_key": config.queue_label_key,
+                "default_priority": {**base.default_priority, **config.default_priority},
+            }
+        )
         self.metrics = Metrics("podgrouper")
         self.queue = Dispatcher("podgrouper", config.bind_workers)
         self.writer = Dispatcher("podgrouper-events", 2)
@@ -327,6 +344,7 @@ class PodgrouperOperator:
             desired = self._ray_group(top_kind, top, chain, pod)
             if desired is None:
                 return
+            self._mark_owner(top_kind, top)
         else:
             desired = single_pod_group(pod, self.grouper_config)
         pg = self.apply(desired)
@@ -399,6 +417,7 @@ class PodgrouperOperator:
         desired = self._ray_group(kind, raw, chain, None)
         if desired is None:
             return
+        self._mark_owner(kind, raw)
         pg_key = f"{ns}/{desired.metadata.name}"
         existing = self._get_pg(pg_key)
         self.apply(desired, existing_raw=existing)
@@ -449,9 +468,22 @@ class PodgrouperOperator:
         with self._local_lock:
             self._local_pgs[key] = obj
 
+    def _mark_owner(self, kind: str, obj: dict[str, Any]) -> None:
+        """KAI-coexistence: tell KAI's podgrouper to leave this Ray object (and so its pods) to kai-ray."""
+        meta = obj.get("metadata") or {}
+        if not self.config.kai_coexistence or has_skip_marks(meta):
+            return
+        self.kube.merge_patch(
+            ray_path(kind, meta.get("namespace"), meta.get("name")), {"metadata": {"annotations": skip_marks()}}
+        )
+        self.metrics.owners_marked.inc()
+
     def _stamp(self, pod: Pod, pg: PodGroup) -> dict[str, Any]:
         """Write what is missing of the stamp; returns the pod's metadata as it now is."""
-        missing = stamp(pod, pg).missing_on(pod)
+        full = stamp(pod, pg)
+        if self.config.kai_coexistence:
+            full = PodStamp({**full.annotations, **skip_marks()}, full.labels)
+        missing = full.missing_on(pod)
         if not missing:
             return {"metadata": pod.metadata.to_dict()}
         updated = self.kube.merge_patch(pods_path(pod.metadata.namespace, pod.metadata.name), missing.as_patch())

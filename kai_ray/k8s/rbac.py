@@ -53,4 +53,20 @@ PODGROUPER_RULES: list[Rule] = [
     *EVENT_RULES,
 ]
 
+# KAI-coexistence: the podgrouper marks Ray objects with kai.scheduler/skip-podgrouper (an annotation patch)
+PODGROUPER_COEXISTENCE_RULES: list[Rule] = [
+    {"apiGroups": ["ray.io"], "resources": ["rayclusters", "rayjobs", "rayservices"], "verbs": ["patch"]},
+]
+
 RULES: dict[str, list[Rule]] = {"scheduler": SCHEDULER_RULES, "podgrouper": PODGROUPER_RULES}
+
+MODES = ("standalone", "kai-coexistence")
+
+
+def rules_for(mode: str) -> dict[str, list[Rule]]:
+    """Per operator that runs in ``mode`` (the Helm chart's ``mode`` value), the cluster-wide rules it needs."""
+    if mode == "standalone":
+        return dict(RULES)
+    if mode == "kai-coexistence":
+        return {"podgrouper": [*PODGROUPER_RULES, *PODGROUPER_COEXISTENCE_RULES]}
+    raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")

@@ -237,3 +237,49 @@ def test_bad_ray_cr_gets_an_event_and_the_operator_keeps_going(kube: Kube, names
     kube.replace(ray_path("RayCluster", namespace, "bad"), cur)
     pg = wait_until("the PodGroup once the CR is fixed", lambda: _pg_for(kube, namespace, "bad"))
     assert pg["spec"]["topologyConstraint"] == {"topology": "dc", "requiredTopologyLevel": "rack"}
+
+
+def test_kai_coexistence_marks_ray_owners_and_pods_for_kais_podgrouper(
+    kube: Kube, namespace: str, run_podgrouper: Any
+) -> None:
+    """In KAI-coexistence mode the Ray top owner and every stamped pod carry kai.scheduler/skip-podgrouper (so KAI's
+    own podgrouper leaves them alone), while kai-ray still groups them: its own mark is not a request to skip. A user's
+    skip label still is. ``--default-priority`` overrides the per-kind default."""
+    op: PodgrouperOperator = run_podgrouper(kai_coexistence=True, default_priority={"RayCluster": "build"})
+    skip, by = "kai.scheduler/skip-podgrouper", "kai-ray.io/skip-podgrouper-by"
+    rc = _create_ray(
+        kube, namespace, "RayCluster", "mixed", _cluster_spec(_worker("gpu", 1, 1)), labels={QUEUE: "team-a"}
+    )
+    marked = wait_until(
+        "the RayCluster to be marked for KAI's podgrouper",
+        lambda: (lambda o: o if (o["metadata"].get("annotations") or {}).get(skip) == "true" else None)(
+            kube.get(ray_path("RayCluster", namespace, "mixed"))
+        ),
+    )
+    assert marked["metadata"]["annotations"][by] == "kai-ray-podgrouper"
+    pg = wait_until("the PodGroup of the RayCluster", lambda: _pg_for(kube, namespace, "mixed"))
+    assert pg["spec"]["priorityClassName"] == "build"
+    names = _kuberay_pods(kube, namespace, rc)
+    wait_until("every pod to be stamped", lambda: all(_annotation(pods(kube, namespace)[n]) for n in names))
+    wait_until(
+        "every stamped pod to carry the mark",
+        lambda: all((pods(kube, namespace)[n]["metadata"].get("annotations") or {}).get(skip) == "true" for n in names),
+    )
+    for n in names:
+        assert _annotation(pods(kube, namespace)[n]) == pg["metadata"]["name"]
+    marks = op.metrics.registry.get_sample_value("kai_ray_podgrouper_owners_marked_total")
+    assert marks == 1, "the owner is marked once, not again on every reconcile"
+
+    # A user's own skip label on another RayCluster is still respected: no PodGroup, no mark.
+    _create_ray(
+        kube,
+        namespace,
+        "RayCluster",
+        "byo",
+        _cluster_spec(_worker("gpu", 1, 1)),
+        labels={QUEUE: "team-a", skip: "true"},
+    )
+    wait_until("the podgrouper to see it", lambda: op.ray["RayCluster"][0].get(f"{namespace}/byo"))
+    assert op.queue.wait_idle(10)
+    assert _pg_for(kube, namespace, "byo") is None
+    assert by not in (kube.get(ray_path("RayCluster", namespace, "byo"))["metadata"].get("annotations") or {})

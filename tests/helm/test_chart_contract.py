@@ -1,0 +1,114 @@
+"""The chart and the code agree: every argument list the chart renders is accepted by the real ``kai-ray operator``
+parser (parsed into an OperatorConfig, nothing started), and the chart's RBAC grants exactly the rules the operators
+of the rendered mode declare in ``kai_ray/k8s/rbac.py`` (no fewer: they would fail; no more: least privilege)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kai_ray.cli import CliError
+from kai_ray.cli.operator import parse_args
+from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.rbac import LEASE_RULES, rules_for
+from tests.helm.test_chart import NON_DEFAULT, args_of, by_kind, helm, render  # noqa: F401
+
+VALUE_SETS = {
+    "default": [],
+    "non-default": NON_DEFAULT,
+    "tuned": [
+        "--set", "scheduler.queuePriorityReclaim=true",
+        "--set", "scheduler.placementStrategy=spread",
+        "--set", "scheduler.preemptionDelay=1m30s",
+        "--set", "scheduler.schedulePeriod=500ms",
+        "--set", "scheduler.evictionMode=delete",
+        "--set", "leaderElection.enabled=false",
+        "--set", "podgrouper.defaultPriority.RayJob=build-preemptible",
+        "--set", "watchNamespaces={ml}",
+    ],
+    "coexistence-with-election": ["--set", "mode=kai-coexistence"],
+}  # fmt: skip
+
+Triple = tuple[str, str, str]
+
+
+def _triples(rules: list[dict[str, Any]]) -> set[Triple]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def _configs(docs: list[dict[str, Any]]) -> dict[str, OperatorConfig]:
+    out = {}
+    for deploy in by_kind(docs, "Deployment"):
+        argv = args_of(deploy)
+        assert argv[:2] == ["kai-ray", "operator"], argv
+        out[argv[2]] = parse_args(argv[2], argv[3:])
+    return out
+
+
+def _mode(values: list[str]) -> str:
+    return "kai-coexistence" if "mode=kai-coexistence" in values else "standalone"
+
+
+@pytest.mark.parametrize("values", list(VALUE_SETS.values()), ids=list(VALUE_SETS))
+def test_the_real_parser_accepts_every_rendered_argument_list(helm, values):  # noqa: F811
+    configs = _configs(render(helm, *values))
+    mode = _mode(values)
+    assert set(configs) == ({"podgrouper"} if mode == "kai-coexistence" else {"podgrouper", "scheduler"})
+    grouper = configs["podgrouper"]
+    assert grouper.kai_coexistence == (mode == "kai-coexistence")
+    assert grouper.default_priority["RayService"] == ("build" if values is NON_DEFAULT else "inference")
+    if values is NON_DEFAULT:
+        assert grouper.scheduler_name == "my-scheduler" and grouper.queue_label_key == "runai/queue"
+        assert grouper.namespaces == ("team-a", "team-b")
+    if values is VALUE_SETS["tuned"]:
+        sched = configs["scheduler"]
+        assert (sched.placement_strategy, sched.preemption_delay, sched.schedule_period) == ("spread", 90.0, 0.5)
+        assert sched.queue_priority_reclaim and sched.eviction_mode == "delete"
+        assert not sched.leader_elect and not grouper.leader_elect
+        assert grouper.default_priority["RayJob"] == "build-preemptible" and grouper.namespaces == ("ml",)
+    if "scheduler" in configs:  # Ray-aware reclaim is on with the chart's defaults
+        sched = configs["scheduler"]
+        assert sched.elastic_reclaim and sched.suspend_kinds == ("RayJob",) and sched.headroom_interval > 0
+    for config in configs.values():
+        if config.leader_elect:
+            assert config.lease_namespace == "kai-system"
+    leases = {c.lease(kind)[0] for kind, c in configs.items() if c.leader_elect}
+    assert len(leases) == len([c for c in configs.values() if c.leader_elect]), "each operator its own Lease"
+
+
+def test_parser_refuses_what_the_chart_must_not_render() -> None:
+    with pytest.raises(CliError, match="--kai-coexistence"):
+        parse_args("scheduler", ["--kai-coexistence"])
+    with pytest.raises(CliError, match="--default-priority"):
+        parse_args("podgrouper", ["--default-priority=RayJob"])
+    with pytest.raises(CliError, match="--no-such-flag"):
+        parse_args("podgrouper", ["--no-such-flag"])
+
+
+@pytest.mark.parametrize("values", list(VALUE_SETS.values()), ids=list(VALUE_SETS))
+def test_chart_rbac_is_exactly_what_the_operators_declare(helm, values):  # noqa: F811
+    docs = render(helm, *values)
+    mode = _mode(values)
+    needed = set().union(*(_triples(rules) for rules in rules_for(mode).values()))
+    (role,) = by_kind(docs, "ClusterRole")
+    granted = _triples(role["rules"])
+    assert needed - granted == set(), f"the chart does not grant what the operators call: {needed - granted}"
+    assert granted - needed == set(), f"the chart grants more than the operators call: {granted - needed}"
+    if mode == "standalone":  # elastic reclaim: shrink, suspend and resume Ray objects
+        assert {("ray.io", r, "patch") for r in ("rayclusters", "rayjobs", "rayservices")} <= granted
+        assert ("", "pods/binding", "create") in granted
+    else:
+        assert not any(r in ("pods/binding", "pods/eviction", "nodes") for _, r, _ in granted)
+    configs = _configs(docs)
+    electing = [c for c in configs.values() if c.leader_elect]
+    roles = by_kind(docs, "Role")
+    if electing:
+        (lease_role,) = roles
+        assert lease_role["metadata"]["namespace"] == electing[0].lease_namespace
+        assert _triples(lease_role["rules"]) == _triples(LEASE_RULES)
+    else:
+        assert roles == []
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    accounts = {d["spec"]["template"]["spec"]["serviceAccountName"] for d in by_kind(docs, "Deployment")}
+    assert {s["name"] for s in binding["subjects"]} == accounts
