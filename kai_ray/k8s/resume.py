@@ -33,7 +33,7 @@ from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.bridge import parse_time, pod_from_api
 from kai_ray.k8s.cache import SchedulerCache
-from kai_ray.k8s.elastic import SUSPEND_ANNOTATION, apply_resume, ray_owner
+from kai_ray.k8s.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, apply_resume, ray_owner, record_on_podgroup
 from kai_ray.k8s.informer import DELETE, Informer
 from kai_ray.k8s.rest import RAY_PLURALS, Kube, ray_path
 from kai_ray.podgrouper import PodgrouperConfig, expand_pods, stamp
@@ -47,6 +47,7 @@ VIRTUAL = "kai-ray-virtual"  # marks the uid of a pod that does not exist (yet)
 RESUME_HOLDOFF = 5.0  # seconds after a suspend before the gang may be resumed
 RESUME_RESERVE = 120.0  # seconds the room of a resumed gang stays reserved while KubeRay creates its pods
 RESUME_RETRY = 5.0  # seconds before a failed resume is tried again
+STALE_RECORD_AFTER = 30.0  # seconds after which a suspend record on a running owner is removed
 RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 
 
@@ -178,6 +179,7 @@ class SuspendedGangs:
         self.informers = [i for infs in self.owners.values() for i in infs]
         self._gangs: dict[str, _Gang] = {}
         self._templates: dict[str, tuple[str, dict[str, s.Pod]]] = {}
+        self._dropping: set[str] = set()
         self.resumed: list[tuple[str, float]] = []  # (job, monotonic) of every resume sent, newest last (bounded)
 
     # --- owners -------------------------------------------------------------------------------------------------
@@ -212,9 +214,12 @@ class SuspendedGangs:
                 continue
             kind, name = owner_ref
             owner = self.owner(kind, pg.namespace, name)
+            at = parse_time(str(record.get("at") or "")) if record else None
+            if owner is not None and not (owner.get("spec") or {}).get("suspend"):
+                self._drop_stale_record(key, pg.namespace, pg.name, at, now_wall)
+                continue
             if owner is None or not suspend_settled(kind, owner) or live.get(key):
                 continue
-            at = parse_time(str(record.get("at") or "")) if record else None
             if at is not None and now_wall - at < RESUME_HOLDOFF:
                 continue  # just suspended: its preemptor goes first
             gang = self._gang(key, kind, name, owner, pg.model)
@@ -241,6 +246,23 @@ class SuspendedGangs:
                 continue
             out[key] = missing
         return out
+
+    def _drop_stale_record(self, key: str, namespace: str, name: str, at: float | None, now_wall: float) -> None:
+        """The owner runs again (someone lifted the suspend, or our resume's record removal failed): the record is
+        stale. Not before :data:`STALE_RECORD_AFTER`, since the owner's watch event may lag the PodGroup's."""
+        if key in self._dropping or (at is not None and now_wall - at < STALE_RECORD_AFTER):
+            return
+        self._dropping.add(key)
+
+        def work() -> None:
+            try:
+                record_on_podgroup(self.kube, namespace, name, SUSPEND_ANNOTATION, None)
+            except Exception as exc:
+                log.info("dropping the stale suspend record of %s: %s", key, exc)
+            finally:
+                self._dropping.discard(key)
+
+        self.submit(f"unsuspended/{key}", work)
 
     def _live_by_subgroup(self, key: str) -> dict[str | None, int]:
         counts: dict[str | None, int] = {}
@@ -331,6 +353,8 @@ class SuspendedGangs:
                 message="the scheduler admitted the gang again",
                 podgroup=podgroup,
             )
+            if outcome.applied and outcome.code == NOTHING_TO_DO:  # lifted already (an earlier try): drop the record
+                record_on_podgroup(self.kube, r.namespace, podgroup, SUSPEND_ANNOTATION, None)
         except Exception as exc:
             log.warning("resume of %s %s/%s failed: %s", r.kind, r.namespace, r.name, exc)
             self._failed(r.job)

@@ -137,7 +137,15 @@ def test_not_considered_while_just_suspended_or_still_suspending() -> None:
     st.set_owner(_rayjob(status="Suspending"))
     virtual, _ = st.cycle()
     assert virtual == {} and st.submitted == []
+
+
+def test_lifted_by_someone_else_is_left_alone_and_its_record_dropped() -> None:
     st = Setup()
-    st.set_owner(_rayjob(suspended=False, status="Running"))  # someone else lifted it: not ours to manage
+    st.set_owner(_rayjob(suspended=False, status="Running"))
+    virtual, _ = st.cycle()
+    assert virtual == {} and st.submitted == [f"unsuspended/{st.key}"]  # not resumed; the stale record goes
+    # A fresh record beside an owner that still looks unsuspended is the owner's watch lagging: kept.
+    st = Setup(suspended_at=time.time() - 2)
+    st.set_owner(_rayjob(suspended=False, status="Running"))
     virtual, _ = st.cycle()
     assert virtual == {} and st.submitted == []
