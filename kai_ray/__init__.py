@@ -1,3 +1,4 @@
-"""kai-ray: KAI Scheduler semantics (gang PodGroups, hierarchical queues, fair share, preemption) for Ray on Kubernetes."""
+"""kai-ray: KAI Scheduler semantics (gang PodGroups, hierarchical queues, fair share, preemption) for Ray on
+Kubernetes."""
 
 __version__ = "0.1.0"

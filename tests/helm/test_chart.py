@@ -13,13 +13,20 @@ from kai_ray.controlplane import build
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "kai-ray"
 NON_DEFAULT = [
-    "--set", "mode=kai-coexistence",
-    "--set", "schedulerName=my-scheduler",
-    "--set", "queueLabelKey=runai/queue",
-    "--set", "podgrouper.defaultPriority.RayService=build",
-    "--set", "priorityClasses.create=false",
-    "--set", "defaultQueues.create=false",
-    "--set", "watchNamespaces={team-a,team-b}",
+    "--set",
+    "mode=kai-coexistence",
+    "--set",
+    "schedulerName=my-scheduler",
+    "--set",
+    "queueLabelKey=runai/queue",
+    "--set",
+    "podgrouper.defaultPriority.RayService=build",
+    "--set",
+    "priorityClasses.create=false",
+    "--set",
+    "defaultQueues.create=false",
+    "--set",
+    "watchNamespaces={team-a,team-b}",
 ]
 
 
@@ -78,11 +85,24 @@ def test_default_render(helm):
 
 
 def test_values_reach_the_flags(helm):
-    docs = render(helm, "--set", "scheduler.queuePriorityReclaim=true", "--set", "scheduler.placementStrategy=spread",
-                  "--set", "scheduler.preemptionDelay=30s", "--set", "leaderElection.enabled=false")
+    docs = render(
+        helm,
+        "--set",
+        "scheduler.queuePriorityReclaim=true",
+        "--set",
+        "scheduler.placementStrategy=spread",
+        "--set",
+        "scheduler.preemptionDelay=30s",
+        "--set",
+        "leaderElection.enabled=false",
+    )
     sched = args_of(next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("scheduler")))
-    assert {"--queue-priority-reclaim", "--placement-strategy=spread", "--preemption-delay=30s",
-            "--no-leader-elect"} <= set(sched)
+    assert {
+        "--queue-priority-reclaim",
+        "--placement-strategy=spread",
+        "--preemption-delay=30s",
+        "--no-leader-elect",
+    } <= set(sched)
     assert not any(d["kind"] == "Role" for d in docs)
 
 
@@ -110,9 +130,14 @@ def test_rbac_is_least_privilege(helm):
     assert not any(g == "ray.io" and v == "delete" for g, _, v in granted)
 
 
-@pytest.mark.parametrize("bad,field", [("mode=sideways", "mode"), ("scheduler.placementStrategy=random",
-                                                                    "placementStrategy"),
-                                        ("scheduler.preemptionDelay=soon", "preemptionDelay")])
+@pytest.mark.parametrize(
+    "bad,field",
+    [
+        ("mode=sideways", "mode"),
+        ("scheduler.placementStrategy=random", "placementStrategy"),
+        ("scheduler.preemptionDelay=soon", "preemptionDelay"),
+    ],
+)
 def test_schema_rejects_bad_values(helm, bad, field):
     out = run_helm(helm, "template", "rel", str(CHART), "--set", bad)
     assert out.returncode != 0

@@ -42,9 +42,22 @@ def plane() -> Iterator[ControlPlane]:
 def installed(plane: ControlPlane) -> ControlPlane:
     helm = build.ensure("helm")
     out = subprocess.run(
-        [str(helm), "install", RELEASE, str(CHART), "--namespace", NS, "--create-namespace",
-         "--kubeconfig", str(plane.kubeconfig_path), "--set", "scheduler.queuePriorityReclaim=true"],
-        capture_output=True, text=True, timeout=300,
+        [
+            str(helm),
+            "install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NS,
+            "--create-namespace",
+            "--kubeconfig",
+            str(plane.kubeconfig_path),
+            "--set",
+            "scheduler.queuePriorityReclaim=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     return plane
@@ -64,7 +77,11 @@ def test_install_creates_crds_rbac_priority_classes_and_queues(installed):
         assert conds.get("Established") == "True", name
     pcs = {p.metadata.name: p.value for p in client.SchedulingV1Api(api).list_priority_class().items}
     assert {k: pcs[k] for k in ("train", "build-preemptible", "build", "inference")} == {
-        "train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
+        "train": 50,
+        "build-preemptible": 75,
+        "build": 100,
+        "inference": 125,
+    }
     queues = client.CustomObjectsApi(api).list_cluster_custom_object("scheduling.run.ai", "v2", "queues")["items"]
     assert {q["metadata"]["name"] for q in queues} >= {"default-parent-queue", "default-queue"}
     deploys = client.AppsV1Api(api).list_namespaced_deployment(NS).items
@@ -95,8 +112,9 @@ def test_every_example_is_accepted_by_the_real_crds(installed):
         if doc["kind"] == "Queue":
             custom.create_cluster_custom_object(group, version, plural, doc, dry_run="All")
         else:
-            custom.create_namespaced_custom_object(group, version, doc["metadata"]["namespace"], plural, doc,
-                                                   dry_run="All")
+            custom.create_namespaced_custom_object(
+                group, version, doc["metadata"]["namespace"], plural, doc, dry_run="All"
+            )
 
 
 def test_examples_with_a_bad_field_are_rejected(installed):
@@ -115,8 +133,11 @@ def _sa_client(plane: ControlPlane) -> Any:
     from kubernetes import client
 
     api = _api(plane)
-    token = client.CoreV1Api(api).create_namespaced_service_account_token(
-        SA, NS, {"spec": {"audiences": [], "expirationSeconds": 3600}}).status.token
+    token = (
+        client.CoreV1Api(api)
+        .create_namespaced_service_account_token(SA, NS, {"spec": {"audiences": [], "expirationSeconds": 3600}})
+        .status.token
+    )
     cfg = client.Configuration()
     cfg.host = plane.server
     cfg.ssl_ca_cert = str(plane.ca_path)
@@ -124,13 +145,24 @@ def _sa_client(plane: ControlPlane) -> Any:
     return client.ApiClient(cfg)
 
 
-def _allowed(api: Any, verb: str, resource: str, group: str = "", sub: str | None = None,
-             namespace: str = "default") -> bool:
+def _allowed(
+    api: Any, verb: str, resource: str, group: str = "", sub: str | None = None, namespace: str = "default"
+) -> bool:
     from kubernetes import client
 
-    review = client.AuthorizationV1Api(api).create_self_subject_access_review({
-        "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": group, "subresource": sub,
-                                        "namespace": namespace}}})
+    review = client.AuthorizationV1Api(api).create_self_subject_access_review(
+        {
+            "spec": {
+                "resourceAttributes": {
+                    "verb": verb,
+                    "resource": resource,
+                    "group": group,
+                    "subresource": sub,
+                    "namespace": namespace,
+                }
+            }
+        }
+    )
     return bool(review.status.allowed)
 
 
