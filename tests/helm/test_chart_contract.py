@@ -26,6 +26,10 @@ VALUE_SETS = {
         "--set", "leaderElection.enabled=false",
         "--set", "podgrouper.defaultPriority.RayJob=build-preemptible",
         "--set", "watchNamespaces={ml}",
+        "--set", "scheduler.elasticReclaim=false",
+        "--set", "scheduler.suspendKinds={RayJob,RayCluster}",
+        "--set", "scheduler.drainDeadline=45s",
+        "--set", "scheduler.headroomInterval=0s",
     ],
     "coexistence-with-election": ["--set", "mode=kai-coexistence"],
 }  # fmt: skip
@@ -67,7 +71,9 @@ def test_the_real_parser_accepts_every_rendered_argument_list(helm, values):  # 
         assert sched.queue_priority_reclaim and sched.eviction_mode == "delete"
         assert not sched.leader_elect and not grouper.leader_elect
         assert grouper.default_priority["RayJob"] == "build-preemptible" and grouper.namespaces == ("ml",)
-    if "scheduler" in configs:  # Ray-aware reclaim is on with the chart's defaults
+        assert not sched.elastic_reclaim and sched.suspend_kinds == ("RayJob", "RayCluster")
+        assert (sched.drain_deadline, sched.headroom_interval) == (45.0, 0.0)
+    elif "scheduler" in configs:  # Ray-aware reclaim is on with the chart's defaults
         sched = configs["scheduler"]
         assert sched.elastic_reclaim and sched.suspend_kinds == ("RayJob",) and sched.headroom_interval > 0
     for config in configs.values():
