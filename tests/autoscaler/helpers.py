@@ -2,25 +2,45 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
-T = TypeVar("T")
+from tests.k8s.helpers import wait_until
+
+__all__ = ["start_autoscaler", "stop_process", "wait_until"]
 
 IMAGE = "rayproject/ray:2.60.0"
 
 
-def wait_until(what: str, check: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
+def start_autoscaler(kubeconfig: str, ns: str, gcs_address: str, log_path: Path) -> subprocess.Popen[bytes]:
+    """``python -m kai_ray.autoscaler`` as KubeRay's sidecar would run it, for RayCluster ``rc`` (head ``rc-head``)."""
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_HEAD_POD_NAME": "rc-head"}
+    argv = [
+        sys.executable,
+        "-m",
+        "kai_ray.autoscaler",
+        "--cluster-name=rc",
+        f"--cluster-namespace={ns}",
+        f"--gcs-address={gcs_address}",
+        "--no-metrics",
+        "--wait-s=30",
+    ]
+    with log_path.open("wb") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def _template(cpu: str = "1", gpus: int = 0) -> dict[str, Any]:

@@ -9,9 +9,7 @@ no containers, so the workers KubeRay creates never join Ray (the autoscaler kee
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from kai_ray.autoscaler import headroom as hr
 from kai_ray.autoscaler.providers import podgroup_name_for
 from kai_ray.controlplane.harness import ControlPlane
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, ray_path
-from tests.autoscaler.helpers import podgroup, raycluster, wait_until, worker_group
+from tests.autoscaler.helpers import podgroup, raycluster, start_autoscaler, stop_process, wait_until, worker_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.kuberay, pytest.mark.slow, pytest.mark.controlplane]
 
@@ -92,28 +90,7 @@ def test_ray_autoscaler_never_scales_beyond_headroom(
 
         demand = [work.remote() for _ in range(5)]  # 5 one-CPU tasks; the head has none: 5 workers wanted
 
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(control_plane.kubeconfig_path),
-            "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-            "RAY_HEAD_POD_NAME": "rc-head",
-        }
-        with log_path.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "kai_ray.autoscaler",
-                    "--cluster-name=rc",
-                    f"--cluster-namespace={ns}",
-                    f"--gcs-address={head.gcs_address}",
-                    "--no-metrics",
-                    "--wait-s=30",
-                ],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        proc = start_autoscaler(str(control_plane.kubeconfig_path), ns, head.gcs_address, log_path)
 
         def replicas() -> int:
             return int(kube.get(ray_path("RayCluster", ns, "rc"))["spec"]["workerGroupSpecs"][0].get("replicas", 0))
@@ -147,11 +124,5 @@ def test_ray_autoscaler_never_scales_beyond_headroom(
         assert proc.poll() is None, log_tail()
         del demand
     finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_process(proc)
         control_plane.stop_component("kuberay-operator")

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from kai_ray.k8s.podgrouper import PodgrouperOperator
 from kai_ray.k8s.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.scheduler import SchedulerOperator
 from tests.autoscaler.conftest import OBJECT_STORE
-from tests.autoscaler.helpers import queue, raycluster, wait_until, worker_group
+from tests.autoscaler.helpers import queue, raycluster, start_autoscaler, stop_process, wait_until, worker_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.kuberay, pytest.mark.slow, pytest.mark.controlplane]
 
@@ -302,25 +301,8 @@ def test_reclaim_shrinks_without_recreation_and_scale_up_stays_within_headroom(
         )
         assert published.subgroups["workers"] == hr.SubgroupHeadroom(1, 0), published
         assert sched.headroom is not None and sched.headroom.writes >= 1
-        env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig_path), "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
-        env["RAY_HEAD_POD_NAME"] = "rc-head"
         log_path = ray_env / "autoscaler.log"
-        with log_path.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "kai_ray.autoscaler",
-                    "--cluster-name=rc",
-                    f"--cluster-namespace={ns}",
-                    f"--gcs-address={head.gcs_address}",
-                    "--no-metrics",
-                    "--wait-s=30",
-                ],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        proc = start_autoscaler(str(control_plane.kubeconfig_path), ns, head.gcs_address, log_path)
 
         release = ray_env / "release"
 
@@ -368,13 +350,7 @@ def test_reclaim_shrinks_without_recreation_and_scale_up_stays_within_headroom(
         assert sampler.max_live <= 3
         assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
     finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_process(proc)
         sampler.stop()
 
 
