@@ -9,6 +9,10 @@ are gone, like KAI's releasing pods).
 
 Pods of other schedulers, and ours that are not (yet) in a PodGroup we schedule, still occupy their nodes: their
 requests are subtracted from the node's allocatable instead of becoming jobs.
+
+A pod's PodGroup is its ``pod-group-name`` annotation or, for a pod that is its own top owner, the one the
+podgrouper always gives it (:func:`~kai_ray.k8s.grouping.own_group_name`): such a pod is schedulable as soon as that
+PodGroup exists, without waiting for the podgrouper's stamp - never before, since jobs come only from PodGroups.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from kai_ray.api.queue import Queue as ApiQueue
 from kai_ray.bridge import job_from_podgroup, node_from_api, parse_time, pod_from_api, pod_request, queue_from_api
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.elastic import SUSPEND_ANNOTATION
+from kai_ray.k8s.grouping import own_group_name
 from kai_ray.k8s.informer import DELETE
 from kai_ray.scheduler import snapshot as s
 
@@ -96,7 +101,7 @@ class PodEntry:
     name: str
     node: str | None
     ours: bool
-    group: str | None  # pod-group-name annotation
+    group: str | None  # pod-group-name annotation, or the pod's own PodGroup when it is its own top owner
     terminal: bool
     deleting: bool
     request: s.Resources
@@ -227,7 +232,7 @@ class SchedulerCache:
             raw = _pod_fingerprint(obj)
             if old is not None and old.raw == raw:
                 return  # e.g. the kubelet (KWOK) reporting Running: nothing the core reads changed
-            entry = self._bound_entry(old, obj, raw) if old is not None else None
+            entry = (self._bound_entry(old, obj, raw) or self._stamped_entry(old, raw)) if old is not None else None
             if entry is None:
                 entry = self._pod_entry(key, obj)
             entry.raw = raw
@@ -307,6 +312,20 @@ class SchedulerCache:
             spod = replace(spod, node=node, start_time=parse_time(raw[3]))
         return replace(old, node=node, spod=spod, sig=(node, *old.sig[1:]))
 
+    def _stamped_entry(self, old: PodEntry, raw: tuple[Any, ...]) -> PodEntry | None:
+        """The old entry when the only change is the podgrouper stamping the PodGroup the pod was already counted
+        in (no labels: a subgroup label changes the pod); None otherwise."""
+        if old.group is None or raw[1:] != old.raw[1:]:
+            return None
+        meta, old_meta = dict(raw[0]), dict(old.raw[0])
+        annotations = dict(meta.pop("annotations", None) or {})
+        old_annotations = dict(old_meta.pop("annotations", None) or {})
+        if annotations.pop(c.PODGROUP_ANNOTATION, None) != old.group or c.PODGROUP_ANNOTATION in old_annotations:
+            return None
+        if annotations != old_annotations or meta != old_meta:
+            return None
+        return replace(old)
+
     def _pod_entry(self, key: str, obj: dict[str, Any]) -> PodEntry:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
@@ -314,7 +333,7 @@ class SchedulerCache:
         ns = meta.get("namespace", "")
         uid = meta.get("uid") or key
         ours = spec.get("schedulerName") == self.config.scheduler_name and self.schedulable_namespace(ns)
-        group = (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION)
+        group = (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION) or (own_group_name(meta) if ours else None)
         phase = status.get("phase")
         terminal = phase in ("Succeeded", "Failed")
         deleting = bool(meta.get("deletionTimestamp"))

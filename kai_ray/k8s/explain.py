@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.k8s.grouping import own_group_name
 from kai_ray.k8s.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path
 
 
@@ -46,6 +47,11 @@ def find_podgroup(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
     return None
 
 
+def _pod_group(meta: dict[str, Any]) -> str | None:
+    """The stamp, or (before the podgrouper writes it) the group a pod that is its own top owner always gets."""
+    return (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION) or own_group_name(meta)
+
+
 def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     """The facts ``explain`` prints, as a dict (``kai-ray explain -o json``)."""
     out: dict[str, Any] = {"namespace": ns, "name": name}
@@ -65,6 +71,9 @@ def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
         }
         if out["pod"]["podGroup"]:
             pg = _get(kube, podgroups_path(ns, out["pod"]["podGroup"]))
+        elif (own := own_group_name(meta)) is not None:
+            pg = _get(kube, podgroups_path(ns, own))  # before the podgrouper's stamp
+            out["pod"]["podGroup"] = own if pg is not None else None
     else:
         pg = find_podgroup(kube, ns, name)
         if pg is None:
@@ -74,11 +83,7 @@ def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
         pg_name = pg["metadata"]["name"]
         spec = pg.get("spec") or {}
         status = pg.get("status") or {}
-        members = [
-            p
-            for p in kube.get(pods_path(ns)).get("items") or []
-            if (p["metadata"].get("annotations") or {}).get(c.PODGROUP_ANNOTATION) == pg_name
-        ]
+        members = [p for p in kube.get(pods_path(ns)).get("items") or [] if _pod_group(p["metadata"]) == pg_name]
         out["podGroup"] = {
             "name": pg_name,
             "queue": spec.get("queue"),

@@ -8,6 +8,9 @@
 - :func:`skip_requested`: ``kai.scheduler/skip-podgrouper: "true"`` as a label or annotation, unless kai-ray's own
   podgrouper wrote it (KAI-coexistence mode marks what it groups so that KAI's podgrouper leaves it alone; those marks
   carry :data:`SKIP_MARKED_BY` and are not a request to skip kai-ray).
+- :func:`own_group_name`: the PodGroup a pod belongs to when it is its own top owner (a pod without an owner the
+  podgrouper follows): ``pg-<name>-<uid>``, a name fixed by the pod alone, so the scheduler can admit such a pod as
+  soon as that PodGroup exists instead of waiting for the ``pod-group-name`` stamp (which still follows, for KAI).
 """
 
 from __future__ import annotations
@@ -25,6 +28,46 @@ SKIP_MARKED_BY = "kai-ray.io/skip-podgrouper-by"  # annotation: who wrote kai.sc
 SKIP_MARKER = "kai-ray-podgrouper"
 PROJECT_LABEL = "project"
 DEFAULT_POD_PRIORITY = "train"
+RAY_KINDS = ("RayCluster", "RayJob", "RayService")
+# Owners that are not Ray objects but may sit between a pod and a Ray top owner (the RayJob submitter's Job).
+GENERIC_OWNERS = {
+    ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+    ("apps/v1", "ReplicaSet"): "/apis/apps/v1/namespaces/{ns}/replicasets/{name}",
+    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
+    ("apps/v1", "StatefulSet"): "/apis/apps/v1/namespaces/{ns}/statefulsets/{name}",
+}
+
+
+def controller_ref(meta: dict[str, Any]) -> dict[str, Any] | None:
+    refs = meta.get("ownerReferences") or []
+    for ref in refs:
+        if ref.get("controller"):
+            return dict(ref)
+    return dict(refs[0]) if refs else None
+
+
+def followed_owner(ref: dict[str, Any]) -> bool:
+    """Whether the podgrouper looks an owner reference up (a Ray object, or a built-in kind one may sit under)."""
+    api, kind = ref.get("apiVersion", ""), ref.get("kind", "")
+    return (kind in RAY_KINDS and api.startswith("ray.io/")) or (api, kind) in GENERIC_OWNERS
+
+
+def group_name_for_pod(name: str | None, uid: str | None) -> str:
+    return f"pg-{name}-{uid}" if uid else f"pg-{name}"
+
+
+def own_group_name(meta: dict[str, Any]) -> str | None:
+    """``pg-<name>-<uid>`` for a pod that is its own top owner (no owner the podgrouper follows), else None.
+
+    Such a pod always gets :func:`single_pod_group`, whatever its labels say, so its PodGroup's name is known from
+    the pod alone; a pod under any followed owner may belong to a Ray gang and needs the podgrouper's stamp."""
+    uid = meta.get("uid")
+    if not uid or not meta.get("name"):
+        return None
+    ref = controller_ref(meta)
+    if ref is not None and followed_owner(ref):
+        return None
+    return group_name_for_pod(meta["name"], uid)
 
 
 def skip_requested(meta: dict[str, Any]) -> bool:
@@ -58,7 +101,7 @@ def pod_priority(pod: Pod) -> str:
 
 def single_pod_group(pod: Pod, config: PodgrouperConfig) -> PodGroup:
     meta = pod.metadata
-    name = f"pg-{meta.name}-{meta.uid}" if meta.uid else f"pg-{meta.name}"
+    name = group_name_for_pod(meta.name, meta.uid)
     annotations = {
         k: v for k, v in meta.annotations.items() if k not in ("kubectl.kubernetes.io/last-applied-configuration",)
     }

@@ -14,6 +14,12 @@ kai-ray does not mistake its own mark for a user's request), and KAI's podgroupe
 
 Everything is level-triggered from informer caches through a keyed work queue, so restarts and duplicate events are
 harmless: an up-to-date PodGroup and stamp cost no write.
+
+A pod that is its own top owner is schedulable once its PodGroup exists (the scheduler knows the group's name from the
+pod, :func:`~kai_ray.k8s.grouping.own_group_name`), so its stamp is off the critical path: it is written by a
+separate pool that waits while PodGroups are being created (the API server's CPU goes to creating groups and binding
+pods first), at most :data:`STAMP_MAX_DELAY` seconds. Ray pods, and every pod in KAI-coexistence mode (where KAI's
+components read the stamp), are stamped at once as before.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
@@ -34,9 +41,13 @@ from kai_ray.k8s.cache import slim_pod
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder, object_ref
 from kai_ray.k8s.grouping import (
+    GENERIC_OWNERS,
+    RAY_KINDS,
+    controller_ref,
     differs,
     has_skip_marks,
     merge_existing,
+    own_group_name,
     single_pod_group,
     skip_marks,
     skip_requested,
@@ -52,27 +63,14 @@ from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group,
 log = logging.getLogger(__name__)
 
 COMPONENT = "kai-podgrouper"
-RAY_KINDS = ("RayCluster", "RayJob", "RayService")
-# Owners that are not Ray objects but may sit between a pod and a Ray top owner (the RayJob submitter's Job).
-GENERIC_OWNERS = {
-    ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs/{name}",
-    ("apps/v1", "ReplicaSet"): "/apis/apps/v1/namespaces/{ns}/replicasets/{name}",
-    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
-    ("apps/v1", "StatefulSet"): "/apis/apps/v1/namespaces/{ns}/statefulsets/{name}",
-}
 MAX_OWNER_DEPTH = 8
+STAMP_HOLDOFF = 0.5  # seconds without PodGroup writes before deferred stamps go
+STAMP_MAX_DELAY = 10.0  # a deferred stamp waits at most this long for a quiet moment
+STAMP_WORKERS = 8
 
 
 class OwnerError(Exception):
     """The owner chain cannot be followed yet (an owner is missing or its UID does not match); retried."""
-
-
-def _controller_ref(meta: dict[str, Any]) -> dict[str, Any] | None:
-    refs = meta.get("ownerReferences") or []
-    for ref in refs:
-        if ref.get("controller"):
-            return dict(ref)
-    return dict(refs[0]) if refs else None
 
 
 class PodgrouperOperator:
@@ -90,6 +88,12 @@ class PodgrouperOperator:
         self.metrics = Metrics("podgrouper")
         self.queue = Dispatcher("podgrouper", config.bind_workers)
         self.writer = Dispatcher("podgrouper-events", 2)
+        self.stamper = Dispatcher(
+            "podgrouper-stamps", STAMP_WORKERS, gate=self._stamps_may_go, gate_max_wait=STAMP_MAX_DELAY
+        )
+        self._last_group_write = 0.0
+        self._deferred: dict[str, tuple[tuple[Any, ...], float]] = {}  # pod key -> (unstamped fingerprint, since)
+        self._deferred_lock = threading.Lock()
         self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
         self.backoff = Backoff()
         self._leading = threading.Event()
@@ -149,6 +153,7 @@ class PodgrouperOperator:
             inf.start()
         self.queue.start()
         self.writer.start()
+        self.stamper.start()
         if self.elector is not None:
             self.elector.start()
         else:
@@ -161,6 +166,7 @@ class PodgrouperOperator:
         if self.elector is not None:
             self.elector.stop(release=release)
         self.queue.stop()
+        self.stamper.stop()
         self.writer.stop()
         for inf in self.informers:
             inf.stop()
@@ -210,7 +216,15 @@ class PodgrouperOperator:
     def _on_pod(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         if kind == DELETE:
             self._done.pop(key, None)
-        elif self._done.get(key) != _pod_fingerprint(obj):
+            with self._deferred_lock:
+                self._deferred.pop(key, None)
+            return
+        fp = _pod_fingerprint(obj)
+        if self._done.get(key) == fp:
+            return
+        with self._deferred_lock:
+            deferred = self._deferred.get(key)
+        if deferred is None or deferred[0] != fp:
             self._enqueue(f"pod/{key}")
 
     def _on_pg(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -223,9 +237,9 @@ class PodgrouperOperator:
             for inf in self.pods:
                 for pkey in inf.list_keys():
                     pmeta = (inf.get(pkey) or {}).get("metadata") or {}
-                    if (
-                        pmeta.get("namespace") == ns
-                        and (pmeta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION) == name
+                    if pmeta.get("namespace") == ns and (
+                        (pmeta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION) == name
+                        or own_group_name(pmeta) == name
                     ):
                         self._done.pop(pkey, None)
                         self._enqueue(f"pod/{pkey}")
@@ -309,7 +323,7 @@ class PodgrouperOperator:
         chain = [obj]
         ns = (obj.get("metadata") or {}).get("namespace", "")
         while len(chain) <= MAX_OWNER_DEPTH:
-            ref = _controller_ref(chain[-1].get("metadata") or {})
+            ref = controller_ref(chain[-1].get("metadata") or {})
             if ref is None:
                 break
             owner = self._owner(ns, ref)
@@ -348,8 +362,59 @@ class PodgrouperOperator:
         else:
             desired = single_pod_group(pod, self.grouper_config)
         pg = self.apply(desired)
+        if self._may_defer_stamp(raw, pod, pg):
+            with self._deferred_lock:
+                since = self._deferred.get(key, (None, time.monotonic()))[1]
+                self._deferred[key] = (_pod_fingerprint(raw), since)
+            self.stamper.submit(f"stamp/{key}", partial(self._stamp_later, key, pg))
+            return
         done = self._stamp(pod, pg)
         self._done[key] = _pod_fingerprint(done)
+
+    def _may_defer_stamp(self, raw: dict[str, Any], pod: Pod, pg: PodGroup) -> bool:
+        """Whether the scheduler can place this pod without its stamp (see the module docstring)."""
+        if self.config.kai_coexistence or own_group_name(raw.get("metadata") or {}) != pg.metadata.name:
+            return False
+        return bool(stamp(pod, pg).missing_on(pod))
+
+    def _stamps_may_go(self) -> bool:
+        if not self.queue.busy() and time.monotonic() - self._last_group_write > STAMP_HOLDOFF:
+            return True
+        with self._deferred_lock:
+            oldest = next(iter(self._deferred.values()), None)
+        return oldest is not None and time.monotonic() - oldest[1] > STAMP_MAX_DELAY
+
+    def _stamp_later(self, key: str, pg: PodGroup) -> None:
+        """Write a deferred stamp, against the pod as it is now (it may have changed or gone meanwhile)."""
+        if not self._leading.is_set():
+            with self._deferred_lock:
+                self._deferred.pop(key, None)
+            return
+        raw = self._get_cached(self.pods, key)
+        meta = (raw or {}).get("metadata") or {}
+        if raw is None or meta.get("deletionTimestamp") or own_group_name(meta) != pg.metadata.name:
+            with self._deferred_lock:
+                self._deferred.pop(key, None)
+            return
+        try:
+            done = self._stamp(Pod.model_validate(raw), pg)
+        except ValidationError:
+            with self._deferred_lock:
+                self._deferred.pop(key, None)
+            return  # changed into something unreadable: its next reconcile says so
+        except ApiError as exc:
+            if exc.not_found:
+                with self._deferred_lock:
+                    self._deferred.pop(key, None)
+                return
+            delay = self.backoff.next(f"stamp/{key}")
+            log.info("stamp %s: %s; retrying in %.1fs", key, exc, delay)
+            self.stamper.submit(f"stamp/{key}", partial(self._stamp_later, key, pg), delay=delay)
+            return
+        self.backoff.forget(f"stamp/{key}")
+        self._done[key] = _pod_fingerprint(done)
+        with self._deferred_lock:
+            self._deferred.pop(key, None)
 
     def _ray_group(
         self, kind: str, top: dict[str, Any], chain: list[dict[str, Any]], pod: Pod | None
@@ -407,7 +472,7 @@ class PodgrouperOperator:
         if meta.get("deletionTimestamp"):
             return
         ns = meta.get("namespace", "")
-        ref = _controller_ref(meta)
+        ref = controller_ref(meta)
         if kind == "RayCluster" and ref is not None and ref.get("kind") in ("RayJob", "RayService"):
             self._enqueue(f"ray/{ref['kind']}/{ns}/{ref.get('name')}")
             return
@@ -443,6 +508,7 @@ class PodgrouperOperator:
         key = f"{ns}/{name}"
         existing_raw = existing_raw if existing_raw is not None else self._get_pg(key)
         if existing_raw is None:
+            self._last_group_write = time.monotonic()
             try:
                 created = self.kube.create(podgroups_path(ns), desired.to_dict())
                 self._remember(key, created)

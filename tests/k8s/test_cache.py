@@ -157,3 +157,34 @@ def test_unchanged_jobs_are_shared_between_snapshots() -> None:
     assert _job(second) is not _job(first) and len(_job(second).pods) == 2
     cache.on_priority_class(UPSERT, "train", {"metadata": {"name": "train"}, "value": 60})
     assert _job(cache.build(s.SchedulerConfig()), "ns/h").priority == 60
+
+
+def test_a_pod_that_is_its_own_top_owner_joins_its_podgroup_before_the_stamp() -> None:
+    """The scheduler admits a bare pod as soon as ``pg-<name>-<uid>`` exists, never before, and the later stamp
+    changes nothing it schedules on; a pod under a Ray owner still waits for its stamp."""
+    cache = _cache()
+    cache.on_pod(UPSERT, "ns/solo", _pod("solo", group=None))
+    ray = _pod("worker", group=None)
+    ray["metadata"]["ownerReferences"] = [
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": "rc-1", "controller": True}
+    ]
+    cache.on_pod(UPSERT, "ns/worker", ray)
+    view = cache.build(s.SchedulerConfig())
+    assert "u-solo" not in {p.uid for j in view.snapshot.jobs for p in j.pods}, "no PodGroup yet: not schedulable"
+    cache.on_podgroup(UPSERT, "ns/pg-solo-u-solo", _pg("pg-solo-u-solo"))
+    cache.on_podgroup(UPSERT, "ns/pg-worker-u-worker", _pg("pg-worker-u-worker"))
+    view = cache.build(s.SchedulerConfig())
+    assert [p.name for p in _job(view, "ns/pg-solo-u-solo").pods] == ["solo"]
+    assert _job(view, "ns/pg-worker-u-worker").pods == []
+    changes = cache.changes
+    stamped = _pod("solo", group="pg-solo-u-solo")
+    stamped["metadata"]["resourceVersion"] = "2"
+    cache.on_pod(UPSERT, "ns/solo", stamped)
+    assert cache.changes == changes, "the stamp of the group it is already in is not a change"
+    fresh = _cache()
+    fresh.on_pod(UPSERT, "ns/solo", stamped)
+    assert cache.pods["ns/solo"].spod == fresh.pods["ns/solo"].spod
+    assert cache.pods["ns/solo"].sig == fresh.pods["ns/solo"].sig
+    other = _pod("solo", group="elsewhere")
+    cache.on_pod(UPSERT, "ns/solo", other)
+    assert cache.pods["ns/solo"].job_key == "ns/elsewhere", "an explicit pod-group-name wins"

@@ -9,6 +9,7 @@ container runs). PodGroups here are written by the test, as a user bringing thei
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -338,3 +339,24 @@ def test_a_gang_left_below_its_minimum_is_evicted_after_its_grace_period(
     wait_until("the rest of the gang to be evicted", lambda: bound(kube, namespace, names) == {}, 30)
     cond = wait_until("the Evicted condition", lambda: condition(podgroup(kube, namespace, "gang"), "Evicted"))
     assert cond["reason"] == "StaleGang"
+
+
+def test_a_bare_pod_is_bound_once_its_own_podgroup_exists_without_the_stamp(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    """A pod without owners belongs to ``pg-<name>-<uid>`` (the podgrouper gives it nothing else), so the scheduler
+    binds it as soon as that PodGroup exists, before any ``pod-group-name`` stamp; without it, never."""
+    _, selector = node_pool(1, gpus=8)
+    queues("dept", gpu_quota=8)
+    team = queues("team", gpu_quota=8, parent="dept")
+    op: SchedulerOperator = run_scheduler(node_selector=selector)
+    solo = kube.create(pods_path(namespace), pod_body("solo", 1))
+    wait_until("the scheduler to see the pod", lambda: op.cache.pods.get(f"{namespace}/solo"))
+    cycles = op.cycles
+    op.wake()
+    wait_until("a cycle that sees the pod", lambda: op.cycles > cycles)
+    time.sleep(0.5)  # what that cycle would have dispatched has reached the API server
+    assert bound(kube, namespace, ["solo"]) == {}, "no PodGroup: never bound"
+    kube.create(podgroups_path(namespace), podgroup_body(f"pg-solo-{solo['metadata']['uid']}", 1, team))
+    wait_until("the bare pod to be bound", lambda: bound(kube, namespace, ["solo"]), 30)
+    assert "pod-group-name" not in (kube.get(pods_path(namespace, "solo"))["metadata"].get("annotations") or {})
