@@ -84,37 +84,42 @@ def capacity_failure(ses: Session, job: JobInfo, tasks: list[int]) -> Failure | 
         return None
     req = quota_request(ses, tasks)
     chain = ses.tree.nodes[job.queue].chain
-    for q in chain:
-        node = ses.tree.nodes[q]
-        alloc = ses.q_alloc[q]
-        for r in range(3):
-            if node.limit[r] == -1 or req[r] == 0:
-                continue
-            if not le(alloc[r] + req[r], node.limit[r]):
-                msg = (
-                    f"queue {node.name!r} would exceed its {RES_NAMES[r]} limit: limit {node.limit[r]:g}, "
-                    f"allocated {alloc[r]:g}, requested {req[r]:g}"
-                )
-                return Failure(
-                    Reason.OVER_LIMIT, msg, {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]}
-                )
+    breach = _first_breach(ses, chain, req, ses.q_alloc, "limit")
+    if breach is not None:
+        q, r, used, cap = breach
+        msg = (
+            f"queue {ses.tree.nodes[q].name!r} would exceed its {RES_NAMES[r]} limit: limit {cap:g}, "
+            f"allocated {used:g}, requested {req[r]:g}"
+        )
+        return Failure(Reason.OVER_LIMIT, msg, {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]})
     if not job.preemptible:
-        for q in chain:
-            node = ses.tree.nodes[q]
-            anp = ses.q_alloc_np[q]
-            for r in range(3):
-                if node.quota[r] == -1 or req[r] == 0:
-                    continue
-                if not le(anp[r] + req[r], node.quota[r]):
-                    msg = (
-                        f"non-preemptible job needs in-quota {RES_NAMES[r]} of queue {node.name!r}: quota "
-                        f"{node.quota[r]:g}, non-preemptible allocated {anp[r]:g}, requested {req[r]:g}"
-                    )
-                    return Failure(
-                        Reason.NON_PREEMPTIBLE_OVER_QUOTA,
-                        msg,
-                        {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]},
-                    )
+        breach = _first_breach(ses, chain, req, ses.q_alloc_np, "quota")
+        if breach is not None:
+            q, r, used, cap = breach
+            msg = (
+                f"non-preemptible job needs in-quota {RES_NAMES[r]} of queue {ses.tree.nodes[q].name!r}: quota "
+                f"{cap:g}, non-preemptible allocated {used:g}, requested {req[r]:g}"
+            )
+            return Failure(
+                Reason.NON_PREEMPTIBLE_OVER_QUOTA,
+                msg,
+                {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]},
+            )
+    return None
+
+
+def _first_breach(
+    ses: Session, chain: Any, req: Any, usage: Any, cap_attr: str
+) -> tuple[Any, int, float, float] | None:
+    """First (queue, resource, used, cap) up the ancestor chain where used + request exceeds the cap (-1: none)."""
+    for q in chain:
+        cap = getattr(ses.tree.nodes[q], cap_attr)
+        used = usage[q]
+        for r in range(3):
+            if cap[r] == -1 or req[r] == 0:
+                continue
+            if not le(used[r] + req[r], cap[r]):
+                return q, r, float(used[r]), float(cap[r])
     return None
 
 

@@ -58,6 +58,20 @@ def _queues(k: int) -> list[Queue]:
     return out
 
 
+def _running_pod(key: str, node: str) -> Pod:
+    """One running single-GPU pod of job ``bench/<key>``: the load both benchmarks fill nodes with."""
+    return Pod(
+        f"bench/{key}-0",
+        f"{key}-0",
+        "bench",
+        f"bench/{key}",
+        Resources(1, 1000, 4 * GIB),
+        phase=PodPhase.RUNNING,
+        node=node,
+        start_time=0.0,
+    )
+
+
 def allocate_snapshot(spec: CoreBenchSpec) -> Snapshot:
     rnd = random.Random(spec.seed)
     nodes = _nodes(spec.nodes, spec.gpus_per_node)
@@ -67,16 +81,7 @@ def allocate_snapshot(spec: CoreBenchSpec) -> Snapshot:
     for i in range(spec.running_pods):
         node = nodes[(i // cap) % len(nodes)].name if cap else nodes[0].name
         key = f"run-{i:06d}"
-        pod = Pod(
-            f"bench/{key}-0",
-            f"{key}-0",
-            "bench",
-            f"bench/{key}",
-            Resources(1, 1000, 4 * GIB),
-            phase=PodPhase.RUNNING,
-            node=node,
-            start_time=0.0,
-        )
+        pod = _running_pod(key, node)
         jobs.append(
             Job("bench", key, f"bench-{i % spec.queues}", priority=50, min_member=1, pods=[pod], created_at=float(i))
         )
@@ -116,16 +121,7 @@ def preemption_snapshot(
     for i in range(running_jobs):
         node = ns[(i // gpus_per_node) % nodes].name
         key = f"train-{i:05d}"
-        pod = Pod(
-            f"bench/{key}-0",
-            f"{key}-0",
-            "bench",
-            f"bench/{key}",
-            Resources(1, 1000, 4 * GIB),
-            phase=PodPhase.RUNNING,
-            node=node,
-            start_time=0.0,
-        )
+        pod = _running_pod(key, node)
         jobs.append(
             Job(
                 "bench",
