@@ -1,14 +1,16 @@
 """``kai-ray demo``: the headline in one command, no cluster needed.
 
-Runs ``examples/demo/scenario.yaml`` (4 nodes x 8 GPUs, an ML department with a training and a serving team, a
-RayJob training gang, then a vLLM RayService) through the real podgrouper and scheduler core over simulated time,
-and tells what happened as a short story, then writes the plots.
+Runs the packaged ``kai_ray/sim/demo/scenario.yaml`` (4 nodes x 8 GPUs, an ML department with a training and a
+serving team, a RayJob training gang, then a vLLM RayService) through the real podgrouper and scheduler core over
+simulated time, and tells what happened as a short story, then writes the plots.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from contextlib import ExitStack
+from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,8 +20,6 @@ from rich.table import Table
 
 from kai_ray.cli import CliError, app
 
-DEMO_DIR = Path(__file__).resolve().parents[2] / "examples" / "demo"
-DEMO_SCENARIO = DEMO_DIR / "scenario.yaml"
 DEFAULT_REPORT = "kai-ray-report"
 
 
@@ -53,13 +53,15 @@ def demo_cmd(
     from kai_ray.sim.scenario import ScenarioError, load_scenario
     from kai_ray.sim.story import clock, demo_story
 
-    path = Path(scenario) if scenario else DEMO_SCENARIO
-    if not path.exists():
-        raise CliError(f"demo scenario not found at {path} (run from a kai-ray checkout: examples/demo/)")
-    try:
-        scn = load_scenario(path)
-    except ScenarioError as exc:
-        raise CliError(str(exc)) from None
+    with ExitStack() as stack:
+        packaged = files("kai_ray.sim.demo") / "scenario.yaml"
+        path = Path(scenario) if scenario else stack.enter_context(as_file(packaged))
+        if not path.exists():
+            raise CliError(f"scenario not found: {path}")
+        try:
+            scn = load_scenario(path)
+        except ScenarioError as exc:
+            raise CliError(str(exc)) from None
     res = simulate(scn)
     doc = result_document(res, str(path), {"description": scn.description} if scn.description else None)
     paths = write_report_or_fail(res, report, "kai-ray demo")

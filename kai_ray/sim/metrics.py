@@ -1,6 +1,6 @@
 """Numbers from a simulation run, and the JSON document ``kai-ray simulate --json`` prints.
 
-Definitions (also in ``examples/demo/README.md``):
+Definitions (also in ``docs/simulator.md``):
 
 * **JCT** (job completion time) of a workload with a ``duration``: ``completed_at - arrived_at``. ``avg_jct`` is the
   mean over completed workloads; ``p99_jct`` the nearest-rank 99th percentile (the value at rank ceil(0.99 n) of the
