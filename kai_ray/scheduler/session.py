@@ -28,15 +28,16 @@ GPU, CPU, MEM = 0, 1, 2
 EPS = 1e-9
 
 # pod states inside a session
-PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED = range(8)
+PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED, STUCK = range(9)
 ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED))
-STATUS_NAMES = ("Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored")
+STATUS_NAMES = ("Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored", "Stuck")
 
 OP_ALLOC, OP_EVICT, OP_RESERVE = 0, 1, 2
 _PHASES = {
     PodPhase.PENDING: PENDING,
     PodPhase.RUNNING: BOUND,
     PodPhase.RELEASING: RELEASING,
+    PodPhase.STUCK_RELEASING: STUCK,
     PodPhase.SUCCEEDED: DONE,
     PodPhase.FAILED: DONE,
 }
@@ -402,7 +403,7 @@ class Session:
         self.p_job.append(info.idx)
         status = _PHASES[pod.phase]
         node = -1
-        if status in (BOUND, RELEASING):
+        if status in (BOUND, RELEASING, STUCK):
             n = self.node_index.get(pod.node) if pod.node is not None else None
             if n is None:
                 msg = f"bound to unknown node {pod.node!r}; its resources are not counted"
@@ -464,7 +465,7 @@ class Session:
             elif status in ACTIVE:
                 ps.n_active += 1
                 info.n_active += 1
-            if status != DONE and not pod.gated:
+            if status not in (DONE, STUCK) and not pod.gated:
                 ps.n_alive += 1
         self.p_set.append(ps)
         self.p_status.append(status)

@@ -52,6 +52,7 @@ class PodPhase(str, Enum):  # noqa: UP042  (str() kept as before)
     PENDING = "Pending"
     RUNNING = "Running"  # bound to a node (includes ContainerCreating)
     RELEASING = "Releasing"  # terminating: still holds its node's resources
+    STUCK_RELEASING = "StuckInReleasing"  # terminating for too long: holds resources nobody may pipeline onto
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
