@@ -13,9 +13,9 @@ from kai_ray.scheduler.session import (
     ACTIVE,
     ALLOCATED,
     EVICTED,
+    MOVED,
     OP_ALLOC,
     OP_EVICT,
-    OP_RESERVE,
     PENDING,
     PIPELINED,
     JobInfo,
@@ -77,9 +77,9 @@ def build_result(ses: Session) -> CycleResult:
             )
         )
         bound_jobs[job.idx] = bound_jobs.get(job.idx, 0) + 1
-    moved = {op[1]: op[2] for op in ses.log if op[0] == OP_RESERVE}
+    moved = ses.p_moved
     for op in ses.log:
-        if op[0] == OP_EVICT and st[op[1]] == EVICTED and init[op[1]] in ACTIVE:
+        if op[0] == OP_EVICT and st[op[1]] in (EVICTED, MOVED) and init[op[1]] in ACTIVE:
             p = op[1]
             info = ses.evict_info[p]
             job = ses.jobs[ses.p_job[p]]
@@ -93,7 +93,7 @@ def build_result(ses: Session) -> CycleResult:
                     elastic=info.elastic,
                     whole_gang=info.whole_gang,
                     message=info.message,
-                    moved_to=ses.nodes[moved[p]].name if p in moved else None,
+                    moved_to=ses.nodes[moved[p][0]].name if p in moved else None,
                 )
             )
     seen_evict: set[str] = set()

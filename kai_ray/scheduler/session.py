@@ -28,11 +28,13 @@ GPU, CPU, MEM = 0, 1, 2
 EPS = 1e-9
 
 # pod states inside a session
-PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED, STUCK = range(9)
-ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED))
-STATUS_NAMES = ("Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored", "Stuck")
+PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED, STUCK, MOVED = range(10)
+ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED, MOVED))
+STATUS_NAMES = (
+    "Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored", "Stuck", "Moved",
+)  # fmt: skip
 
-OP_ALLOC, OP_EVICT, OP_RESERVE = 0, 1, 2
+OP_ALLOC, OP_EVICT, OP_MOVE = 0, 1, 2
 _PHASES = {
     PodPhase.PENDING: PENDING,
     PodPhase.RUNNING: BOUND,
@@ -211,6 +213,7 @@ class Session:
         self._build_queue_accounting()
         self.log: list[tuple[Any, ...]] = []
         self.evict_info: dict[int, EvictInfo] = {}
+        self.p_moved: dict[int, tuple[int, str | None]] = {}  # moved pod -> (node, gpu group) of its copy
         self.stats: dict[str, float] = {}
 
     # ------------------------------------------------------------------ building
@@ -254,6 +257,8 @@ class Session:
         self.groups: list[dict[str, list[float]]] = [{} for _ in range(nn)]
         self.frac_room = np.zeros(nn)  # best idle room on an existing shared GPU
         self.frac_room_future = np.zeros(nn)  # same, counting releasing fractions as free
+        self.frac_room_shared = np.zeros(nn)  # future room on a shared GPU that keeps a running tenant
+        self.cpu_only = alloc[GPU] <= 0  # KAI's resourcetype plugin: CPU-only pods prefer CPU-only nodes
         self.any_releasing = False
         known = self.gpu_mem[self.gpu_mem > 0]
         self.min_gpu_mem = float(known.min()) if known.size else 0.0
@@ -530,11 +535,15 @@ class Session:
     def _refresh_frac(self, node: int) -> None:
         best = 0.0
         best_f = 0.0
+        best_shared = 0.0
         for used, rel in self.groups[node].values():
             best = max(best, 1.0 - used)
             best_f = max(best_f, 1.0 - used + rel)
+            if rel < used - EPS:  # a shared GPU that keeps a tenant (KAI: not all of it released)
+                best_shared = max(best_shared, 1.0 - used + rel)
         self.frac_room[node] = best
         self.frac_room_future[node] = best_f
+        self.frac_room_shared[node] = best_shared
 
     def _group_rel_count(self, node: int, group: str) -> int:
         used, rel = self.groups[node][group]
@@ -641,9 +650,18 @@ class Session:
         log = self.log
         while len(log) > cp:
             op = log.pop()
-            if op[0] == OP_RESERVE:
+            if op[0] == OP_MOVE:
                 _, p, node, group, created = op
-                self._unreserve(p, node, group, created)
+                self._unhold(p, node, group, created)
+                job = self.jobs[self.p_job[p]]
+                self.charge(job, self.p_req[p], -1.0)
+                self.p_status[p] = EVICTED
+                ps = self.p_set[p]
+                assert ps is not None
+                ps.n_active -= 1
+                job.n_active -= 1
+                job.version += 1
+                del self.p_moved[p]
             elif op[0] == OP_ALLOC:
                 _, p, created, prev_req = op
                 job = self.jobs[self.p_job[p]]
@@ -705,8 +723,10 @@ class Session:
         self.log.append((OP_EVICT, p, prev, self.evict_info.get(p)))
         self.evict_info[p] = info
 
-    def reserve(self, p: int, node: int, group: str | None) -> None:
-        """Hold room on ``node`` for a re-created copy of evicted pod ``p`` (consolidation); no decision."""
+    def move(self, p: int, node: int, group: str | None) -> None:
+        """Re-place evicted pod ``p`` on ``node`` (KAI's pipelined victim): its controller re-creates it, and the
+        room for the copy is held now so later decisions of the cycle do not take it. The pod stays charged to its
+        queue and counted in its gang, which keeps running."""
         g, c, m = self.p_req[p]
         free = self.free
         created = False
@@ -726,9 +746,18 @@ class Session:
         free[CPU, node] -= c
         free[MEM, node] -= m
         self.pods_free[node] -= 1
-        self.log.append((OP_RESERVE, p, node, group, created))
+        job = self.jobs[self.p_job[p]]
+        self.charge(job, self.p_req[p], 1.0)
+        self.p_status[p] = MOVED
+        ps = self.p_set[p]
+        assert ps is not None
+        ps.n_active += 1
+        job.n_active += 1
+        job.version += 1
+        self.p_moved[p] = (node, group)
+        self.log.append((OP_MOVE, p, node, group, created))
 
-    def _unreserve(self, p: int, node: int, group: str | None, created: bool) -> None:
+    def _unhold(self, p: int, node: int, group: str | None, created: bool) -> None:
         g, c, m = self.p_req[p]
         free = self.free
         if group is not None:

@@ -213,6 +213,12 @@ class SchedulerConfig:
     default_priority: int = 50  # value of an unknown PriorityClass
     reclaim_min_runtime_resolve: str = "lca"  # lca | queue (KAI minruntime reclaimResolveMethod)
     max_preemptor_victim_units: int = 4096  # bound on victim units one preemptor may consider
+    max_scenarios_per_job: int = 512  # victim search budget: scenarios simulated for one pending job
+    max_scenarios_per_action: int = 8192  # ... and for all pending jobs of one action in one cycle
+    minimal_victims: bool = True  # kai-ray: drop a victim unit when the chosen scenario works without it
+    fewest_nodes: bool = True  # kai-ray: a gang that fits one node prefers single-node victim scenarios
+    prune_limit: int = 64  # victim sets larger than this are kept as found (pruning is quadratic)
+    allow_consolidating_reclaim: bool = True  # KAI: a victim that can be re-placed elsewhere is moved, not killed
 
 
 @dataclass(slots=True)
