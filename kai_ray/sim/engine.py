@@ -45,6 +45,12 @@ class EngineOptions:
     record_bind_events: bool = True
     max_findings: int = 50
     max_cycles: int = 1_000_000  # a bound on the loop: a scheduler that never settles stops the run with an error
+    # Ray-aware evictions (kai-ray): elastic victims shrink their worker group and the run goes on; whole gangs of
+    # these kinds are suspended. False (KAI, a plain scheduler): KubeRay recreates every evicted pod, and a running
+    # job that loses a pod restarts from its last checkpoint.
+    ray_aware: bool = True
+    suspend_kinds: tuple[str, ...] = ("RayJob",)  # kai-ray's --suspend-kinds default
+    track_idle: bool = False  # record windows where GPUs idle while workloads wait for GPUs
 
 
 @dataclass
@@ -67,6 +73,8 @@ class SimResult:
     findings: list[str] = field(default_factory=list)
     nodes: int = 0
     scales: list[tuple[float, str, str, int, int, float]] = field(default_factory=list)
+    idle_windows: list[dict[str, Any]] = field(default_factory=list)
+    useful_gpu_seconds: float = 0.0
 
 
 def _tick(t: float, period: float, strictly_after: bool = False) -> float:
@@ -129,6 +137,8 @@ class Engine:
         )
         self.progress: Callable[[float, int, int], None] | None = None
         self._completed = 0
+        self.idle_windows: list[dict[str, Any]] = []
+        self._idle_open: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ setup
     def add(self, w: WorkloadBase) -> None:
@@ -209,7 +219,10 @@ class Engine:
         self._last_t = first
         until = self.opt.until
         while self._heap:
-            t = self._heap[0][0]
+            t, kind, _, payload = self._heap[0]
+            if self._obsolete(kind, payload):
+                heapq.heappop(self._heap)  # a superseded completion or cycle: time does not move for it
+                continue
             if until is not None and t > until:
                 break
             if self.cycles >= self.opt.max_cycles:
@@ -238,10 +251,14 @@ class Engine:
             if self._dirty and self._can_progress():
                 self._want_cycle(t, strictly_after=self._last_cycle == t)
             self._dirty = False
+            if self.opt.track_idle:
+                self._idle_check(t)
         end = self.now
         if until is not None:
             end = max(end, until) if not self._heap else until
             self._integrate(end)
+        if self.opt.track_idle:
+            self._idle_close(end)
         for w in self.workloads:
             if w.state == RUNNING:
                 w.advance(end, self._gpus_held(w))
@@ -263,7 +280,15 @@ class Engine:
             findings=list(self.findings),
             nodes=len(self.nodes),
             scales=self.scales,
+            idle_windows=self.idle_windows,
+            useful_gpu_seconds=sum(w.useful_gpu_seconds for w in self.workloads),
         )
+
+    def _obsolete(self, kind: int, payload: Any) -> bool:
+        if kind == COMPLETE:
+            w, version = payload
+            return bool(version != w.version or w.state != RUNNING)
+        return kind == CYCLE and payload != self._cycle_at
 
     # ------------------------------------------------------------------ handlers
     def _arrive(self, w: WorkloadBase, t: float) -> None:
@@ -417,7 +442,7 @@ class Engine:
         for key, items in evicted.items():
             w = touched[key]
             w.evicted_pods += len(items)
-            w.replace_evicted(t, [(pod, e.elastic) for pod, e in items])
+            w.replace_evicted(t, [(pod, e.elastic and self.opt.ray_aware) for pod, e in items])
         return touched
 
     def _record(self, evicted: dict[str, list[tuple[Pod, Evict]]], binds: dict[str, list[Bind]], t: float) -> None:
@@ -429,6 +454,7 @@ class Engine:
             for action, evs in by_action.items():
                 typ = {Action.PREEMPT: "preempt", Action.RECLAIM: "reclaim"}.get(action, "evict")
                 first = evs[0]
+                outcome = self._outcome(w)
                 preemptor = None
                 if first.preemptor is not None and first.preemptor in self.active:
                     preemptor = self.active[first.preemptor].key
@@ -446,6 +472,8 @@ class Engine:
                     action=action.value,
                     preemptor=preemptor,
                     elastic=all(e.elastic for e in evs),
+                    whole_gang=any(e.whole_gang for e in evs),
+                    outcome=outcome,
                 )
         if not self.opt.record_bind_events:
             return
@@ -465,6 +493,17 @@ class Engine:
                 nodes=nodes,
             )
 
+    def _outcome(self, w: WorkloadBase) -> str:
+        """What an eviction did to its workload (called with the victims already gone, before the transition):
+        ``shrink`` (the run goes on with fewer workers), ``restart`` (Ray-unaware: the run restarts from its
+        checkpoint on the pods left), ``suspend`` (kai-ray suspends the owner of a lost gang until re-admitted),
+        ``stop`` (the gang is lost; its pods are recreated and wait) or ``cleanup`` (the workload was not running)."""
+        if w.state != RUNNING:
+            return "cleanup"
+        if w.min_satisfied():
+            return "shrink" if self.opt.ray_aware else "restart"
+        return "suspend" if self.opt.ray_aware and w.kind in self.opt.suspend_kinds else "stop"
+
     @staticmethod
     def _req_gpu(uid: str, items: list[tuple[Pod, Evict]]) -> float:
         for pod, _ in items:
@@ -479,9 +518,12 @@ class Engine:
     def _after_cycle(self, res: CycleResult, touched: dict[str, WorkloadBase], t: float) -> None:
         changed = bool(touched)
         for key, w in touched.items():
+            survived = key in self._evicted_now and w.state == RUNNING and w.min_satisfied()
+            if survived and not self.opt.ray_aware:
+                w.restart_in_place(t, self.opt.checkpoint_interval)
             self._transition(w, t)
             self._refresh_pending(w)
-            if key in self._evicted_now and w.state == RUNNING:
+            if survived and self.opt.ray_aware:
                 w.shrinks += 1
         for key, w in list(self.with_pending.items()):
             st = res.jobs.get(key)
@@ -514,6 +556,52 @@ class Engine:
             wake = self._next_timer(t)
             if wake is not None:
                 self._want_cycle(wake, strictly_after=True)
+
+    # ------------------------------------------------------------------ idle GPUs while workloads wait
+    def _idle_check(self, t: float) -> None:
+        """Open, extend or close an idle window: GPUs are free while workloads wait for GPUs. For each waiting
+        workload: the GPUs of its next step (the pods its gang minimum lacks, else one elastic pod) and whether
+        that step would fit on the free capacity as it stands."""
+        waiting: dict[str, tuple[float, bool]] = {}
+        if self.cluster.free_gpus > 1e-9:
+            for w in self.with_pending.values():
+                if w.state == COMPLETED or w.job is None:
+                    continue
+                step = w.missing_pods()
+                need = sum(p.request.gpu for p in step)
+                if need > 0:
+                    waiting[w.key] = (need, self.cluster.fits_all(step))
+        cur = self._idle_open
+        if cur is not None and cur["waiting"] != waiting:
+            self._idle_close(t)
+            cur = None
+        if waiting and cur is None:
+            reasons = {w.key: w.pending_reason for w in self.with_pending.values() if w.key in waiting}
+            self._idle_open = {"from": t, "idle_gpus": self.cluster.free_gpus, "waiting": waiting, "reasons": reasons}
+        elif cur is not None:
+            cur["idle_gpus"] = max(cur["idle_gpus"], self.cluster.free_gpus)
+
+    def idle_latency(self) -> float:
+        """Idle spans no longer than this are latency, not idleness: elastic growth takes a cycle per step, a
+        pipelined bind waits a cycle for its victims, and the Ray autoscaler asks for a worker per period."""
+        return max(2 * self.opt.schedule_period, self.opt.autoscaler_period)
+
+    def _idle_close(self, t: float) -> None:
+        cur, self._idle_open = self._idle_open, None
+        if cur is None or t - cur["from"] <= self.idle_latency() + 1e-9:
+            return  # the scheduler's and the autoscaler's own latency, not an idle window
+        self.idle_windows.append(
+            {
+                "from": cur["from"],
+                "to": t,
+                "idle_gpus": round(cur["idle_gpus"], 6),
+                "fits": any(fits for _, fits in cur["waiting"].values()),
+                "waiting": [
+                    {"workload": k, "needs_gpus": need, "fits": fits, "pending_reason": cur["reasons"].get(k)}
+                    for k, (need, fits) in sorted(cur["waiting"].items())
+                ],
+            }
+        )
 
     def _transition(self, w: WorkloadBase, t: float) -> None:
         """After binds/evictions: start, restart, lose the gang, or change speed; (re)schedule completion."""
