@@ -29,7 +29,7 @@ from kai_ray.sim.cluster import Cluster
 from kai_ray.sim.workloads import COMPLETED, NOT_ARRIVED, PENDING, RUNNING, RayWorkload, WorkloadBase
 
 # event kinds, in the order they are handled at the same instant
-COMPLETE, RELEASE, ARRIVE, SCALE, AUTOSCALE, CYCLE = range(6)
+COMPLETE, RELEASE, ARRIVE, SCALE, AUTOSCALE, CYCLE, WARM = range(7)
 EVENT_TYPES = ("bind", "evict", "preempt", "reclaim", "complete")
 
 
@@ -75,6 +75,9 @@ class SimResult:
     scales: list[tuple[float, str, str, int, int, float]] = field(default_factory=list)
     idle_windows: list[dict[str, Any]] = field(default_factory=list)
     useful_gpu_seconds: float = 0.0
+    gpu_quotas: dict[str, float] = field(default_factory=dict)  # leaf queue -> GPU quota (unlimited ones left out)
+    # (t, GPUs per workload held without doing work: restart cost, a gang below its minimum); with track_idle
+    held_samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
 
 def _tick(t: float, period: float, strictly_after: bool = False) -> float:
@@ -139,6 +142,7 @@ class Engine:
         self._completed = 0
         self.idle_windows: list[dict[str, Any]] = []
         self._idle_open: dict[str, Any] | None = None
+        self.held_samples: list[tuple[float, dict[str, float]]] = []
 
     # ------------------------------------------------------------------ setup
     def add(self, w: WorkloadBase) -> None:
@@ -166,10 +170,23 @@ class Engine:
 
     def _sample(self, t: float) -> None:
         snap = {q: round(v, 9) for q, v in self.queue_alloc.items() if abs(v) > 1e-9}
-        if self.samples and self.samples[-1][0] == t:
-            self.samples[-1] = (t, snap)
-        elif not self.samples or self.samples[-1][1] != snap:
-            self.samples.append((t, snap))
+        self._append_sample(self.samples, t, snap)
+        if self.opt.track_idle:
+            held: dict[str, float] = {}
+            for w in self.active.values():
+                if w.job is None or (w.state == RUNNING and w.warmup_left - (t - w.last_update) <= 1e-9):
+                    continue
+                gpus = self._gpus_held(w)
+                if gpus > 0:
+                    held[w.key] = round(gpus, 9)
+            self._append_sample(self.held_samples, t, held)
+
+    @staticmethod
+    def _append_sample(samples: list[tuple[float, dict[str, float]]], t: float, snap: dict[str, float]) -> None:
+        if samples and samples[-1][0] == t:
+            samples[-1] = (t, snap)
+        elif not samples or samples[-1][1] != snap:
+            samples.append((t, snap))
 
     def _gpus_held(self, w: WorkloadBase) -> float:
         assert w.job is not None
@@ -282,10 +299,12 @@ class Engine:
             scales=self.scales,
             idle_windows=self.idle_windows,
             useful_gpu_seconds=sum(w.useful_gpu_seconds for w in self.workloads),
+            held_samples=self.held_samples,
+            gpu_quotas={q.name: q.quota.gpu for q in self.queues if q.name in self.leaf_queues and q.quota.gpu >= 0},
         )
 
     def _obsolete(self, kind: int, payload: Any) -> bool:
-        if kind == COMPLETE:
+        if kind in (COMPLETE, WARM):
             w, version = payload
             return bool(version != w.version or w.state != RUNNING)
         return kind == CYCLE and payload != self._cycle_at
@@ -531,6 +550,8 @@ class Engine:
                 continue
             if w.state == PENDING:
                 if not st.scheduled:
+                    if not w.pending_log or w.pending_log[-1][1] != st.reason.value:
+                        w.pending_log.append((t, st.reason.value, st.message))
                     w.pending_reason = st.reason.value
                     w.pending_message = st.message
                     w.last_pending_reason = st.reason.value
@@ -629,6 +650,8 @@ class Engine:
             eta = w.eta(t)
             if eta is not None:
                 self._push(eta, COMPLETE, (w, w.version))
+            if self.opt.track_idle and w.warmup_left > 0:
+                self._push(t + w.warmup_left, WARM, (w, w.version))  # a sample when the restart cost is paid
             self._arm_autoscaler(w, t)
 
     def _update_stale(self, touched: dict[str, WorkloadBase], t: float) -> None:

@@ -50,6 +50,7 @@ class WorkloadBase:
     pending_reason: str | None = None
     pending_message: str | None = None
     last_pending_reason: str | None = None
+    pending_log: list[tuple[float, str, str]] = field(default_factory=list)  # (t, reason, message) as it changes
     wasted_gpu_seconds: float = 0.0
     partial_gpu_seconds: float = 0.0  # part of wasted: GPUs held by a gang below its minimum that never ran yet
     useful_gpu_seconds: float = 0.0  # GPUs held while running past the restart cost (doing work)
