@@ -28,20 +28,17 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def comparison_table(rows: list[dict[str, Any]]) -> Table:
-    """The policies side by side; every cell is a field of the ``comparison`` rows of ``--json``."""
+def comparison_lines(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The policies side by side, as (label, cells); every cell is a field of the ``comparison`` rows of ``--json``."""
     from kai_ray.sim.story import clock
 
-    table = Table(header_style="bold", box=None, padding=(0, 1), title="Same workload, three schedulers")
-    table.add_column("")
-    for r in rows:
-        table.add_column(r["title"], justify="right")
+    out: list[tuple[str, list[str]]] = []
 
     def when(t: float | None) -> str:
         return "never" if t is None else clock(t)
 
     def add(label: str, cells: list[str]) -> None:
-        table.add_row(label, *cells)
+        out.append((label, cells))
 
     add("GPUs doing useful work", [_pct(r["useful_gpu_rate"]) for r in rows])
     add("GPUs allocated", [_pct(r["gpu_allocation_rate"]) for r in rows])
@@ -59,8 +56,27 @@ def comparison_table(rows: list[dict[str, Any]]) -> Table:
     )
     for key in rows[0]["training_completed_at"]:
         add(f"{key} completes at", [when(r["training_completed_at"].get(key)) for r in rows])
-    add("GPUs idle while a fitting workload waits", [clock(r["idle_while_fitting_seconds"]) for r in rows])
+    add("time GPUs idled while a fitting workload waited", [clock(r["idle_while_fitting_seconds"]) for r in rows])
+    return out
+
+
+def comparison_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(header_style="bold", box=None, padding=(0, 1), title="Same workload, three schedulers")
+    table.add_column("")
+    for r in rows:
+        table.add_column(r["title"], justify="right")
+    for label, cells in comparison_lines(rows):
+        table.add_row(label, *cells)
     return table
+
+
+def comparison_markdown(rows: list[dict[str, Any]]) -> str:
+    """The same table in Markdown (the README's copy is this output)."""
+    lines = ["| | " + " | ".join(r["title"] for r in rows) + " |", "|---|" + "---:|" * len(rows)]
+    for label, cells in comparison_lines(rows):
+        label = "↳ " + label.strip() if label.startswith(" ") else label
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _write_plots(runs: list[Any], report: str) -> list[Path]:
@@ -103,6 +119,9 @@ def demo_cmd(
     scenario: Annotated[
         str | None, typer.Option("--scenario", help="Another scenario file to tell as a story", hidden=True)
     ] = None,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print only the comparison table, in Markdown", hidden=True)
+    ] = False,
 ) -> None:
     """Training fills the cluster, serving preempts it, another team reclaims its quota: kai-ray vs KAI vs no gangs."""
     from kai_ray.sim.compare import row, run_policies
@@ -128,6 +147,9 @@ def demo_cmd(
     doc = dict(runs[0].doc)
     doc["comparison"] = rows
     doc["baselines"] = {r.policy.name: r.doc for r in runs[1:]}
+    if markdown:
+        typer.echo(comparison_markdown(rows))
+        return
     target = None if no_report or (as_json and report is None) else (report or DEFAULT_REPORT)
     paths: list[Path] = []
     plots_note = None

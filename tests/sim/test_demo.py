@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from kai_ray.sim.story import clock
-from tests.sim.helpers import PYTHON, kai_ray
+from tests.sim.helpers import PYTHON, REPO, kai_ray
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -206,3 +206,12 @@ def test_report_options_conflict(tmp_path: Path) -> None:
     out = kai_ray("demo", "--no-report", "--report", str(tmp_path / "r"))
     assert out.returncode == 2 and "--no-report" in out.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_readme_shows_the_demo_s_own_table_and_figure() -> None:
+    out = kai_ray("demo", "--markdown")
+    assert out.returncode == 0, out.stderr
+    readme = (REPO / "README.md").read_text()
+    assert out.stdout.strip() in readme, "README's table differs from `kai-ray demo --markdown`: paste it again"
+    assert "](docs/demo-policies.png)" in readme
+    assert (REPO / "docs" / "demo-policies.png").read_bytes()[:8] == PNG
