@@ -168,7 +168,8 @@ def demo_cmd(
     console.print(
         "[bold]kai-ray demo[/bold]: training fills a GPU cluster, a vLLM RayService preempts it by priority, another "
         "team reclaims its quota, and training shrinks instead of dying, then grows back. No cluster needed: the real "
-        "kai-ray podgrouper and scheduler core (KAI Scheduler semantics) run over simulated time.\n"
+        "kai-ray podgrouper and scheduler core (KAI Scheduler's actions, queues and gang rules) run over simulated "
+        "time.\n"
     )
     cl = doc["cluster"]
     console.print(f"The cluster: {cl['nodes']} nodes, {cl['gpus']:g} GPUs. Queues (KAI Queues; quota = guaranteed):")
