@@ -140,6 +140,7 @@ def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarra
             with np.errstate(divide="ignore"):
                 need = np.where(ses.gpu_mem > 0, ses.p_gpumem[p] / np.maximum(ses.gpu_mem, 1e-9), INF)
             mask = mask & (need <= 1.0 + EPS) & ((room + EPS >= need) | (free[GPU] >= 1.0 - EPS))
+            mask = mask & _node_quota_ok(ses, p, need)
         else:
             mask = mask & ((room + EPS >= g) | (free[GPU] >= 1.0 - EPS))
     elif g > 0:
@@ -149,6 +150,22 @@ def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarra
     if m > 0:
         mask = mask & (free[MEM] + EPS * max(1.0, m) >= m)
     return mask
+
+
+def _node_quota_ok(ses: Session, p: int, need: np.ndarray) -> np.ndarray:
+    """KAI's per-node capacity check for gpu-memory pods: the GPU share the pod takes depends on the node's GPU
+    size, so the queue limit (and, when non-preemptible, the quota) is checked with that node's share."""
+    job = ses.jobs[ses.p_job[p]]
+    ok = np.ones(need.size, dtype=bool)
+    if job.queue < 0:
+        return ok
+    for q in ses.tree.nodes[job.queue].chain:
+        node = ses.tree.nodes[q]
+        if node.limit[GPU] != -1:
+            ok &= ses.q_alloc[q][GPU] + need <= node.limit[GPU] + EPS
+        if not job.preemptible and node.quota[GPU] != -1:
+            ok &= ses.q_alloc_np[q][GPU] + need <= node.quota[GPU] + EPS
+    return ok
 
 
 def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
@@ -179,7 +196,7 @@ def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray) -> int
     GPU the fraction fits on (gpusharingorder), fitting idle resources rather than pipelining (nodeavailability),
     a CPU-only node for a CPU-only pod (resourcetype), then the placement policy. Ties go to node-name order."""
     score = np.where(fit, 1000.0, 0.0)
-    if ses.p_frac[p] or ses.p_gpumem[p]:
+    if (ses.p_frac[p] or ses.p_gpumem[p]) and ses.cfg.gpu_sharing_order:
         need: np.ndarray | float = ses.p_frac[p]
         if ses.p_gpumem[p]:
             with np.errstate(divide="ignore"):

@@ -114,7 +114,7 @@ KAI_NODE_NAME_LABEL = "kai.scheduler/type"  # upstream's harness labels every no
 TASK_STATES = {
     "Pending": PodPhase.PENDING,
     "Gated": PodPhase.PENDING,
-    "Pipelined": PodPhase.PENDING,  # a pipelined task of an earlier cycle holds nothing yet
+    "Pipelined": PodPhase.PIPELINED,  # placed by an earlier cycle onto releasing room: holds it, not bound
     "Running": PodPhase.RUNNING,
     "Binding": PodPhase.RUNNING,
     "Bound": PodPhase.RUNNING,
@@ -733,6 +733,7 @@ TaskState = tuple[str, str | None, str | None]  # (KAI task status, node, gpu gr
 _PHASE_STATUS = {
     PodPhase.PENDING: "Pending",
     PodPhase.RUNNING: "Running",
+    PodPhase.PIPELINED: "Pipelined",
     PodPhase.RELEASING: "Releasing",
     PodPhase.STUCK_RELEASING: "StuckInReleasing",
     PodPhase.SUCCEEDED: "Succeeded",

@@ -38,6 +38,7 @@ OP_ALLOC, OP_EVICT, OP_MOVE = 0, 1, 2
 _PHASES = {
     PodPhase.PENDING: PENDING,
     PodPhase.RUNNING: BOUND,
+    PodPhase.PIPELINED: PIPELINED,
     PodPhase.RELEASING: RELEASING,
     PodPhase.STUCK_RELEASING: STUCK,
     PodPhase.SUCCEEDED: DONE,
@@ -408,7 +409,7 @@ class Session:
         self.p_job.append(info.idx)
         status = _PHASES[pod.phase]
         node = -1
-        if status in (BOUND, RELEASING, STUCK):
+        if status in (BOUND, PIPELINED, RELEASING, STUCK):
             n = self.node_index.get(pod.node) if pod.node is not None else None
             if n is None:
                 msg = f"bound to unknown node {pod.node!r}; its resources are not counted"
@@ -486,9 +487,16 @@ class Session:
                     g = min(1.0, gpumem / self.gpu_mem[node])
                     self.p_req[p] = (g, c, m)
                     self.p_frac[p] = g
-                self._occupy(p, node, pod.gpu_group, initial=True)
+                group, _ = self._occupy(p, node, pod.gpu_group, initial=True)
                 if status == RELEASING:
                     self._release(p)
+                elif status == PIPELINED and group is not None:
+                    # a shared GPU whose tenant is only pipelined has no bound reservation yet (KAI): the rest of
+                    # it can only be pipelined onto, so its idle room is held as if it were being released
+                    rec = self.groups[node][group]
+                    rec[1] += max(0.0, 1.0 - rec[0])
+                    rec[0] = 1.0
+                    self._refresh_frac(node)
             else:
                 self._init_nodes.append(node)
                 self._init_req.append((g, c, m))

@@ -51,6 +51,7 @@ ZERO = Resources()
 class PodPhase(str, Enum):  # noqa: UP042  (str() kept as before)
     PENDING = "Pending"
     RUNNING = "Running"  # bound to a node (includes ContainerCreating)
+    PIPELINED = "Pipelined"  # placed by an earlier cycle onto resources still being released; not bound yet
     RELEASING = "Releasing"  # terminating: still holds its node's resources
     STUCK_RELEASING = "StuckInReleasing"  # terminating for too long: holds resources nobody may pipeline onto
     SUCCEEDED = "Succeeded"
@@ -201,6 +202,7 @@ class SchedulerConfig:
 
     placement_gpu: str = "binpack"  # binpack | spread
     placement_cpu: str = "binpack"
+    gpu_sharing_order: bool = True  # KAI's gpusharingorder plugin: fractions go first to nodes with a shared GPU
     actions: tuple[str, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
     queue_priority_in_quota_reclaim: bool = False  # kai-ray/KAI alpha: higher-priority queue reclaims in-quota
     default_preemption_delay: float = 0.0
