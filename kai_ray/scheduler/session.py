@@ -34,7 +34,7 @@ STATUS_NAMES = (
     "Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored", "Stuck", "Moved",
 )  # fmt: skip
 
-OP_ALLOC, OP_EVICT, OP_MOVE = 0, 1, 2
+OP_ALLOC, OP_EVICT, OP_MOVE, OP_UNEVICT = 0, 1, 2, 3
 _PHASES = {
     PodPhase.PENDING: PENDING,
     PodPhase.RUNNING: BOUND,
@@ -546,12 +546,11 @@ class Session:
         best_shared = 0.0
         for used, rel in self.groups[node].values():
             best = max(best, 1.0 - used)
-            best_f = max(best_f, 1.0 - used + rel)
-            if rel < used - EPS:  # a shared GPU that keeps a tenant (KAI: not all of it released)
-                best_shared = max(best_shared, 1.0 - used + rel)
+            if rel < used - EPS:  # a GPU whose tenants all leave is a whole releasing GPU (counted in rel)
+                best_f = max(best_f, 1.0 - used + rel)
         self.frac_room[node] = best
         self.frac_room_future[node] = best_f
-        self.frac_room_shared[node] = best_shared
+        self.frac_room_shared[node] = best_f
 
     def _group_rel_count(self, node: int, group: str) -> int:
         used, rel = self.groups[node][group]
@@ -658,6 +657,19 @@ class Session:
         log = self.log
         while len(log) > cp:
             op = log.pop()
+            if op[0] == OP_UNEVICT:
+                _, p, info = op
+                job = self.jobs[self.p_job[p]]
+                self.p_status[p] = EVICTED
+                self._release(p)
+                self.charge(job, self.p_req[p], -1.0)
+                ps = self.p_set[p]
+                assert ps is not None
+                ps.n_active -= 1
+                job.n_active -= 1
+                job.version += 1
+                self.evict_info[p] = info
+                continue
             if op[0] == OP_MOVE:
                 _, p, node, group, created = op
                 self._unhold(p, node, group, created)
@@ -764,6 +776,23 @@ class Session:
         job.version += 1
         self.p_moved[p] = (node, group)
         self.log.append((OP_MOVE, p, node, group, created))
+
+    def unevict(self, p: int) -> None:
+        """Cancel the eviction of ``p`` within the statement (KAI: a victim re-placed where it already runs)."""
+        job = self.jobs[self.p_job[p]]
+        prev = self.p_status[p]
+        assert prev == EVICTED
+        info = self.evict_info.pop(p)
+        self._release(p, -1.0)
+        before = next(op[2] for op in reversed(self.log) if op[0] == OP_EVICT and op[1] == p)
+        self.p_status[p] = before
+        self.charge(job, self.p_req[p], 1.0)
+        ps = self.p_set[p]
+        assert ps is not None
+        ps.n_active += 1
+        job.n_active += 1
+        job.version += 1
+        self.log.append((OP_UNEVICT, p, info))
 
     def _unhold(self, p: int, node: int, group: str | None, created: bool) -> None:
         g, c, m = self.p_req[p]

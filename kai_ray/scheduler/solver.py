@@ -17,7 +17,6 @@ kai-ray's deliberate departures (each a strict improvement, each tested):
 * a gang that fits on one node first tries single-node scenarios, and keeps one when it hurts no victim more
   deserving than the general search would, so a preemptor lands on the fewest nodes;
 * the kept victim set is pruned to be minimal (a unit is dropped when the scenario still works without it);
-* a moved victim never lands back on its own node (that would be a restart for nothing);
 * the search budget counts simulated scenarios, not seconds, so a cycle stays deterministic.
 
 Everything runs inside the session's statement: a scenario is a checkpoint, a failed one a rollback.
@@ -36,6 +35,7 @@ from kai_ray.scheduler.gang import evict_key, tasks_to_allocate, tasks_to_evict,
 from kai_ray.scheduler.ordering import JobsOrderByQueues
 from kai_ray.scheduler.session import (
     ACTIVE,
+    ALLOCATED,
     BOUND,
     CPU,
     EPS,
@@ -119,9 +119,9 @@ def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None
     st = ses.p_status
     info = EvictInfo(Action.PREEMPT, Reason.PREEMPTED, None, "", False, False)
     for job in jobs:
-        active = [p for p in job.pods if st[p] == BOUND]
+        active = [p for p in job.pods if st[p] == BOUND or st[p] == ALLOCATED]
         if not active or len(active) != job.n_active:
-            continue  # pods placed or moved this cycle are never victims
+            continue  # pipelined or moved pods are not evicted again in the same cycle
         vj = VictimJob(job)
         names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
         vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
@@ -429,18 +429,20 @@ class JobSolver:
                     ses.evict(p, info)
 
     def _move(self, p: int, allowed: np.ndarray) -> bool:
+        """Re-place an evicted victim, as KAI pipelines it: landing where it already runs cancels its eviction
+        (for a shared-GPU pod, only on the same GPU; another GPU of the node is a move)."""
         ses = self.ses
         base = ses.masks.mask(ses.pods[p]) & allowed
-        own = self._node_of_pod[p]
-        if own >= 0:
-            base = base.copy()
-            base[own] = False
         cand = _fit_mask(ses, p, base, future=True)
         if not cand.any():
             return False
         node = _choose_node(ses, p, cand, _fit_mask(ses, p, base, future=False))
-        group = _choose_group(ses, p, node)[0] if (ses.p_frac[p] or ses.p_gpumem[p]) else None
-        ses.move(p, node, group)
+        shared = bool(ses.p_frac[p] or ses.p_gpumem[p])
+        group = _choose_group(ses, p, node)[0] if shared else None
+        if node == self._node_of_pod[p] and (not shared or group in (None, ses.p_group[p])):
+            ses.unevict(p)
+        else:
+            ses.move(p, node, group)
         return True
 
     def _replace(self, job: JobInfo, pool: set[int], allowed: np.ndarray) -> None:
