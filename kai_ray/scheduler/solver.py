@@ -42,8 +42,8 @@ from kai_ray.scheduler.session import (
     EVICTED,
     GPU,
     MEM,
-    MOVED,
     OP_ALLOC,
+    PIPELINED,
     EvictInfo,
     JobInfo,
     Session,
@@ -119,9 +119,9 @@ def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None
     st = ses.p_status
     info = EvictInfo(Action.PREEMPT, Reason.PREEMPTED, None, "", False, False)
     for job in jobs:
-        active = [p for p in job.pods if st[p] == BOUND or st[p] == ALLOCATED]
+        active = [p for p in job.pods if st[p] in (BOUND, ALLOCATED, PIPELINED)]
         if not active or len(active) != job.n_active:
-            continue  # pipelined or moved pods are not evicted again in the same cycle
+            continue  # moved pods are not evicted again in the same cycle
         vj = VictimJob(job)
         names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
         vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
@@ -507,8 +507,8 @@ class JobSolver:
             ses.rollback(cp)
             return False
         if self.validator is not None:
-            moved = {p for p in pool if ses.p_status[p] == MOVED}
-            why = self.validator(units, moved)
+            spared = {p for p in pool if ses.p_status[p] != EVICTED}  # moved elsewhere, or back where it runs
+            why = self.validator(units, spared)
             if why is not None:
                 self.failure = self.failure or why  # the first refusal explains the natural choice
                 ses.rollback(cp)
