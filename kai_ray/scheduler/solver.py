@@ -351,9 +351,8 @@ class JobSolver:
             nodes = sorted(
                 (n for n in cap if not smallest > 0 or cap[n] + EPS >= smallest), key=lambda n: (cap[n], first_seen[n])
             )
-            baseline = sum(
-                float(room[n]) + freed.get(n, 0.0) for n in np.flatnonzero(self.feasible).tolist() if n not in cap
-            )
+            base_nodes = set(np.flatnonzero(self.feasible).tolist()) | set(freed)  # KAI: + recorded victims' nodes
+            baseline = sum(float(room[n]) + freed.get(n, 0.0) for n in base_nodes if n not in cap)
             remaining = max(0.0, demand - baseline)
             k, acc = 0, 0.0
             if remaining > EPS:
