@@ -32,7 +32,7 @@ import numpy as np
 from kai_ray.scheduler.allocation import _choose_group, _choose_node, _fit_mask, capacity_failure, place_tasks
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
-from kai_ray.scheduler.ordering import JobsOrderByQueues
+from kai_ray.scheduler.ordering import JobsOrderByQueues, job_key
 from kai_ray.scheduler.session import (
     ACTIVE,
     ALLOCATED,
@@ -219,6 +219,7 @@ class JobSolver:
             self.feasible = gpu_room > EPS  # else only nodes with idle or releasing GPUs, plus the victims' nodes
         self._gpu_room = gpu_room.copy()
         self._seq_index: dict[tuple[int, int], int] = {}
+        self._pending: dict[int, list[JobInfo]] | None = None
 
     # -- budget
     def exhausted(self) -> bool:
@@ -456,6 +457,50 @@ class JobSolver:
                 ses.rollback(cp)
                 return
 
+    def _pending_by_queue(self) -> dict[int, list[JobInfo]]:
+        if self._pending is None:
+            ses = self.ses
+            self._pending = {}
+            for j in ses.jobs:
+                if j.queue >= 0 and j.invalid is None and j.ready and j.n_pend > 0 and j is not self.job:
+                    self._pending.setdefault(j.queue, []).append(j)
+        return self._pending
+
+    def _allocation_order(self, victims: list[JobInfo], pool: set[int]) -> list[JobInfo]:
+        """The preemptor and the victim jobs in KAI's job order (``GetJobsToAllocate``): the other pending jobs of
+        their queues take part in the ordering, since a queue is compared by its best job, but are skipped."""
+        ses = self.ses
+        order = JobsOrderByQueues(ses)
+        involved = [self.job, *victims]
+        ids = {j.idx for j in involved}
+        for vjob in victims:
+            # KAI: a victim's virtually evicted pods are its pending step when the jobs are ordered
+            back = tasks_to_replace(ses, vjob, {p for p in vjob.pods if p in pool})
+            order.requests[vjob.idx] = (
+                sum(ses.p_req[p][0] for p in back),
+                sum(ses.p_req[p][1] for p in back),
+                sum(ses.p_req[p][2] for p in back),
+            )
+        by_queue: dict[int, list[JobInfo]] = {}
+        for j in involved:
+            by_queue.setdefault(j.queue, []).append(j)
+        items: list[JobInfo] = []
+        pending = self._pending_by_queue()
+        for q, mine in by_queue.items():
+            last = max(job_key(j) for j in mine)
+            others = [j for j in pending.get(q, ()) if j.idx not in ids and job_key(j) < last]
+            items.extend(mine)
+            items.extend(others)
+        order.extend(items)
+        seq: list[JobInfo] = []
+        while not order.empty():
+            nxt = order.pop()
+            if nxt is None:
+                break
+            if nxt.idx in ids:
+                seq.append(nxt)
+        return seq
+
     def simulate(self, sc: Scenario) -> bool:
         """Apply the scenario; keep it applied and return True when it works, else roll back."""
         ses = self.ses
@@ -477,22 +522,7 @@ class JobSolver:
         if ses.cfg.preemptor_first:
             seq = [self.job, *victim_jobs.values()]
         else:
-            order = JobsOrderByQueues(ses)
-            order.push(self.job)
-            for vjob in victim_jobs.values():
-                # KAI: a victim's virtually evicted pods are its pending step when the jobs are ordered
-                back = tasks_to_replace(ses, vjob, {p for p in vjob.pods if p in pool})
-                order.requests[vjob.idx] = (
-                    sum(ses.p_req[p][0] for p in back),
-                    sum(ses.p_req[p][1] for p in back),
-                    sum(ses.p_req[p][2] for p in back),
-                )
-                order.push(vjob)
-            while not order.empty():
-                nxt_job = order.pop()
-                if nxt_job is None:
-                    break
-                seq.append(nxt_job)
+            seq = self._allocation_order(list(victim_jobs.values()), pool)
         placed = False
         for nxt in seq:
             if nxt is self.job:
