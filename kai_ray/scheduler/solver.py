@@ -127,7 +127,7 @@ def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None
         vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
         if not job.has_surplus():  # the common case: one step, the whole gang
             if surplus_only is None or job.idx not in surplus_only:
-                vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)))
+                vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
                 vj.cores.append(True)
                 vj.states.append(job.elastic_state())
                 act = job.init_active
