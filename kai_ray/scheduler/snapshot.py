@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kai_ray.scheduler.usage import UsageParams
+
 UNLIMITED = -1.0
 
 
@@ -212,6 +214,9 @@ class SchedulerConfig:
     default_priority: int = 50  # value of an unknown PriorityClass
     reclaim_min_runtime_resolve: str = "lca"  # lca | queue (KAI minruntime reclaimResolveMethod)
     max_preemptor_victim_units: int = 4096  # bound on victim units one preemptor may consider
+    # KAI's usageDBConfig.usageParams: set, the adapter accounts each queue's usage into Snapshot.usage (time-based
+    # fair share); None (KAI's default) keeps every usage at 0. The core itself reads only k_value and the usage.
+    usage_params: UsageParams | None = None
 
 
 @dataclass(slots=True)
@@ -222,3 +227,4 @@ class Snapshot:
     now: float = 0.0
     topologies: list[Topology] = field(default_factory=list)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    usage: dict[str, Resources] = field(default_factory=dict)  # queue name -> normalised historical usage (KAI's U')

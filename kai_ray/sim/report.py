@@ -6,6 +6,7 @@ Three questions a platform team asks: who held the GPUs over time (allocation pe
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import matplotlib
@@ -16,6 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 
+from kai_ray.scheduler.usage import human_duration
 from kai_ray.sim.engine import SimResult
 from kai_ray.sim.workloads import WorkloadBase
 
@@ -49,6 +51,8 @@ def write_report(res: SimResult, out_dir: str | Path, title: str = "kai-ray simu
         _pending(res, out / "pending-time.png", title, colors),
         _timeline(res, out / "timeline.png", title, colors, scale, unit),
     ]
+    if res.usage is not None and res.usage.samples:
+        paths.append(_fair_share(res, out / "fair-share.png", title, colors, scale, unit))
     return paths
 
 
@@ -166,3 +170,66 @@ def _timeline(res: SimResult, path: Path, title: str, colors: dict[str, str], sc
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _fair_share(res: SimResult, path: Path, title: str, colors: dict[str, str], scale: float, unit: str) -> Path:
+    """Time-based fair share, three views of each leaf queue: GPU allocation (filled) and fair share (dashed) per
+    cycle; normalised usage next to the over-quota weight share (dotted) it is pulled towards; and the share of all
+    GPU time allocated so far, which converges to the weight share when the queues keep competing."""
+    assert res.usage is not None
+    rec = res.usage
+    queues = [q for q in colors if any(q in s for _, s in rec.samples)]
+    fig, (top, mid, low) = plt.subplots(3, 1, figsize=(10, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2]})
+    xs = [t / scale for t, _ in rec.samples] + [res.end / scale]
+    weight_total = sum(rec.weights.get(q, 0.0) for q in queues) or 1.0
+    for q in queues:
+        col = colors[q]
+        alloc = [s[q].allocated if q in s else 0.0 for _, s in rec.samples]
+        fair = [s[q].fair_share if q in s else 0.0 for _, s in rec.samples]
+        used = [s[q].usage if q in s else 0.0 for _, s in rec.samples]
+        top.fill_between(
+            xs, [*alloc, alloc[-1]], step="post", color=col, alpha=0.3, linewidth=0, label=f"{q} allocated"
+        )
+        top.step(xs, [*fair, fair[-1]], where="post", color=col, linewidth=1.2, linestyle="--", label=f"{q} fair share")
+        mid.step(xs, [*used, used[-1]], where="post", color=col, linewidth=1.4, label=f"{q} usage")
+        share = rec.weights.get(q, 0.0) / weight_total
+        for ax in (mid, low):
+            ax.axhline(share, color=col, linewidth=1, linestyle=":", label=f"{q} weight share ({share:.0%})")
+    cum_t, cum = _cumulative_share(res, queues)
+    for q in queues:
+        low.plot([t / scale for t in cum_t], cum[q], color=colors[q], linewidth=1.4, label=f"{q} share of GPU time")
+    top.set_ylim(0, max(res.total_gpus * 1.08, 1))
+    top.set_ylabel("GPUs")
+    p = rec.params
+    half = f", half-life {human_duration(p.half_life_period)}" if p.half_life_period else ""
+    window = p.cron_string if p.window_type == "cron" else human_duration(p.window_size)
+    top.set_title(f"{title}: kValue {rec.k_value:g}, {p.window_type} window {window}{half}", fontsize=10)
+    mid.set_ylim(0, 1.05)
+    mid.set_ylabel("usage")
+    low.set_ylim(0, 1.05)
+    low.set_ylabel("share so far")
+    low.set_xlabel(f"simulated time ({unit})")
+    low.set_xlim(xs[0], max(xs[-1], xs[0] + 1e-9))
+    for ax in (top, mid, low):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _cumulative_share(res: SimResult, queues: list[str]) -> tuple[list[float], dict[str, list[float]]]:
+    """Each queue's share of all GPU time allocated to ``queues`` from the start up to each allocation change."""
+    acc = dict.fromkeys(queues, 0.0)
+    ts: list[float] = []
+    out: dict[str, list[float]] = {q: [] for q in queues}
+    samples = [*res.samples, (res.end, res.samples[-1][1] if res.samples else {})]
+    for (t0, alloc), (t1, _) in pairwise(samples):
+        for q in queues:
+            acc[q] += alloc.get(q, 0.0) * max(0.0, t1 - t0)
+        total = sum(acc.values())
+        if total > 0:
+            ts.append(t1)
+            for q in queues:
+                out[q].append(acc[q] / total)
+    return ts, out
