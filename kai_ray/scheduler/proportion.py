@@ -14,7 +14,7 @@ from kai_ray.scheduler.snapshot import ZERO, Resources
 
 def compute_fair_share(ses: Session) -> None:
     tree = ses.tree
-    usage = ses.snapshot.usage
+    usage = ses.snapshot.usage or {}
     shares = [
         ShareQueue(
             uid=n.uid,

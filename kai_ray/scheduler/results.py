@@ -105,7 +105,7 @@ def build_result(ses: Session) -> CycleResult:
             allocated=_as_dict(ses.q_alloc[i]),
             allocated_non_preemptible=_as_dict(ses.q_alloc_np[i]),
             requested=_as_dict(ses.q_request[i]),
-            usage=_usage(ses.snapshot.usage.get(qn.name)) if ses.snapshot.usage else {},
+            usage=_usage(ses.snapshot.usage.get(qn.name)) if ses.snapshot.usage is not None else {},
         )
     res.findings = list(ses.findings)
     res.stats = dict(ses.stats)

@@ -227,4 +227,5 @@ class Snapshot:
     now: float = 0.0
     topologies: list[Topology] = field(default_factory=list)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
-    usage: dict[str, Resources] = field(default_factory=dict)  # queue name -> normalised historical usage (KAI's U')
+    # queue name -> normalised historical usage (KAI's U'; absent: 0); None: no usage is accounted (feature off)
+    usage: dict[str, Resources] | None = None

@@ -376,7 +376,7 @@ class Engine:
             now=t,
             topologies=self.topologies,
             config=self.config,
-            usage=self.usage.for_cycle(t) if self.usage is not None else {},
+            usage=self.usage.for_cycle(t) if self.usage is not None else None,
         )
         self._last_cycle = t
         t0 = time.perf_counter()
