@@ -309,9 +309,10 @@ class PrometheusClient:
                 body = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             try:
-                detail = json.loads(exc.read()).get("error", "")
+                err = json.loads(exc.read())
+                detail = f"{err.get('errorType', 'error')}: {err.get('error', '')}"
             except (ValueError, AttributeError):
-                detail = ""
+                detail = str(exc.reason)
             raise UsageSourceError(f"{self.url}: HTTP {exc.code} {detail} (query {promql})") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise UsageSourceError(f"{self.url}: {getattr(exc, 'reason', exc)}") from None
