@@ -428,6 +428,8 @@ class UsageLedger:
         problems: list[str] = []
         fp = params.fingerprint()
         if cluster is None:
+            if queues:
+                problems.append("no capacity record (kept on top-level queues): starting afresh")
             return ledger, problems
         if cluster.get("params") != fp:
             problems.append(f"usage kept with other settings ({cluster.get('params')!r}, now {fp!r}): starting afresh")

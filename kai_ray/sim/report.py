@@ -173,45 +173,58 @@ def _timeline(res: SimResult, path: Path, title: str, colors: dict[str, str], sc
 
 
 def _fair_share(res: SimResult, path: Path, title: str, colors: dict[str, str], scale: float, unit: str) -> Path:
-    """Time-based fair share, three views of each leaf queue: GPU allocation (filled) and fair share (dashed) per
-    cycle; normalised usage next to the over-quota weight share (dotted) it is pulled towards; and the share of all
-    GPU time allocated so far, which converges to the weight share when the queues keep competing."""
+    """Time-based fair share, four views of each leaf queue over time: who holds the GPUs (allocation, stacked); the
+    fair share the division gave it each cycle; its normalised usage next to its over-quota weight share (dotted),
+    the level the usage is pulled towards; and its share of all GPU time allocated so far, which converges to the
+    weight share while the queues keep competing."""
     assert res.usage is not None
     rec = res.usage
     queues = [q for q in colors if any(q in s for _, s in rec.samples)]
-    fig, (top, mid, low) = plt.subplots(3, 1, figsize=(10, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2]})
+    fig, (alloc_ax, fair_ax, use_ax, cum_ax) = plt.subplots(
+        4, 1, figsize=(10, 9), sharex=True, gridspec_kw={"height_ratios": [2, 2, 2, 2]}
+    )
     xs = [t / scale for t, _ in rec.samples] + [res.end / scale]
     weight_total = sum(rec.weights.get(q, 0.0) for q in queues) or 1.0
+
+    def series(q: str, what: str) -> list[float]:
+        vals = [getattr(s[q], what) if q in s else 0.0 for _, s in rec.samples]
+        return [*vals, vals[-1]]
+
+    if queues:
+        alloc_ax.stackplot(
+            xs,
+            [series(q, "allocated") for q in queues],
+            labels=[f"{q} allocated" for q in queues],
+            colors=[colors[q] for q in queues],
+            step="post",
+            alpha=0.8,
+        )
     for q in queues:
         col = colors[q]
-        alloc = [s[q].allocated if q in s else 0.0 for _, s in rec.samples]
-        fair = [s[q].fair_share if q in s else 0.0 for _, s in rec.samples]
-        used = [s[q].usage if q in s else 0.0 for _, s in rec.samples]
-        top.fill_between(
-            xs, [*alloc, alloc[-1]], step="post", color=col, alpha=0.3, linewidth=0, label=f"{q} allocated"
-        )
-        top.step(xs, [*fair, fair[-1]], where="post", color=col, linewidth=1.2, linestyle="--", label=f"{q} fair share")
-        mid.step(xs, [*used, used[-1]], where="post", color=col, linewidth=1.4, label=f"{q} usage")
+        fair_ax.step(xs, series(q, "fair_share"), where="post", color=col, linewidth=1.0, label=f"{q} fair share")
+        use_ax.step(xs, series(q, "usage"), where="post", color=col, linewidth=1.4, label=f"{q} usage")
         share = rec.weights.get(q, 0.0) / weight_total
-        for ax in (mid, low):
+        for ax in (use_ax, cum_ax):
             ax.axhline(share, color=col, linewidth=1, linestyle=":", label=f"{q} weight share ({share:.0%})")
     cum_t, cum = _cumulative_share(res, queues)
     for q in queues:
-        low.plot([t / scale for t in cum_t], cum[q], color=colors[q], linewidth=1.4, label=f"{q} share of GPU time")
-    top.set_ylim(0, max(res.total_gpus * 1.08, 1))
-    top.set_ylabel("GPUs")
+        cum_ax.plot([t / scale for t in cum_t], cum[q], color=colors[q], linewidth=1.4, label=f"{q} share of GPU time")
     p = rec.params
     half = f", half-life {human_duration(p.half_life_period)}" if p.half_life_period else ""
     window = p.cron_string if p.window_type == "cron" else human_duration(p.window_size)
-    top.set_title(f"{title}: kValue {rec.k_value:g}, {p.window_type} window {window}{half}", fontsize=10)
-    mid.set_ylim(0, 1.05)
-    mid.set_ylabel("usage")
-    low.set_ylim(0, 1.05)
-    low.set_ylabel("share so far")
-    low.set_xlabel(f"simulated time ({unit})")
-    low.set_xlim(xs[0], max(xs[-1], xs[0] + 1e-9))
-    for ax in (top, mid, low):
+    alloc_ax.set_title(f"{title}: kValue {rec.k_value:g}, {p.window_type} window {window}{half}", fontsize=10)
+    top = max(res.total_gpus * 1.08, 1)
+    for ax, label, ymax in (
+        (alloc_ax, "allocated GPUs", top),
+        (fair_ax, "fair share (GPUs)", top),
+        (use_ax, "usage", 1.05),
+        (cum_ax, "share so far", 1.05),
+    ):
+        ax.set_ylim(0, ymax)
+        ax.set_ylabel(label)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    cum_ax.set_xlabel(f"simulated time ({unit})")
+    cum_ax.set_xlim(xs[0], max(xs[-1], xs[0] + 1e-9))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
