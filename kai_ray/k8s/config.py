@@ -16,20 +16,11 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.bridge import parse_duration
 from kai_ray.k8s.usage import CLIENT_TYPES, PrometheusClient
-from kai_ray.scheduler.usage import UsageConfigError, UsageParams, usage_params_from
+from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, usage_params_from
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
 RAY_KINDS = ("RayCluster", "RayJob", "RayService")
-_USAGE_FLAGS = {  # KAI's usageParams field -> OperatorConfig.usage_<attr> (flag --usage-<attr>)
-    "windowSize": "window_size",
-    "windowType": "window_type",
-    "halfLifePeriod": "half_life_period",
-    "tumblingWindowStartTime": "tumbling_window_start_time",
-    "cronString": "cron_string",
-    "fetchInterval": "fetch_interval",
-    "stalenessPeriod": "staleness_period",
-}
 
 
 class ConfigError(ValueError):
@@ -160,12 +151,12 @@ class OperatorConfig:
             raise ConfigError(f"--k-value: {self.k_value:g} must not be negative (0: usage has no effect)")
         if self.usage_db not in CLIENT_TYPES:
             raise ConfigError(f"--usage-db: {self.usage_db!r} is not one of {', '.join(CLIENT_TYPES)}")
-        raw = {key: getattr(self, f"usage_{attr}") for key, attr in _USAGE_FLAGS.items()}
+        raw = {key: getattr(self, f"usage_{attr}") for key, attr in PARAM_KEYS.items()}  # --usage-<attr>
         try:
             params = usage_params_from(raw, where="usage")
         except UsageConfigError as exc:
             key, _, message = str(exc).removeprefix("usage.").partition(":")
-            raise ConfigError(f"--usage-{_USAGE_FLAGS.get(key, key).replace('_', '-')}:{message}") from None
+            raise ConfigError(f"--usage-{PARAM_KEYS.get(key, key).replace('_', '-')}:{message}") from None
         if self.usage_db == "prometheus":
             if not self.usage_db_url.startswith(("http://", "https://")):
                 raise ConfigError(f"--usage-db-url: {self.usage_db_url!r} is not the http(s) URL of a Prometheus")

@@ -121,23 +121,33 @@ def to_oracle(
     }
 
 
-@pytest.mark.slow
-def test_fair_share_matches_kai() -> None:
+Case = tuple[list[float], list[dict[str, object]], float, dict[str, list[float]] | None]
+
+
+def differences(cases: list[Case]) -> list[tuple[object, ...]]:
+    """Divide every case with ours and with KAI's code; (case, k, queue, resource, ours, KAI's) where they differ.
+    Skips the test, with every build error, when KAI's code cannot be built."""
     try:
         oracle = ensure_oracle()
     except OracleUnavailable as exc:
         pytest.skip(f"KAI's fair-share code could not be built (see tests/scheduler/DIFFERENTIAL.md):\n{exc}")
-    rnd = random.Random(20260807)
-    cases = [random_tree(rnd) for _ in range(N_TREES)]
-    got = run_oracle(oracle, [to_oracle(t, q) for t, q in cases])
-    assert len(got) == N_TREES
-    mismatches = []
-    for i, ((total, queues), kai) in enumerate(zip(cases, got, strict=True)):
-        mine = ours(total, queues)
+    got = run_oracle(oracle, [to_oracle(t, q, k, u) for t, q, k, u in cases])
+    assert len(got) == len(cases)
+    mismatches: list[tuple[object, ...]] = []
+    for i, ((total, queues, k, usage), kai) in enumerate(zip(cases, got, strict=True)):
+        mine = ours(total, queues, k, usage)
         for uid, vals in kai.items():
             for r, (a, b) in enumerate(zip(mine[uid], vals, strict=True)):
                 if abs(a - b) > 1e-6 * max(1.0, abs(b)):
-                    mismatches.append((i, uid, RES[r], a, b))
+                    mismatches.append((i, k, uid, RES[r], a, b))
+    return mismatches
+
+
+@pytest.mark.slow
+def test_fair_share_matches_kai() -> None:
+    rnd = random.Random(20260807)
+    cases: list[Case] = [(*random_tree(rnd), 1.0, None) for _ in range(N_TREES)]
+    mismatches = differences(cases)
     assert not mismatches, f"{len(mismatches)} differences, first: {mismatches[:5]}"
 
 
@@ -154,21 +164,10 @@ def random_usage(rnd: random.Random, queues: list[dict[str, object]]) -> dict[st
 @pytest.mark.slow
 def test_fair_share_with_usage_matches_kai() -> None:
     """Time-based fair share: the same random forests with random historical usage and kValue."""
-    try:
-        oracle = ensure_oracle()
-    except OracleUnavailable as exc:
-        pytest.skip(f"KAI's fair-share code could not be built (see tests/scheduler/DIFFERENTIAL.md):\n{exc}")
     rnd = random.Random(20261123)
-    cases = []
+    cases: list[Case] = []
     for _ in range(N_TREES // 2):
         total, queues = random_tree(rnd)
         cases.append((total, queues, rnd.choice([0.0, 0.5, 1.0, 2.0, 10.0]), random_usage(rnd, queues)))
-    got = run_oracle(oracle, [to_oracle(t, q, k, u) for t, q, k, u in cases])
-    mismatches = []
-    for i, ((total, queues, k, usage), kai) in enumerate(zip(cases, got, strict=True)):
-        mine = ours(total, queues, k, usage)
-        for uid, vals in kai.items():
-            for r, (a, b) in enumerate(zip(mine[uid], vals, strict=True)):
-                if abs(a - b) > 1e-6 * max(1.0, abs(b)):
-                    mismatches.append((i, k, uid, RES[r], a, b))
+    mismatches = differences(cases)
     assert not mismatches, f"{len(mismatches)} differences, first: {mismatches[:5]}"
