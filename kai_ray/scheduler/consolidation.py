@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from kai_ray.scheduler.allocation import gang_shape, quota_request
+from kai_ray.scheduler.allocation import gang_shape
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.pending import pending_jobs_in_order, record_eviction_failure
-from kai_ray.scheduler.session import EPS, JobInfo, Session
+from kai_ray.scheduler.session import EPS, GPU, JobInfo, Session
 from kai_ray.scheduler.solver import JobSolver, Unit, victim_jobs
 
 
@@ -39,14 +39,23 @@ def consolidation_action(ses: Session) -> None:
             failed[key] = job
 
 
+def available_gpus(ses: Session) -> float:
+    """Idle and releasing GPUs of ready nodes, shared GPUs' free shares included (KAI's getSumOfAvailableGPUs)."""
+    total = float((np.maximum(ses.free[GPU], 0.0) + ses.rel[GPU])[ses.ready].sum())
+    for n in np.flatnonzero(ses.ready).tolist():
+        for used, rel in ses.groups[n].values():
+            if rel < used - EPS:
+                total += max(0.0, 1.0 - used + rel)
+    return total
+
+
 def consolidate_for(ses: Session, job: JobInfo, budget: list[int] | None = None) -> bool:
     tasks = tasks_to_allocate(ses, job)
     if not tasks:
         return False
-    need = quota_request(ses, tasks)
-    idle = np.maximum(ses.free, 0.0)[:, ses.ready].sum(axis=1)
-    if any(idle[r] + EPS * max(1.0, need[r]) < need[r] for r in range(3)):
-        record_eviction_failure(job, "consolidation", "not enough idle resources in the cluster to repack for it")
+    need = sum(ses.p_req[p][0] for p in tasks)
+    if need > EPS and available_gpus(ses) + EPS < need:
+        record_eviction_failure(job, "consolidation", "not enough idle GPUs in the cluster to repack for it")
         return False  # moving pods cannot create capacity that does not exist
     victims = [
         v

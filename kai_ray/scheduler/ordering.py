@@ -253,6 +253,7 @@ class JobsOrderByQueues:
         self.roots = GoHeap(self._node_less)
         self.nodes: dict[int, _QNode] = {}
         self.popped: dict[int, list[float]] = {}  # victims: leaf queue -> resources of the representatives popped
+        self.requests: dict[int, tuple[float, float, float]] = {}  # job idx -> request overriding its pending step
 
     @staticmethod
     def _best_leaf(node: _QNode) -> _QNode | None:
@@ -265,6 +266,11 @@ class JobsOrderByQueues:
     def _best_job(self, node: _QNode) -> JobInfo | None:
         leaf = self._best_leaf(node)
         return leaf.children.peek() if leaf is not None and leaf.children.items else None
+
+    def _request(self, job: JobInfo | None) -> tuple[float, float, float]:
+        if job is not None and job.idx in self.requests:
+            return self.requests[job.idx]
+        return job_request(self.ses, job)
 
     def _victims_of(self, node: _QNode) -> tuple[float, float, float]:
         leaf = self._best_leaf(node)
@@ -284,8 +290,8 @@ class JobsOrderByQueues:
             res = queue_cmp(self.view, a.q, b.q, _ZERO, _ZERO, self.in_quota_priority, va, vb) < 0
             return not res
         ja, jb = self._best_job(a), self._best_job(b)
-        ses = self.ses
-        res = queue_cmp(self.view, a.q, b.q, job_request(ses, ja), job_request(ses, jb), self.in_quota_priority) < 0
+        ra, rb = self._request(ja), self._request(jb)
+        res = queue_cmp(self.view, a.q, b.q, ra, rb, self.in_quota_priority) < 0
         return not res if self.reverse else res
 
     def empty(self) -> bool:

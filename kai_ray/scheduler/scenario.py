@@ -138,6 +138,7 @@ class Scenario:
     difference: dict[str, Any] | None = None  # a deliberate difference from KAI: reason + our outcome
     deleted_jobs: set[str] = field(default_factory=set)  # jobs being deleted: evicted pods stay Releasing
     known_failure: str = ""  # a port that kai-ray does not yet agree with: the diagnosis (tracked, strict xfail)
+    nominal_nodes: dict[str, str] = field(default_factory=dict)  # pending pods that name a node (harness kai)
 
 
 def quantity(v: Any, where: str) -> float:
@@ -318,7 +319,7 @@ def _pod_state(p: dict[str, Any], pw: str) -> tuple[PodPhase, bool]:
     return TASK_STATES[state], state == "Gated"
 
 
-def _pods(job: dict[str, Any], ns: str, jname: str, w: str, kai: bool) -> list[Pod]:
+def _pods(job: dict[str, Any], ns: str, jname: str, w: str, kai: bool, nominal: dict[str, str]) -> list[Pod]:
     out: list[Pod] = []
     # harness kai: per-task requests come from the job, as upstream's TestJobBasic
     per_task: dict[str, Any] = {}
@@ -379,6 +380,10 @@ def _pods(job: dict[str, Any], ns: str, jname: str, w: str, kai: bool) -> list[P
             pod_group = group
             if kai and group is not None and node is not None:
                 pod_group = f"{node}/{group}"  # upstream group names are per test; ours are per node
+            if kai and phase is PodPhase.PENDING and node is not None:
+                nominal[f"{ns}/{name}"] = str(node)  # upstream keeps a pending pod's nodeName, unbound
+            if kai and pod_group is None and node is not None and frac is not None and phase is not PodPhase.PENDING:
+                pod_group = f"{node}/{name}"  # upstream gives each running fraction its own GPU, named once
             out.append(
                 Pod(
                     uid=f"{ns}/{name}",
@@ -431,7 +436,7 @@ def _priority(j: dict[str, Any], w: str, default: int) -> tuple[int, str]:
     return default, pclass
 
 
-def _jobs(raw: list[Any], kai: bool, now: float) -> tuple[list[Job], set[str]]:
+def _jobs(raw: list[Any], kai: bool, now: float, nominal: dict[str, str]) -> tuple[list[Job], set[str]]:
     docs = [(i, _map(j, f"jobs[{i}]")) for i, j in enumerate(raw)]
     order = {i: i for i, _ in docs}
     if kai:
@@ -467,7 +472,7 @@ def _jobs(raw: list[Any], kai: bool, now: float) -> tuple[list[Job], set[str]]:
                     _topo(sg.get("topology"), f"{sw}.topology"),
                 )
             )
-        pods = _pods(j, ns, name, w, kai)
+        pods = _pods(j, ns, name, w, kai, nominal)
         created_at = float(j.get("created_at", i))
         last_start = j.get("last_start")
         stale_since = j.get("stale_since")
@@ -525,6 +530,7 @@ def _config(raw: dict[str, Any], kai: bool) -> SchedulerConfig:
     args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
     if kai:
         args.setdefault("max_consolidation_preemptees", -1)  # upstream's test session moves any number of pods
+        args.setdefault("default_staleness_grace", 0.0)  # ... and leaves the global staleness grace at zero
     try:
         return SchedulerConfig(**args)
     except TypeError as exc:
@@ -567,7 +573,8 @@ def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
             queues += _queues(queues_raw, kai)
     else:
         queues = _queues(queues_raw, kai)
-    jobs, deleted = _jobs(_list(doc.get("jobs"), "jobs"), kai, now)
+    nominal: dict[str, str] = {}
+    jobs, deleted = _jobs(_list(doc.get("jobs"), "jobs"), kai, now, nominal)
     snap = Snapshot(
         nodes=_nodes(_list(doc.get("nodes"), "nodes"), kai),
         queues=queues,
@@ -598,6 +605,7 @@ def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
         difference=diff,
         deleted_jobs=deleted,
         known_failure=str(doc.get("known_failure", "")),
+        nominal_nodes=nominal,
     )
 
 
@@ -699,14 +707,7 @@ def check(
         errs.append(f"binds: {len(res.binds)}, want {exp['binds']}: {[(b.pod, b.node) for b in res.binds]}")
     if "evictions" in exp and len(res.evictions) != int(exp["evictions"]):
         errs.append(f"evictions: {len(res.evictions)}, want {exp['evictions']}: {[e.pod for e in res.evictions]}")
-    counts = {
-        "max_binds": sum(1 for b in res.binds if not b.pipelined),
-        "max_pipelined": sum(1 for b in res.binds if b.pipelined) + sum(1 for e in res.evictions if e.moved_to),
-        "max_evictions": len(res.evictions),
-    }
-    for k, n in counts.items():
-        if k in exp and n > int(exp[k]):
-            errs.append(f"{k[4:]}: {n}, want at most {exp[k]}")
+    errs += _check_counts(exp, res)
     for f in _list(exp.get("findings"), "expect.findings"):
         f = _map(f, "expect.findings")
         if not any(all(getattr(x, k) == v for k, v in f.items()) for x in res.findings):
@@ -742,7 +743,7 @@ _PHASE_STATUS = {
 _SAME_STATUS = {"Allocated": "Binding", "Bound": "Running"}
 
 
-def task_states(snap: Snapshot, res: CycleResult) -> dict[str, TaskState]:
+def task_states(snap: Snapshot, res: CycleResult, nominal: dict[str, str] | None = None) -> dict[str, TaskState]:
     """Every pod's status after the cycle in KAI's vocabulary, with its node and shared-GPU group."""
     binds = {b.pod: b for b in res.binds}
     evicts = {e.pod: e for e in res.evictions}
@@ -758,7 +759,8 @@ def task_states(snap: Snapshot, res: CycleResult) -> dict[str, TaskState]:
                 else:
                     out[pod.uid] = ("Releasing", pod.node, pod.gpu_group)
             else:
-                out[pod.uid] = (_PHASE_STATUS[pod.phase], pod.node, pod.gpu_group)
+                node = pod.node if pod.node is not None else (nominal or {}).get(pod.uid)
+                out[pod.uid] = (_PHASE_STATUS[pod.phase], node, pod.gpu_group)
     return out
 
 
@@ -774,11 +776,12 @@ def next_round(sc: Scenario, snap: Snapshot, res: CycleResult) -> Snapshot:
             status, node, group = states[pod.uid]
             if status == "Binding":
                 pod = replace(pod, phase=PodPhase.RUNNING, node=node, gpu_group=group, start_time=snap.now)
-            elif status == "Pipelined" or (status == "Releasing" and pod.phase is not PodPhase.RELEASING):
+            elif status in ("Pipelined", "Releasing"):
                 if job.key in sc.deleted_jobs and status == "Releasing":
                     pod = replace(pod, phase=PodPhase.RELEASING)
-                else:
+                else:  # the controller re-creates it
                     pod = replace(pod, phase=PodPhase.PENDING, node=None, gpu_group=None, start_time=None)
+                    sc.nominal_nodes.pop(pod.uid, None)
             pods.append(pod)
         last_start = job.last_start
         if any(states[p.uid][0] == "Binding" for p in job.pods):
@@ -800,20 +803,21 @@ def run_scenario(sc: Scenario) -> list[str]:
     expect = sc.expect if sc.difference is None else sc.difference["expect"]
     if sc.rounds is None:
         res = run_cycle(snap)
-        return _internal(res) + check(sc, res, expect, task_states(snap, res))
+        return _internal(res) + check(sc, res, expect, task_states(snap, res, sc.nominal_nodes))
     until, after = sc.rounds
     res = CycleResult()
-    for _ in range(until):
+    for r in range(until):
         res = run_cycle(snap)
-        errs = _internal(res)
+        errs = _internal(res) + [f"round {r + 1}: {m}" for m in _check_counts(expect, res)]
         if errs:
             return errs
         snap = next_round(sc, snap, res)
     # upstream matches a session rebuilt from the converged state, then checks it stays put for more rounds
-    errs = check(sc, res, expect, task_states(snap, _at_rest(snap)), decisions=False)
+    errs = check(sc, res, expect, task_states(snap, _at_rest(snap), sc.nominal_nodes), decisions=False)
     for k in range(after):
         res = run_cycle(snap)
-        more = _internal(res) + check(sc, res, expect, task_states(snap, res), decisions=False)
+        more = _internal(res) + _check_counts(expect, res)
+        more += check(sc, res, expect, task_states(snap, res, sc.nominal_nodes), decisions=False)
         if more:
             errs += [f"round {until + k + 1} (stability): {m}" for m in more]
             break
@@ -827,6 +831,16 @@ def agrees_with_kai(sc: Scenario) -> bool:
         return not run_scenario(sc)
     plain = replace(sc, difference=None)
     return not run_scenario(plain)
+
+
+def _check_counts(exp: dict[str, Any], res: CycleResult) -> list[str]:
+    """Upstream's cache-mock bounds: at most this many binds, pipelinings and evictions in one cycle."""
+    counts = {
+        "max_binds": sum(1 for b in res.binds if not b.pipelined),
+        "max_pipelined": sum(1 for b in res.binds if b.pipelined) + sum(1 for e in res.evictions if e.moved_to),
+        "max_evictions": len(res.evictions),
+    }
+    return [f"{k[4:]}: {n}, want at most {exp[k]}" for k, n in counts.items() if k in exp and n > int(exp[k])]
 
 
 def _internal(res: CycleResult) -> list[str]:

@@ -543,7 +543,6 @@ class Session:
     def _refresh_frac(self, node: int) -> None:
         best = 0.0
         best_f = 0.0
-        best_shared = 0.0
         for used, rel in self.groups[node].values():
             best = max(best, 1.0 - used)
             if rel < used - EPS:  # a GPU whose tenants all leave is a whole releasing GPU (counted in rel)

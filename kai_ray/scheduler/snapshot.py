@@ -222,6 +222,7 @@ class SchedulerConfig:
     minimal_victims: bool = True  # kai-ray: drop a victim unit when the chosen scenario works without it
     fewest_nodes: bool = True  # kai-ray: a gang that fits one node prefers single-node victim scenarios
     prune_limit: int = 64  # victim sets larger than this are kept as found (pruning is quadratic)
+    preemptor_first: bool = False  # kai-ray option: in a victim scenario, place the pending job before victims
     allow_consolidating_reclaim: bool = True  # KAI: a victim that can be re-placed elsewhere is moved, not killed
     # KAI's usageDBConfig.usageParams: set, the adapter accounts each queue's usage into Snapshot.usage (time-based
     # fair share); None (KAI's default) keeps every usage at 0. The core itself reads only k_value and the usage.

@@ -474,15 +474,28 @@ class JobSolver:
                 pool.add(p)
                 if self._node_of_pod[p] >= 0:
                     allowed[self._node_of_pod[p]] = True
-        order = JobsOrderByQueues(ses)
-        order.push(self.job)
-        for vjob in victim_jobs.values():
-            order.push(vjob)
+        seq: list[JobInfo] = []
+        if ses.cfg.preemptor_first:
+            seq = [self.job, *victim_jobs.values()]
+        else:
+            order = JobsOrderByQueues(ses)
+            order.push(self.job)
+            for vjob in victim_jobs.values():
+                # KAI: a victim's virtually evicted pods are its pending step when the jobs are ordered
+                back = tasks_to_replace(ses, vjob, {p for p in vjob.pods if p in pool})
+                order.requests[vjob.idx] = (
+                    sum(ses.p_req[p][0] for p in back),
+                    sum(ses.p_req[p][1] for p in back),
+                    sum(ses.p_req[p][2] for p in back),
+                )
+                order.push(vjob)
+            while not order.empty():
+                nxt_job = order.pop()
+                if nxt_job is None:
+                    break
+                seq.append(nxt_job)
         placed = False
-        while not order.empty():
-            nxt = order.pop()
-            if nxt is None:
-                break
+        for nxt in seq:
             if nxt is self.job:
                 if not place_tasks(ses, self.job, sc.tasks, allowed, pipeline_only=True):
                     ses.rollback(cp)
