@@ -161,7 +161,7 @@ def print_usage(doc: Mapping[str, Any], console: Any) -> None:
         table.add_column(col, justify="left" if col == "queue" else "right")
 
     def pct(x: float | None) -> str:
-        return "-" if x is None else f"{x:.1%}"
+        return "-" if x is None else f"{x:.2%}"
 
     for name, q in doc["queues"].items():
         fair = q["last_fair_share_gpus"]

@@ -93,7 +93,7 @@ def test_cli_prints_the_split_and_plots_fair_share(tmp_path: Path) -> None:
     out = kai_ray("simulate", str(path), "--report", str(tmp_path / "report"))
     assert out.returncode == 0, out.stderr
     assert "Time-based fair share (kValue 10, sliding window 1d, half-life 12h)" in out.stdout
-    assert "team-a" in out.stdout and "66.7%" in out.stdout
+    assert "team-a" in out.stdout and "66.67%" in out.stdout
     png = tmp_path / "report" / "fair-share.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = kai_ray("simulate", str(path), "--json")
