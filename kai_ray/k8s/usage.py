@@ -121,37 +121,38 @@ class InternalUsage:
         return ledger
 
     def before_cycle(self, now: float, statuses: Mapping[str, Mapping[str, Any]]) -> dict[str, Resources]:
-        if self.ledger is None:
-            self.ledger = self.restore(statuses)
+        ledger = self.ledger  # forget() may run on the elector's thread: work on one ledger throughout
+        if ledger is None:
+            ledger = self.ledger = self.restore(statuses)
         if self._refreshed is None or now - self._refreshed >= self.params.fetch_interval:
-            if self.ledger.capacity is not None:
-                self.current = {q: Resources(*u) for q, u in self.ledger.usage(now).items()}
+            if ledger.capacity is not None:
+                self.current = {q: Resources(*u) for q, u in ledger.usage(now).items()}
             self._refreshed = now
         return self.current
 
     def after_cycle(self, now: float, capacity: Vec, result: CycleResult) -> None:
-        if self.ledger is None:
+        ledger = self.ledger
+        if ledger is None:
             return
         allocated = {name: _vec(qs.allocated) for name, qs in result.queues.items()}
-        self.ledger.observe(now, allocated, capacity)
+        ledger.observe(now, allocated, capacity)
         if self._persisted_at is None or now - self._persisted_at >= self.params.fetch_interval:
-            self._persist_view()
+            self._persist_view(ledger)
             self._persisted_at = now
 
-    def _persist_view(self) -> None:
-        assert self.ledger is not None
-        self.ledger.forget_empty()
+    def _persist_view(self, ledger: UsageLedger) -> None:
+        ledger.forget_empty()
         records: dict[str, dict[str, Any]] = {}
-        for name in self.ledger.queues:
+        for name in ledger.queues:
             prev = self._records.get(name)
-            rec = self.ledger.queue_state(name)
+            rec = ledger.queue_state(name)
             if rec is None:
                 continue
             if prev is not None and _idle(prev) and _idle(rec) and prev.get("params") == rec.get("params"):
                 rec = prev  # an idle queue's old record still restores to the same history: no write
             records[name] = rec
         self._records = records
-        self._cluster = self.ledger.cluster_state()
+        self._cluster = ledger.cluster_state()
 
     def ledger_status(self, name: str, top_level: bool) -> dict[str, Any] | None:
         rec = self._records.get(name)
