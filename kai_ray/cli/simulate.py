@@ -56,6 +56,10 @@ def _emit(doc: dict[str, Any], as_json: bool, console: Console, trace: bool) -> 
         for why, n in skipped.items():
             console.print(f"[dim]skipped {n} pods: {why}[/dim]")
     print_metrics(doc, console)
+    if "usage" in doc:
+        from kai_ray.sim.usage import print_usage
+
+        print_usage(doc["usage"], console)
     for err in doc["errors"][:10]:
         console.print(f"[red]simulator rejected a decision:[/red] {err}")
 

@@ -41,6 +41,7 @@ from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import Metrics
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.resume import SuspendedGangs, is_virtual
+from kai_ray.k8s.usage import LEDGER_FIELD, capacity_of, make_source
 from kai_ray.k8s.workqueue import Dispatcher
 from kai_ray.podgrouper import PodgrouperConfig
 from kai_ray.scheduler.cycle import run_cycle
@@ -131,6 +132,8 @@ class SchedulerOperator:
                 templates=self.gangs.probe_templates if self.gangs is not None else None,
             )
         self.informers = self._informers()
+        # time-based fair share: the usage source (None: off, KAI's default)
+        self.usage = make_source(config.usage_db, config.usage_params(), config.usage_db_url, config.usage_extra_params)
         self.elector: LeaderElector | None = None
         if config.leader_elect:
             name, ns = config.lease("scheduler")
@@ -191,6 +194,8 @@ class SchedulerOperator:
             inf.start()
         self.binder.start()
         self.writer.start()
+        if self.usage is not None:
+            self.usage.start()
         self._loop_thread = threading.Thread(target=self._loop, name="scheduler-loop", daemon=True)
         self._loop_thread.start()
         if self.elector is not None:
@@ -210,6 +215,8 @@ class SchedulerOperator:
             self._loop_thread.join(10)
         self.binder.stop()
         self.writer.stop()
+        if self.usage is not None:
+            self.usage.stop()
         if self.reclaimer is not None:
             self.reclaimer.close(wait=False)
         for inf in self.informers:
@@ -268,6 +275,8 @@ class SchedulerOperator:
             self.gangs.clear()
         if self.headroom is not None:
             self.headroom.forget()
+        if self.usage is not None:
+            self.usage.forget()
         log.warning("no longer leader: scheduling stopped")
 
     # --- the loop -----------------------------------------------------------------------------------------------
@@ -279,6 +288,7 @@ class SchedulerOperator:
             placement_cpu=cfg.placement_strategy,
             queue_priority_in_quota_reclaim=cfg.queue_priority_reclaim,
             default_preemption_delay=cfg.preemption_delay,
+            k_value=cfg.k_value,
         )
 
     def _loop(self) -> None:
@@ -316,11 +326,19 @@ class SchedulerOperator:
         leading = self._leading.is_set()
         virtual = self.gangs.virtual_pods() if self.gangs is not None and leading else {}
         view = self.cache.build(self.core_config(), extra=virtual)
+        if self.usage is not None and leading:
+            with self.cache.lock:
+                statuses = {name: q.raw.get("status") or {} for name, q in self.cache.queues.items()}
+            view.snapshot.usage = self.usage.before_cycle(time.time(), statuses)
         t1 = time.perf_counter()
         result = run_cycle(view.snapshot)
         t2 = time.perf_counter()
         t3 = t2
         if self._leading.is_set():
+            if self.usage is not None:
+                with self.cache.lock:
+                    capacity = capacity_of(self.cache.nodes)
+                self.usage.after_cycle(time.time(), capacity, result)
             self._dispatch_binds(view, result)
             self._dispatch_evictions(view, result)
             if virtual and self.gangs is not None:
@@ -651,6 +669,11 @@ class SchedulerOperator:
             qs = result.queues.get(name)
             body: dict[str, Any] = st.queue_status(qs, children.get(name, [])) if qs is not None else {}
             body.update(st.queue_validity(q.raw.get("status"), bad.get(name, []), iso))
+            if self.usage is not None:
+                top_level = q.queue is not None and not q.queue.parent
+                ledger = self.usage.ledger_status(name, top_level)
+                if ledger is not None:
+                    body[LEDGER_FIELD] = ledger
             compare = {k: v for k, v in body.items() if k != "conditions"}
             compare["valid"] = [
                 (cond["status"], cond["message"]) for cond in body["conditions"] if cond["type"] == "Valid"

@@ -25,6 +25,7 @@ from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
 from kai_ray.bridge import parse_duration
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
 from kai_ray.scheduler.snapshot import SchedulerConfig
+from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
 
 
 class ScenarioError(ValueError):
@@ -176,6 +177,8 @@ def _config_model() -> type[BaseModel]:
     fields: dict[str, Any] = {}
     defaults = SchedulerConfig()
     for f in dataclasses.fields(SchedulerConfig):
+        if f.name == "usage_params":
+            continue  # KAI's usageParams mapping, parsed by usage_params_from
         typ = hints[f.name]
         default = getattr(defaults, f.name)
         if typ is float:
@@ -207,6 +210,16 @@ def scheduler_config(raw: dict[str, Any] | None) -> SchedulerConfig:
             raise ValueError(f"placementStrategy.{sorted(unknown)[0]}: unknown resource (gpu or cpu)")
         for res, value in strategy.items():
             data[f"placement_{res}"] = value
+    usage = None
+    for key in ("usageParams", "usage_params"):
+        if key in data:
+            raw = data.pop(key)
+            if raw is not None and not isinstance(raw, dict):
+                raise ValueError("usageParams: expected a mapping like {windowSize: 1d, halfLifePeriod: 6h}")
+            try:
+                usage = usage_params_from(raw or {})
+            except UsageConfigError as exc:
+                raise ValueError(str(exc)) from None
     model = SchedulerOptions.model_validate(data)
     values = model.model_dump()
     for key in ("placement_gpu", "placement_cpu"):
@@ -217,7 +230,9 @@ def scheduler_config(raw: dict[str, Any] | None) -> SchedulerConfig:
         if action not in known_actions:
             raise ValueError(f"actions[{i}]: {action!r} is not one of {', '.join(known_actions)}")
     values["actions"] = tuple(values["actions"])
-    return SchedulerConfig(**values)
+    if values["k_value"] < 0:
+        raise ValueError(f"kValue: {values['k_value']:g} must not be negative (0 turns time-based fair share off)")
+    return SchedulerConfig(**values, usage_params=usage)
 
 
 class ScenarioFile(_Strict):
