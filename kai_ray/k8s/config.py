@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.bridge import parse_duration
+from kai_ray.api.duration import seconds
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
@@ -42,17 +42,10 @@ def default_identity() -> str:
 
 def duration(value: str | float | int, name: str) -> float:
     """Seconds from a number or a Go duration string; raises ConfigError naming the setting."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
     try:
-        return float(text)
+        return seconds(value)
     except ValueError:
-        pass
-    parsed = parse_duration(text)
-    if parsed is None:
-        raise ConfigError(f"{name}: {value!r} is not a duration (e.g. 30s, 1m30s)")
-    return parsed
+        raise ConfigError(f"{name}: {value!r} is not a duration (e.g. 30s, 1m30s)") from None
 
 
 @dataclass

@@ -17,12 +17,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic.alias_generators import to_camel
 
 from kai_ray import constants as c
+from kai_ray.api.duration import seconds
 from kai_ray.api.loader import ManifestError, field_path, load_documents, parse_object
 from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
-from kai_ray.bridge import parse_duration
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
 from kai_ray.scheduler.snapshot import SchedulerConfig
 
@@ -33,15 +33,7 @@ class ScenarioError(ValueError):
 
 def _seconds(value: Any) -> Any:
     """Seconds as a number, or a Go duration string ("90s", "1h30m")."""
-    if isinstance(value, str):
-        parsed = parse_duration(value)
-        if parsed is None:
-            try:
-                return float(value)
-            except ValueError:
-                raise ValueError(f"{value!r} is not a number of seconds or a duration like '90s' or '1h30m'") from None
-        return parsed
-    return value
+    return seconds(value) if isinstance(value, str) else value
 
 
 def _quantity(value: Any) -> Any:
