@@ -27,6 +27,16 @@ class CliError(Exception):
         self.code = code
 
 
+def warn(message: str) -> None:
+    """A problem the command worked around (an unknown field, ignored): one line on stderr."""
+    print(f"kai-ray: warning: {message}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """Something skipped on purpose (a non-Ray document): one line on stderr."""
+    print(f"kai-ray: note: {message}", file=sys.stderr)
+
+
 def _register() -> None:
     from kai_ray.cli import commands  # noqa: F401  (imports every command module)
 

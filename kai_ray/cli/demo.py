@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, app, warn
 
 DEFAULT_REPORT = "kai-ray-report"
 
@@ -62,6 +62,8 @@ def demo_cmd(
             scn = load_scenario(path)
         except ScenarioError as exc:
             raise CliError(str(exc)) from None
+    for text in scn.warnings:
+        warn(text)
     res = simulate(scn)
     doc = result_document(res, str(path), {"description": scn.description} if scn.description else None)
     paths = write_report_or_fail(res, report, "kai-ray demo")

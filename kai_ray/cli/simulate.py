@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, app, warn
 from kai_ray.cli.bench import bench
 from kai_ray.sim.engine import EngineOptions, SimResult
 from kai_ray.sim.scenario import ScenarioError, load_scenario
@@ -158,6 +158,8 @@ def simulate_cmd(
             scn = load_scenario(scenario)
         except ScenarioError as exc:
             raise CliError(str(exc)) from None
+        for text in scn.warnings:
+            warn(text)
         if placement:
             scn.config.placement_gpu = scn.config.placement_cpu = placement
         res = simulate(scn)
