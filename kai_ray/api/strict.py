@@ -4,7 +4,7 @@ Why a second look after the models: the models keep every field they do not know
 trip never loses someone's data; that same leniency would let a typo'd ``workerGroupSpec`` or ``minReplica`` pass
 silently. The field names below are KubeRay v1.6.1's (plus ``NEWER_KUBERAY``) and KAI's CRD schemas (a test checks
 them against the CRDs), for the parts of a Ray CR or Queue that kai-ray reads or that change what runs: the specs,
-the pod template, containers and their resources. Deeper parts (volumes, probes, affinity terms) are the API server's to validate.
+the pod template, containers and their resources. Deeper parts (volumes, probes, affinity) are the API server's.
 
 An unknown field is a warning (the object is still used, the field ignored); an unparsable quantity is an error,
 since a pod's size cannot be guessed. On a real cluster the API server prunes unknown fields before any controller
@@ -337,7 +337,9 @@ def object_unknown_fields(obj: dict[str, Any], kind: str | None = None) -> list[
 
 
 def _templates(doc: dict[str, Any], kind: str) -> list[tuple[str, Any]]:
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    raw_spec = doc.get("spec")
+    spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
+    cluster: Any
     cluster_path, cluster = "spec", spec
     out: list[tuple[str, Any]] = []
     if kind == "RayJob":

@@ -60,7 +60,8 @@ def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> lis
     if not out:
         if skipped:
             more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
-            raise CliError(f"no Ray CR (RayCluster, RayJob or RayService) in {source}: {skipped[0]}{more} is not a Ray CR")
+            first = f"{skipped[0]}{more} is not a Ray CR"
+            raise CliError(f"no Ray CR (RayCluster, RayJob or RayService) in {source}: {first}")
         raise CliError(f"{source}: no Ray CR found")
     for label in skipped:
         note(f"{label}: not a Ray CR; skipped")

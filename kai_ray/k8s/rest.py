@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +29,7 @@ class ApiError(Exception):
     """A non-2xx answer from the API server: ``status`` (HTTP code), ``reason`` and ``message`` from its Status."""
 
     def __init__(self, status: int, reason: str = "", message: str = "", body: Any = None) -> None:
-        super().__init__(f"{status} {reason}: {message}".strip())
+        super().__init__(message if status == UNREACHABLE else f"{status} {reason}: {message}".strip())
         self.status = status
         self.reason = reason
         self.message = message
@@ -51,6 +52,33 @@ class ApiError(Exception):
     @property
     def conflict(self) -> bool:
         return self.status == 409
+
+    @property
+    def unreachable(self) -> bool:
+        """No answer at all: the server is down, unreachable, or the connection broke."""
+        return self.status == UNREACHABLE
+
+
+UNREACHABLE = 0  # ApiError.status when no HTTP answer came back
+
+
+def connection_problem(host: str, exc: Exception) -> ApiError:
+    """A connection failure as one readable line: where, and what went wrong (not urllib3's repr)."""
+    text = str(exc)
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        text = text.split("Failed to establish a new connection: ", 1)[-1]
+        text = re.sub(r"^\[Errno -?\d+\] ", "", text).lower()
+    elif isinstance(exc, urllib3.exceptions.NameResolutionError):
+        text = f"cannot resolve {urllib3.util.parse_url(host).host}"
+    elif isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
+        text = "no connection within the timeout"
+    elif isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        text = "no answer within the timeout"
+    elif isinstance(exc, urllib3.exceptions.SSLError):
+        text = f"TLS: {text}"
+    elif isinstance(exc, urllib3.exceptions.ProtocolError):
+        text = f"connection broken ({exc.args[0] if exc.args else text})"
+    return ApiError(UNREACHABLE, "Unreachable", f"cannot reach the API server at {host}: {text}")
 
 
 def _in_cluster() -> bool:
@@ -119,7 +147,7 @@ class Kube:
                 preload_content=True,
             )
         except urllib3.exceptions.HTTPError as exc:
-            raise ApiError(0, "ConnectionError", str(exc)) from None
+            raise connection_problem(self.host, exc) from None
         if resp.status >= 400:
             raise ApiError.from_response(resp.status, resp.data)
         return json.loads(resp.data) if resp.data else None
@@ -136,7 +164,7 @@ class Kube:
                 preload_content=False,
             )
         except urllib3.exceptions.HTTPError as exc:
-            raise ApiError(0, "ConnectionError", str(exc)) from None
+            raise connection_problem(self.host, exc) from None
         if resp.status >= 400:
             data = resp.read()
             resp.release_conn()
