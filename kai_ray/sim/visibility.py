@@ -29,8 +29,6 @@ def scenario_view(scn: Scenario, at: float) -> ScenarioView:
     engine.opt.until = at
     engine.run()
     snapshot = engine.snapshot(at)
-    owners = {
-        w.job.key: f"{w.kind}/{w.key.split('/', 1)[-1]}" for w in engine.active.values() if w.job is not None
-    }
+    owners = {w.job.key: f"{w.kind}/{w.key.split('/', 1)[-1]}" for w in engine.active.values() if w.job is not None}
     names = {q.name: q.spec.display_name for q in scn.queues if q.spec.display_name}
     return ScenarioView(snapshot, LastCycle.of(run_cycle(snapshot)), names, owners)
