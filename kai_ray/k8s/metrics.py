@@ -98,7 +98,51 @@ class Metrics:
             f"{p}_leader_transitions", "Times this replica became leader", ["operator"], registry=r
         )
         self.operator = operator
-        # scheduler
+        self.status_writes = Counter(
+            f"{p}_status_writes", "Status and Event writes by kind and result", ["kind", "result"], registry=r
+        )
+        self.findings = Counter(
+            f"{p}_invalid_objects", "Bad objects reported (Queue, PodGroup, Ray CR)", ["kind"], registry=r
+        )
+        self._server: Any = None
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """Current value of a sample (tests and benchmarks read counters in-process)."""
+        got = self.registry.get_sample_value(name, labels or {})
+        return float(got or 0.0)
+
+    def serve(self, port: int, addr: str) -> None:
+        if port:
+            self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+            log.info("metrics on http://%s:%d/metrics", addr, port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class PodgrouperMetrics(Metrics):
+    def __init__(self) -> None:
+        super().__init__("podgrouper")
+        r, p = self.registry, "kai_ray"
+        self.podgroups = Counter(f"{p}_podgrouper_podgroups", "PodGroup writes by action", ["action"], registry=r)
+        self.pods_stamped = Counter(f"{p}_podgrouper_pods_stamped", "Pods annotated with their PodGroup", registry=r)
+        self.owners_marked = Counter(
+            f"{p}_podgrouper_owners_marked", "Ray objects marked for KAI's podgrouper to skip", registry=r
+        )
+        self.reconcile_errors = Counter(
+            f"{p}_reconcile_errors", "Reconciles that failed and were retried", ["kind"], registry=r
+        )
+
+
+class SchedulerMetrics(Metrics):
+    """The scheduler's families: the common ones, KAI's per-queue and latency families, and kai-ray's per-queue ones."""
+
+    def __init__(self) -> None:
+        super().__init__("scheduler")
+        r, p = self.registry, "kai_ray"
         self.cycles = Counter(f"{p}_scheduler_cycles", "Scheduling cycles run", registry=r)
         self.cycle_seconds = Histogram(
             f"{p}_scheduler_cycle_duration_seconds",
@@ -121,46 +165,6 @@ class Metrics:
         )
         self.pending_pods = Gauge(f"{p}_pending_pods", "Pods of our scheduler waiting for a node", registry=r)
         self.inflight_binds = Gauge(f"{p}_inflight_binds", "Bindings sent and not yet seen by the watch", registry=r)
-        self.status_writes = Counter(
-            f"{p}_status_writes", "Status and Event writes by kind and result", ["kind", "result"], registry=r
-        )
-        self.findings = Counter(
-            f"{p}_invalid_objects", "Bad objects reported (Queue, PodGroup, Ray CR)", ["kind"], registry=r
-        )
-        # podgrouper
-        self.podgroups = Counter(f"{p}_podgrouper_podgroups", "PodGroup writes by action", ["action"], registry=r)
-        self.pods_stamped = Counter(f"{p}_podgrouper_pods_stamped", "Pods annotated with their PodGroup", registry=r)
-        self.owners_marked = Counter(
-            f"{p}_podgrouper_owners_marked", "Ray objects marked for KAI's podgrouper to skip", registry=r
-        )
-        self.reconcile_errors = Counter(
-            f"{p}_reconcile_errors", "Reconciles that failed and were retried", ["kind"], registry=r
-        )
-        self._server: Any = None
-
-    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """Current value of a sample (tests and benchmarks read counters in-process)."""
-        got = self.registry.get_sample_value(name, labels or {})
-        return float(got or 0.0)
-
-    def serve(self, port: int, addr: str) -> None:
-        if port:
-            self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-            log.info("metrics on http://%s:%d/metrics", addr, port)
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-
-class SchedulerMetrics(Metrics):
-    """The scheduler's families: the common ones, KAI's per-queue and latency families, and kai-ray's per-queue ones."""
-
-    def __init__(self) -> None:
-        super().__init__("scheduler")
-        r = self.registry
         q = QUEUE_LABELS
         # KAI's queue-controller families (queue_name = metadata.name)
         self.queue_info = Gauge(f"{KAI}_queue_info", "Queues info", q, registry=r)
@@ -220,7 +224,6 @@ class SchedulerMetrics(Metrics):
             registry=r,
         )
         # kai-ray's per-queue families
-        p = "kai_ray"
         self.queue_pending_podgroups = Gauge(
             f"{p}_queue_pending_podgroups",
             "PodGroups of the queue whose gang is not running, waiting to be scheduled",

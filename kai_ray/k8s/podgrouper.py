@@ -56,7 +56,7 @@ from kai_ray.k8s.grouping import (
 )
 from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
-from kai_ray.k8s.metrics import Metrics
+from kai_ray.k8s.metrics import PodgrouperMetrics
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.workqueue import Backoff, Dispatcher
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group, stamp
@@ -86,7 +86,7 @@ class PodgrouperOperator:
                 "default_priority": {**base.default_priority, **config.default_priority},
             }
         )
-        self.metrics = Metrics("podgrouper")
+        self.metrics = PodgrouperMetrics()
         self.queue = Dispatcher("podgrouper", config.bind_workers)
         self.writer = Dispatcher("podgrouper-events", 2)
         self.stamper = Dispatcher(
