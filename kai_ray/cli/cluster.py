@@ -36,8 +36,8 @@ def credentials_problem(kubeconfig: str | None, context: str | None, exc: Except
         if kubeconfig or os.environ.get("KUBECONFIG"):
             return f"{named}: no such file"
         return (
-            "no cluster credentials: ~/.kube/config does not exist and this is not a pod with a service account "
-            "(set KUBECONFIG or pass --kubeconfig)"
+            "no cluster credentials: $KUBECONFIG is not set, ~/.kube/config does not exist, and this is not a pod "
+            "with a service account"
         )
     if context and f"name {context} " in f"{detail} ":
         return f"--context {context}: no such context in {named}"

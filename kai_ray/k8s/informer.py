@@ -146,6 +146,11 @@ class Informer:
             except _Gone:
                 need_list = True
             except ApiError as exc:
+                if exc.unreachable:  # the operator's one retry loop says so and tells us when to go on
+                    self.kube.reachability.failed(exc)
+                    self.kube.reachability.wait(self._stop)
+                    need_list = True
+                    continue
                 if exc.status == 404 and self.missing_ok:
                     if not self.missing:
                         log.info("%s: resource not served (CRD not installed?); retrying quietly", self.name)
