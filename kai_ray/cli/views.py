@@ -113,7 +113,7 @@ def _emit(doc: dict[str, Any], output: str) -> None:
 
 
 def _console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else 140, highlight=False)
+    return Console(width=None if sys.stdout.isatty() else 120, highlight=False)
 
 
 def _clock(seconds: float) -> str:
