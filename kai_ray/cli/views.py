@@ -169,12 +169,12 @@ QUEUE_COLUMNS: list[QueueColumn] = [
     ("QUOTA", lambda r, res: _amount(res, r.quota[res])),
     ("LIMIT", lambda r, res: _amount(res, r.limit[res])),
     ("WEIGHT", lambda r, res: f"{r.weight[res]:g}"),
-    ("FAIR SHARE", lambda r, res: _amount(res, r.fair_share[res] if r.fair_share else None)),
+    ("FAIR\nSHARE", lambda r, res: _amount(res, r.fair_share[res] if r.fair_share else None)),
     ("ALLOCATED", lambda r, res: _amount(res, r.allocated[res] if r.allocated else None)),
     ("REQUESTED", lambda r, res: _amount(res, r.requested[res] if r.requested else None)),
     ("RUNNING", lambda r, res: str(r.running_podgroups)),
     ("PENDING", lambda r, res: str(r.pending_podgroups)),
-    ("PENDING PODS", lambda r, res: str(r.pending_pods)),
+    ("PENDING\nPODS", lambda r, res: str(r.pending_pods)),
 ]
 
 

@@ -84,7 +84,7 @@ def test_the_queue_tree_with_the_last_cycles_numbers(capsys: pytest.CaptureFixtu
     assert (b["pending_podgroups"], b["pending_pods"], b["requested"]["gpu"]) == (3, 6, 24)
     assert b["display_name"] == "Team B" and dept["pending_podgroups"] == 4
     text, _ = _run(capsys, "queues", "--scenario", scenario, "--at", "2m")
-    assert "├─ a" in text and "└─ b (Team B)" in text and "FAIR SHARE" in text
+    assert "├─ a" in text and "└─ b (Team B)" in text and "FAIR" in text
 
 
 def test_the_demo_at_thirty_minutes(capsys: pytest.CaptureFixture[str]) -> None:
