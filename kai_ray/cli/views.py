@@ -116,6 +116,16 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 120, highlight=False)
 
 
+def _print_table(console: Console, table: Table) -> Console:
+    """Print a table whole: piped output widens past 120 columns rather than cut a queue or workload name."""
+    if not console.is_terminal:
+        needed = console.measure(table, options=console.options.update_width(10_000)).maximum
+        if needed > console.width:
+            console = Console(width=needed, highlight=False, file=console.file)
+    console.print(table)
+    return console
+
+
 def _clock(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -210,7 +220,7 @@ def queues_cmd(
     for name, row in zip(_tree_names(rows), rows, strict=True):
         label = f"{name} ({row.display_name})" if row.display_name else name
         table.add_row(label, *(cell(row, resource) for _, cell in QUEUE_COLUMNS))
-    console.print(table)
+    _print_table(console, table)
 
 
 UNITS_NOTE = "gpu: GPUs, cpu: millicores, memory: bytes; -1: unlimited"
@@ -247,7 +257,7 @@ def pending_cmd(
         table.add_column(header, no_wrap=True, justify="right" if header in ("#", "PODS", "GPUS", "AGE") else "left")
     for r in rows:
         table.add_row(*_pending_cells(r))
-    console.print(table)
+    console = _print_table(console, table)
     for r in rows:
         if r.message:
             console.print(f"[bold]{r.position or '-'}[/bold] {r.namespace}/{r.name}: {r.message}", soft_wrap=False)
