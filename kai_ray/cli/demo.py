@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kai_ray.cli import CliError, app, warn
+from kai_ray.cli import CliError, app
 
 DEFAULT_REPORT = "kai-ray-report"
 
@@ -47,10 +47,9 @@ def demo_cmd(
     ] = None,
 ) -> None:
     """Inference preempts training, training comes back: the built-in scenario, told as a story."""
-    from kai_ray.cli.simulate import write_report_or_fail
+    from kai_ray.cli.simulate import load_scenario_or_fail, write_report_or_fail
     from kai_ray.sim.metrics import result_document
     from kai_ray.sim.run import simulate
-    from kai_ray.sim.scenario import ScenarioError, load_scenario
     from kai_ray.sim.story import clock, demo_story
 
     with ExitStack() as stack:
@@ -58,12 +57,7 @@ def demo_cmd(
         path = Path(scenario) if scenario else stack.enter_context(as_file(packaged))
         if not path.exists():
             raise CliError(f"scenario not found: {path}")
-        try:
-            scn = load_scenario(path)
-        except ScenarioError as exc:
-            raise CliError(str(exc)) from None
-    for text in scn.warnings:
-        warn(text)
+        scn = load_scenario_or_fail(path)
     res = simulate(scn)
     doc = result_document(res, str(path), {"description": scn.description} if scn.description else None)
     paths = write_report_or_fail(res, report, "kai-ray demo")

@@ -19,7 +19,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from kai_ray.cli import CliError, app, warn
+from kai_ray.cli import CliError, app
 from kai_ray.scheduler.snapshot import Snapshot
 from kai_ray.scheduler.visibility import LastCycle, PendingRow, QueueRow, pending_rows, queue_rows
 
@@ -59,7 +59,7 @@ def _load(scenario: str | None, at: str | None, kubeconfig: str | None, context:
     if at is None:
         raise CliError("--at: required with --scenario (the simulated time to look at, e.g. 30m or 1800)")
     from kai_ray.api.duration import seconds
-    from kai_ray.sim.scenario import ScenarioError, load_scenario
+    from kai_ray.cli.simulate import load_scenario_or_fail
     from kai_ray.sim.visibility import scenario_view
 
     try:
@@ -68,13 +68,7 @@ def _load(scenario: str | None, at: str | None, kubeconfig: str | None, context:
         raise CliError(f"--at: {exc}") from None
     if when < 0:
         raise CliError(f"--at: {at!r} is before the simulation starts")
-    try:
-        scn = load_scenario(scenario)
-    except ScenarioError as exc:
-        raise CliError(str(exc)) from None
-    for text in scn.warnings:
-        warn(text)
-    view = scenario_view(scn, when)
+    view = scenario_view(load_scenario_or_fail(scenario), when)
     src = Source(view.snapshot, view.last, view.display_names, view.owners, f"{scenario} at {_clock(when)}")
     src.at = when
     return src
