@@ -148,7 +148,9 @@ class Informer:
             except ApiError as exc:
                 if exc.unreachable:  # the operator's one retry loop says so and tells us when to go on
                     self.kube.reachability.failed(exc)
-                    self.kube.reachability.wait(self._stop)
+                    if not self.kube.reachability.wait(self._stop) and not self._stop.is_set():
+                        self._stop.wait(backoff)  # the client is closing: no prober to wait for
+                        backoff = min(backoff * 2, 30.0)
                     need_list = True
                     continue
                 if exc.status == 404 and self.missing_ok:

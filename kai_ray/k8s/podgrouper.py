@@ -77,6 +77,7 @@ class OwnerError(Exception):
 class PodgrouperOperator:
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
         self.config = config.validate()
+        self._owns_kube = kube is None
         self.kube = kube or Kube.connect(config.kubeconfig, config.context, pool_size=config.bind_workers + 24)
         base = PodgrouperConfig.kai_compatible() if config.kai_compatible_priorities else PodgrouperConfig()
         self.grouper_config = base.model_copy(
@@ -172,6 +173,8 @@ class PodgrouperOperator:
         self.writer.stop()
         for inf in self.informers:
             inf.stop()
+        if self._owns_kube:
+            self.kube.reachability.close()
         self.metrics.close()
 
     def is_leader(self) -> bool:

@@ -83,6 +83,7 @@ class SchedulerOperator:
 
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
         self.config = config.validate()
+        self._owns_kube = kube is None
         self.kube = kube or Kube.connect(
             config.kubeconfig, config.context, pool_size=config.bind_workers + config.write_workers + 12
         )
@@ -222,6 +223,8 @@ class SchedulerOperator:
             self.reclaimer.close(wait=False)
         for inf in self.informers:
             inf.stop()
+        if self._owns_kube:
+            self.kube.reachability.close()  # its prober, if the server was unreachable
         self.metrics.close()
 
     def _writes_may_go(self) -> bool:
@@ -434,12 +437,13 @@ class SchedulerOperator:
         for this PodGroup, time it from creation until every one of these bindings succeeded."""
         self.metrics.podgroups_scheduled.inc(self._made_room.pop(job, "allocate"))
         pg = self.cache.pgs.get(job)
-        if pg is None or self._scheduled_once.get(job) == pg.uid:
+        created = parse_time((pg.raw.get("metadata") or {}).get("creationTimestamp")) if pg is not None else None
+        if pg is None or created is None:
             return
-        created = parse_time((pg.raw.get("metadata") or {}).get("creationTimestamp"))
-        if created is not None:
-            with self._status_lock:
-                self._gangs_binding[job] = [binds, pg.uid, created, self._queue_of(job)]
+        queue = self._queue_of(job)
+        with self._status_lock:
+            if self._scheduled_once.get(job) != pg.uid:
+                self._gangs_binding[job] = [binds, pg.uid, created, queue]
 
     def _gang_bound(self, job: str | None, ok: bool) -> None:
         if job is None:
@@ -682,8 +686,11 @@ class SchedulerOperator:
             del self._verdicts[key]
             with self._status_lock:
                 self._status_written.pop(key, None)
-        for key in [k for k in self._scheduled_once if k not in verdicts]:
-            del self._scheduled_once[key]
+        with self._status_lock:
+            for key in [k for k in self._scheduled_once if k not in verdicts]:
+                del self._scheduled_once[key]
+        for key in [k for k in list(self._victim_queues) if k not in self.cache.pods]:
+            self._victim_queues.pop(key, None)  # a victim the reclaimer found already gone
         for key in [k for k in self._made_room if k not in verdicts]:
             del self._made_room[key]
         self._queue_metrics(view, result, verdicts)
