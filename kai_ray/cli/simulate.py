@@ -37,10 +37,12 @@ def load_scenario_or_fail(path: str | Path) -> Scenario:
 
 
 def write_report_or_fail(res: SimResult, report: str, title: str) -> list[Path]:
-    from kai_ray.sim.report import write_report
+    from kai_ray.sim.report import PlotsUnavailable, write_report
 
     try:
         return write_report(res, report, title)
+    except PlotsUnavailable as exc:
+        raise CliError(f"--report: {exc}") from None
     except OSError as exc:
         raise CliError(f"--report: cannot write to {report!r}: {exc.strerror or exc}") from None
 
@@ -141,17 +143,25 @@ def simulate_cmd(
         int | None, typer.Option("--limit", help="Trace: read only the first N rows of the pod list")
     ] = None,
     period: Annotated[float, typer.Option("--period", help="Trace: scheduling period in seconds")] = 1.0,
+    policy: Annotated[
+        str, typer.Option("--policy", help="kai-ray, kai (KAI's semantics) or no-gang (pod by pod); scenarios only")
+    ] = "kai-ray",
 ) -> None:
     """Simulate a scenario (or replay a trace) with the real podgrouper and scheduler core, no cluster needed."""
     from kai_ray.sim.metrics import result_document
+    from kai_ray.sim.policy import POLICIES
     from kai_ray.sim.run import simulate
 
+    if policy not in POLICIES:
+        raise CliError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
     if placement is not None and placement not in ("binpack", "spread"):
         raise CliError(f"--placement: {placement!r} is not 'binpack' or 'spread'")
     console = Console(width=None if sys.stdout.isatty() else 110)
     if trace is not None:
         if scenario is not None:
             raise CliError("SCENARIO: give a scenario file or --trace, not both")
+        if policy != "kai-ray":
+            raise CliError("--policy: only for scenarios (a trace replays single-pod gangs)")
         t0 = time.perf_counter()
         res, extra = run_trace(
             trace, nodes, pods, placement, limit, period, progress=sys.stderr.isatty() or not as_json
@@ -168,8 +178,9 @@ def simulate_cmd(
         scn = load_scenario_or_fail(scenario)
         if placement:
             scn.config.placement_gpu = scn.config.placement_cpu = placement
-        res = simulate(scn)
+        res = simulate(scn, POLICIES[policy])
         extra = {"description": scn.description} if scn.description else {}
+        extra["policy"] = policy
         source = scenario
         title = Path(scenario).stem
     doc = result_document(res, source, extra)
