@@ -243,14 +243,11 @@ def _define(kind: str) -> None:
         opts = dict(locals())
         level = _log_level(log_level)
         config = build_config(**{**opts, "kind": kind})
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from kai_ray.cli.cluster import connect
         from kai_ray.k8s.kopf_app import run
-        from kai_ray.k8s.rest import Kube
 
-        try:
-            Kube.connect(config.kubeconfig, config.context, pool_size=1).close()
-        except Exception as exc:
-            raise CliError(f"--kubeconfig: cannot load cluster credentials: {exc}") from None
+        connect(config.kubeconfig, config.context, pool_size=1).close()
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         run(kind, config)
 
     command.__name__ = f"operator_{kind}"

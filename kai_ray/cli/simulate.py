@@ -16,13 +16,24 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, app, warn
 from kai_ray.cli.bench import bench
 from kai_ray.sim.engine import EngineOptions, SimResult
-from kai_ray.sim.scenario import ScenarioError, load_scenario
+from kai_ray.sim.scenario import Scenario, ScenarioError, load_scenario
 from kai_ray.sim.trace import TraceError
 
 TRACE_FORMATS = ("alibaba-v2023",)
+
+
+def load_scenario_or_fail(path: str | Path) -> Scenario:
+    """A scenario, its warnings (unknown fields) on stderr; a bad one is a CliError naming the field."""
+    try:
+        scn = load_scenario(path)
+    except ScenarioError as exc:
+        raise CliError(str(exc)) from None
+    for text in scn.warnings:
+        warn(text)
+    return scn
 
 
 def write_report_or_fail(res: SimResult, report: str, title: str) -> list[Path]:
@@ -168,10 +179,7 @@ def simulate_cmd(
         for opt, val in (("--nodes", nodes), ("--pods", pods), ("--limit", limit)):
             if val is not None:
                 raise CliError(f"{opt}: only used with --trace")
-        try:
-            scn = load_scenario(scenario)
-        except ScenarioError as exc:
-            raise CliError(str(exc)) from None
+        scn = load_scenario_or_fail(scenario)
         if placement:
             scn.config.placement_gpu = scn.config.placement_cpu = placement
         res = simulate(scn, POLICIES[policy])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.bridge import parse_duration
+from kai_ray.api.duration import seconds
 from kai_ray.k8s.usage import CLIENT_TYPES, PrometheusClient
 from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, usage_params_from
 
@@ -44,17 +44,10 @@ def default_identity() -> str:
 
 def duration(value: str | float | int, name: str) -> float:
     """Seconds from a number or a Go duration string; raises ConfigError naming the setting."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
     try:
-        return float(text)
+        return seconds(value)
     except ValueError:
-        pass
-    parsed = parse_duration(text)
-    if parsed is None:
-        raise ConfigError(f"{name}: {value!r} is not a duration (e.g. 30s, 1m30s)")
-    return parsed
+        raise ConfigError(f"{name}: {value!r} is not a duration (e.g. 30s, 1m30s)") from None
 
 
 @dataclass

@@ -413,15 +413,7 @@ class Engine:
     def _cycle(self, t: float) -> None:
         if not self.with_pending:
             return
-        snap = Snapshot(
-            nodes=self.nodes,
-            queues=self.queues,
-            jobs=[w.job for w in self.active.values() if w.job is not None],
-            now=t,
-            topologies=self.topologies,
-            config=self.config,
-            usage=self.usage.for_cycle(t) if self.usage is not None else None,
-        )
+        snap = self.snapshot(t)
         self._last_cycle = t
         t0 = time.perf_counter()
         res = run_cycle(snap)
@@ -433,6 +425,18 @@ class Engine:
         if self.usage is not None:
             self.usage.after_cycle(t, res)
         self._after_cycle(res, touched, t)
+
+    def snapshot(self, t: float) -> Snapshot:
+        """The world as the scheduler core sees it at ``t``: every node and queue, every arrived, unfinished job."""
+        return Snapshot(
+            nodes=self.nodes,
+            queues=self.queues,
+            jobs=[w.job for w in self.active.values() if w.job is not None],
+            now=t,
+            topologies=self.topologies,
+            config=self.config,
+            usage=self.usage.for_cycle(t) if self.usage is not None else None,
+        )
 
     def _apply(self, res: CycleResult, t: float) -> dict[str, WorkloadBase]:
         touched: dict[str, WorkloadBase] = {}
