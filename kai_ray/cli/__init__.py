@@ -1,7 +1,8 @@
 """The ``kai-ray`` command line: typer commands that compose the library; no logic of their own.
 
 Each command group lives in its own module and registers itself on ``app``; ``main`` turns every expected error
-(:class:`CliError`) into one line on stderr and a non-zero exit instead of a traceback.
+(:class:`CliError`, and a module of an extra that is not installed) into one line on stderr and a non-zero exit
+instead of a traceback.
 """
 
 from __future__ import annotations
@@ -43,3 +44,11 @@ def main(argv: list[str] | None = None) -> None:
     except CliError as exc:
         print(f"kai-ray: error: {exc}", file=sys.stderr)
         sys.exit(exc.code)
+    except ModuleNotFoundError as exc:
+        from kai_ray.extras import MissingExtra, missing_extra
+
+        missing = exc if isinstance(exc, MissingExtra) else missing_extra(exc)
+        if missing is None:
+            raise
+        print(f"kai-ray: error: {missing}", file=sys.stderr)
+        sys.exit(2)

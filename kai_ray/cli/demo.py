@@ -64,7 +64,7 @@ def demo_cmd(
             raise CliError(str(exc)) from None
     res = simulate(scn)
     doc = result_document(res, str(path), {"description": scn.description} if scn.description else None)
-    paths = write_report_or_fail(res, report, "kai-ray demo")
+    paths = write_report_or_fail(res, report, "kai-ray demo", optional=True)
     doc["report"] = {"dir": report, "files": [str(p) for p in paths]}
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
@@ -114,4 +114,5 @@ def demo_cmd(
         f"{m['wasted_gpu_hours']:g} GPU-hours wasted by restarts, simulated {clock(m['end_seconds'])} "
         f"in {doc['stats']['wall_seconds']:.2f} s."
     )
-    console.print(f"Report written to {report}/ ({', '.join(Path(p).name for p in paths)})")
+    if paths:
+        console.print(f"Report written to {report}/ ({', '.join(Path(p).name for p in paths)})")

@@ -25,9 +25,21 @@ from kai_ray.sim.trace import TraceError
 TRACE_FORMATS = ("alibaba-v2023",)
 
 
-def write_report_or_fail(res: SimResult, report: str, title: str) -> list[Path]:
-    from kai_ray.sim.report import write_report
+def write_report_or_fail(res: SimResult, report: str, title: str, optional: bool = False) -> list[Path]:
+    """Write the PNG report. Without matplotlib (the ``plots`` extra) an ``optional`` report is skipped with a note
+    on stderr; a report the user asked for is a one-line error naming the extra."""
+    from kai_ray.extras import missing_extra
 
+    try:
+        from kai_ray.sim.report import write_report
+    except ModuleNotFoundError as exc:
+        missing = missing_extra(exc, "the PNG report")
+        if missing is None:
+            raise
+        if not optional:
+            raise CliError(f"--report: {missing}") from None
+        print(f"{title}: plots skipped ({missing})", file=sys.stderr)
+        return []
     try:
         return write_report(res, report, title)
     except OSError as exc:
