@@ -113,7 +113,7 @@ def test_notes_upgrade_and_uninstall(plane: ControlPlane, kube: Kube) -> None:
     assert "scheduler/binder" in text and "PriorityClasses train (50)" in text
     assert "CRDs: kai-ray's Queue and PodGroup CRDs" in text
     assert "kind: Queue" in text and "kai.scheduler/queue: team-a" in text
-    assert "schedulerName: kai-scheduler" in text and "batchScheduler" in text
+    assert "schedulerName: kai-scheduler" in text and "batchScheduler.name=kai-scheduler" in text
     assert "kai-ray explain <pod-or-podgroup> -n <namespace>" in text
     assert set(deployments(kube, ns)) == {"life-kai-ray-podgrouper", "life-kai-ray-scheduler"}
     assert set(KAI_CLASSES) <= names(kube, PCS)
