@@ -43,7 +43,10 @@ def test_strip_removes_exactly_those_paths_and_leaves_the_input_alone() -> None:
 def test_guard_reports_each_path_once(caplog: pytest.LogCaptureFixture) -> None:
     guard = PruneGuard()
     with caplog.at_level(logging.WARNING, logger="kai_ray.k8s.pruning"):
-        assert guard.check("Queue", SENT, STORED, "Queue team") == {"status.fairShare", "status.conditions[].transitionID"}
+        assert guard.check("Queue", SENT, STORED, "Queue team") == {
+            "status.fairShare",
+            "status.conditions[].transitionID",
+        }
         assert guard.check("Queue", SENT, STORED, "Queue other") == set()
     assert len(caplog.records) == 1 and "status.fairShare" in caplog.text
     assert "fairShare" not in guard.strip("Queue", SENT)["status"]

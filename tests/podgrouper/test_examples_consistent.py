@@ -86,9 +86,8 @@ def test_serve_bounds_match_the_cluster(name: str, doc: dict[str, Any]) -> None:
     guaranteed = sum(g["minReplicas"] if autoscaling else g["replicas"] for g in groups) * w
     most = sum(g["maxReplicas"] if autoscaling else g["replicas"] for g in groups) * w
     assert low <= guaranteed, f"{name}: Serve's minimum needs {low:g} GPUs, the gang guarantees {guaranteed:g}"
-    assert high <= most, (
-        f"{name}: Serve may scale to {high:g} GPUs, the cluster can have at most {most:g}"
-        + ("" if autoscaling else " (in-tree autoscaling is off)")
+    assert high <= most, f"{name}: Serve may scale to {high:g} GPUs, the cluster can have at most {most:g}" + (
+        "" if autoscaling else " (in-tree autoscaling is off)"
     )
     if autoscaling:
         useful = math.ceil(high / w)
