@@ -25,23 +25,13 @@ from kai_ray.sim.trace import TraceError
 TRACE_FORMATS = ("alibaba-v2023",)
 
 
-def write_report_or_fail(res: SimResult, report: str, title: str, optional: bool = False) -> list[Path]:
-    """Write the PNG report. Without matplotlib (the ``plots`` extra) an ``optional`` report is skipped with a note
-    on stderr; a report the user asked for is a one-line error naming the extra."""
-    from kai_ray.extras import missing_extra
+def write_report_or_fail(res: SimResult, report: str, title: str) -> list[Path]:
+    from kai_ray.sim.report import PlotsUnavailable, write_report
 
     try:
-        from kai_ray.sim.report import write_report
-    except ModuleNotFoundError as exc:
-        missing = missing_extra(exc, "the PNG report")
-        if missing is None:
-            raise
-        if not optional:
-            raise CliError(f"--report: {missing}") from None
-        print(f"{title}: plots skipped ({missing})", file=sys.stderr)
-        return []
-    try:
         return write_report(res, report, title)
+    except PlotsUnavailable as exc:
+        raise CliError(f"--report: {exc}") from None
     except OSError as exc:
         raise CliError(f"--report: cannot write to {report!r}: {exc.strerror or exc}") from None
 
@@ -142,17 +132,25 @@ def simulate_cmd(
         int | None, typer.Option("--limit", help="Trace: read only the first N rows of the pod list")
     ] = None,
     period: Annotated[float, typer.Option("--period", help="Trace: scheduling period in seconds")] = 1.0,
+    policy: Annotated[
+        str, typer.Option("--policy", help="kai-ray, kai (KAI's semantics) or no-gang (pod by pod); scenarios only")
+    ] = "kai-ray",
 ) -> None:
     """Simulate a scenario (or replay a trace) with the real podgrouper and scheduler core, no cluster needed."""
     from kai_ray.sim.metrics import result_document
+    from kai_ray.sim.policy import POLICIES
     from kai_ray.sim.run import simulate
 
+    if policy not in POLICIES:
+        raise CliError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
     if placement is not None and placement not in ("binpack", "spread"):
         raise CliError(f"--placement: {placement!r} is not 'binpack' or 'spread'")
     console = Console(width=None if sys.stdout.isatty() else 110)
     if trace is not None:
         if scenario is not None:
             raise CliError("SCENARIO: give a scenario file or --trace, not both")
+        if policy != "kai-ray":
+            raise CliError("--policy: only for scenarios (a trace replays single-pod gangs)")
         t0 = time.perf_counter()
         res, extra = run_trace(
             trace, nodes, pods, placement, limit, period, progress=sys.stderr.isatty() or not as_json
@@ -172,8 +170,9 @@ def simulate_cmd(
             raise CliError(str(exc)) from None
         if placement:
             scn.config.placement_gpu = scn.config.placement_cpu = placement
-        res = simulate(scn)
+        res = simulate(scn, POLICIES[policy])
         extra = {"description": scn.description} if scn.description else {}
+        extra["policy"] = policy
         source = scenario
         title = Path(scenario).stem
     doc = result_document(res, source, extra)

@@ -140,6 +140,7 @@ def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarra
             with np.errstate(divide="ignore"):
                 need = np.where(ses.gpu_mem > 0, ses.p_gpumem[p] / np.maximum(ses.gpu_mem, 1e-9), INF)
             mask = mask & (need <= 1.0 + EPS) & ((room + EPS >= need) | (free[GPU] >= 1.0 - EPS))
+            mask = mask & _node_quota_ok(ses, p, need)
         else:
             mask = mask & ((room + EPS >= g) | (free[GPU] >= 1.0 - EPS))
     elif g > 0:
@@ -151,48 +152,97 @@ def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarra
     return mask
 
 
-def _choose_node(ses: Session, p: int, cand: np.ndarray) -> int:
+def _node_quota_ok(ses: Session, p: int, need: np.ndarray) -> np.ndarray:
+    """KAI's per-node capacity check for gpu-memory pods: the GPU share the pod takes depends on the node's GPU
+    size, so the queue limit (and, when non-preemptible, the quota) is checked with that node's share."""
+    job = ses.jobs[ses.p_job[p]]
+    ok = np.ones(need.size, dtype=bool)
+    if job.queue < 0:
+        return ok
+    for q in ses.tree.nodes[job.queue].chain:
+        node = ses.tree.nodes[q]
+        if node.limit[GPU] != -1:
+            ok &= ses.q_alloc[q][GPU] + need <= node.limit[GPU] + EPS
+        if not job.preemptible and node.quota[GPU] != -1:
+            ok &= ses.q_alloc_np[q][GPU] + need <= node.quota[GPU] + EPS
+    return ok
+
+
+def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
+    """The placement policy's preference among candidate nodes, in [0, 9] (higher is better).
+
+    KAI's node-placement plugin: bin-pack prefers the node with the least non-allocated (idle + releasing)
+    amount of the pod's main resource (GPUs for GPU pods, CPU for CPU pods); spread the largest share of it."""
     g = ses.p_req[p][0]
     gpu_task = g > 0 or ses.p_frac[p] > 0 or ses.p_gpumem[p] > 0
     r = GPU if gpu_task else CPU
     strategy = ses.cfg.placement_gpu if gpu_task else ses.cfg.placement_cpu
-    free = ses.free[r]
+    nonalloc = ses.free[r] + ses.rel[r]
+    alloc = ses.alloc[r]
+    has = cand & (alloc > 0)
+    if not has.any():
+        return np.zeros(cand.size)
     if strategy == "spread":
-        alloc = ses.alloc[r]
         with np.errstate(divide="ignore", invalid="ignore"):
-            score = np.where(alloc > 0, free / np.where(alloc > 0, alloc, 1.0), 0.0)
-        return int(np.where(cand, score, -INF).argmax())
-    key = np.where(cand, free, INF)
-    if ses.p_frac[p] or ses.p_gpumem[p]:
-        # shared GPUs with room first, so fractions pack onto GPUs already in use
-        key = key + np.where(ses.frac_room > EPS, 0.0, 1e6)
-    return int(key.argmin())
+            return np.where(has, 9.0 * nonalloc / np.where(alloc > 0, alloc, 1.0), 0.0)
+    lo, hi = float(nonalloc[has].min()), float(nonalloc[has].max())
+    if hi - lo <= EPS:
+        return np.where(has, 9.0, 0.0)
+    return np.where(has, 9.0 * (1.0 - (nonalloc - lo) / (hi - lo)), 0.0)
 
 
-def _choose_group(ses: Session, p: int, node: int, pipelined: bool) -> str | None:
+def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray) -> int:
+    """KAI's node order: the sum of plugin scores, each on its own scale so the order is lexicographic — a shared
+    GPU the fraction fits on (gpusharingorder), fitting idle resources rather than pipelining (nodeavailability),
+    a CPU-only node for a CPU-only pod (resourcetype), then the placement policy. Ties go to node-name order."""
+    score = np.where(fit, 1000.0, 0.0)
+    if (ses.p_frac[p] or ses.p_gpumem[p]) and ses.cfg.gpu_sharing_order:
+        need: np.ndarray | float = ses.p_frac[p]
+        if ses.p_gpumem[p]:
+            with np.errstate(divide="ignore"):
+                need = np.where(ses.gpu_mem > 0, ses.p_gpumem[p] / np.maximum(ses.gpu_mem, 1e-9), INF)
+        score = score + np.where(ses.frac_room_shared + EPS >= need, 10000.0, 0.0)
+    elif ses.p_req[p][0] <= 0:
+        score = score + np.where(ses.cpu_only, 10.0, 0.0)
+    score = score + placement_term(ses, p, cand)
+    return int(np.where(cand, score, -INF).argmax())
+
+
+def _choose_group(ses: Session, p: int, node: int) -> tuple[str | None, bool]:
+    """The shared GPU for a fraction on ``node`` and whether it must wait for releasing shares (pipelined).
+
+    KAI's gpupack order: the most used shared GPU the fraction fits on, counting shares being released (a GPU
+    whose tenants are all leaving is a whole GPU again); else a whole idle GPU; else a whole releasing one."""
     f = ses.node_gpu_fraction(p, node)
-    best: tuple[float, str] | None = None
+    best: tuple[float, str, bool] | None = None
     for name, (used, rel) in sorted(ses.groups[node].items()):
-        room = 1.0 - used + (rel if pipelined else 0.0)
-        if room + EPS >= f and (best is None or used > best[0]):
-            best = (used, name)
-    return best[1] if best else None
+        if rel >= used - EPS:
+            continue
+        if 1.0 - used + rel + EPS >= f and (best is None or used > best[0]):
+            best = (used, name, 1.0 - used + EPS < f)
+    if best is not None:
+        return best[1], best[2]
+    return None, ses.free[GPU, node] < 1.0 - EPS
 
 
-def place_pod(ses: Session, p: int, allowed: np.ndarray | None) -> bool:
-    """Put one pending pod on the best node that fits (idle first, else pipelined onto releasing resources)."""
+def place_pod(ses: Session, p: int, allowed: np.ndarray | None, pipeline_only: bool = False) -> bool:
+    """Put one pending pod on the best node that fits (idle first, else pipelined onto releasing resources).
+
+    ``pipeline_only``: a what-if placement of the victim search (KAI's isPipelineOnly): idle and releasing room
+    count alike and the pod is pipelined."""
     base = ses.masks.mask(ses.pods[p])
     if allowed is not None:
         base = base & allowed
     fit = _fit_mask(ses, p, base, future=False)
-    cand = _fit_mask(ses, p, base, future=True) if ses.any_releasing else fit
+    cand = _fit_mask(ses, p, base, future=True) if ses.any_releasing or pipeline_only else fit
     if not cand.any():
         return False
-    node = _choose_node(ses, p, cand)
-    pipelined = not bool(fit[node])
+    node = _choose_node(ses, p, cand, fit)
+    pipelined = pipeline_only or not bool(fit[node])
     group = None
     if ses.p_frac[p] or ses.p_gpumem[p]:
-        group = _choose_group(ses, p, node, pipelined)
+        group, wait = _choose_group(ses, p, node)
+        pipelined = pipelined or wait
     ses.allocate(p, node, pipelined, group)
     return True
 
@@ -230,12 +280,15 @@ def place_batch(ses: Session, tasks: list[int], allowed: np.ndarray | None) -> i
     nn = mask.size
     # composite key: fullest first, ties by node order; exact in float64 for GPU counts and millicores
     key = np.where(mask, free[GPU if gpu_task else CPU] * (nn + 1) + ses.node_arange, np.inf)
-    if k < nn:
+    if k < nn and gpu_task:
         first = np.argpartition(key, k - 1)[:k]
         first = first[np.argsort(key[first], kind="stable")]
     else:
         first = np.argsort(key, kind="stable")
     order = [n for n in first.tolist() if mask[n]]
+    if not gpu_task:  # CPU-only nodes first (KAI's resourcetype plugin), each part still fullest first
+        cpu_only = ses.cpu_only
+        order = [n for n in order if cpu_only[n]] + [n for n in order if not cpu_only[n]]
     if not order:
         return 0
     pods_free = ses.pods_free
@@ -260,9 +313,10 @@ def place_batch(ses: Session, tasks: list[int], allowed: np.ndarray | None) -> i
 class GangPlacer:
     """One attempt to place a job's tasks; remembers the first pod that did not fit and where it failed."""
 
-    def __init__(self, ses: Session, job: JobInfo) -> None:
+    def __init__(self, ses: Session, job: JobInfo, pipeline_only: bool = False) -> None:
         self.ses = ses
         self.job = job
+        self.pipeline_only = pipeline_only
         self.failed_pod: int | None = None
         self.failed_allowed: np.ndarray | None = None
         self.placed_before_fail = 0
@@ -320,10 +374,10 @@ class GangPlacer:
         for nodes in self._subsets(ps, tasks, allowed):
             cp = ses.checkpoint()
             ok = True
-            start = place_batch(ses, tasks, nodes) if len(tasks) > 1 else 0
+            start = place_batch(ses, tasks, nodes) if len(tasks) > 1 and not self.pipeline_only else 0
             for i in range(start, len(tasks)):
                 p = tasks[i]
-                if not place_pod(ses, p, nodes):
+                if not place_pod(ses, p, nodes, self.pipeline_only):
                     if self.failed_pod is None:
                         self.failed_pod = p
                         self.failed_allowed = nodes
@@ -363,6 +417,16 @@ def allocate_job(ses: Session, job: JobInfo, explain: bool = True) -> tuple[bool
     if pipelined:
         ses.convert_to_pipelined(job, since)
     return True, pipelined
+
+
+def place_tasks(
+    ses: Session, job: JobInfo, tasks: list[int], allowed: np.ndarray | None = None, pipeline_only: bool = False
+) -> bool:
+    """Place exactly ``tasks`` of the job, all or nothing, in the open statement (the victim search's what-if):
+    queue limits and quotas first, then the gang tree. Nothing is explained or undone here."""
+    if not tasks or capacity_failure(ses, job, tasks) is not None:
+        return False
+    return GangPlacer(ses, job, pipeline_only).run(tasks, allowed)
 
 
 def explain_fit_failure(ses: Session, job: JobInfo, tasks: list[int], placer: GangPlacer) -> None:

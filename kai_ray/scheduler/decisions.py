@@ -67,6 +67,7 @@ class Evict:
     elastic: bool = False  # True: surplus above the gang's min (shrink, do not kill the gang)
     whole_gang: bool = False  # True: the victim gang goes entirely
     message: str = ""
+    moved_to: str | None = None  # consolidation: the node where room is held for the re-created pod
 
 
 @dataclass(frozen=True, slots=True)

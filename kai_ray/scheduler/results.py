@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from kai_ray.scheduler.decisions import Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
 from kai_ray.scheduler.queues import RES_NAMES
-from kai_ray.scheduler.session import ACTIVE, ALLOCATED, EVICTED, OP_ALLOC, PENDING, PIPELINED, JobInfo, Session
+from kai_ray.scheduler.session import (
+    ACTIVE,
+    ALLOCATED,
+    EVICTED,
+    MOVED,
+    OP_ALLOC,
+    OP_EVICT,
+    PENDING,
+    PIPELINED,
+    JobInfo,
+    Session,
+)
 
 
 def _running_status(key: str) -> JobStatus:
@@ -66,8 +77,9 @@ def build_result(ses: Session) -> CycleResult:
             )
         )
         bound_jobs[job.idx] = bound_jobs.get(job.idx, 0) + 1
+    moved = ses.p_moved
     for op in ses.log:
-        if op[0] != OP_ALLOC and st[op[1]] == EVICTED and init[op[1]] in ACTIVE:
+        if op[0] == OP_EVICT and st[op[1]] in (EVICTED, MOVED) and init[op[1]] in ACTIVE:
             p = op[1]
             info = ses.evict_info[p]
             job = ses.jobs[ses.p_job[p]]
@@ -81,6 +93,7 @@ def build_result(ses: Session) -> CycleResult:
                     elastic=info.elastic,
                     whole_gang=info.whole_gang,
                     message=info.message,
+                    moved_to=ses.nodes[moved[p][0]].name if p in moved else None,
                 )
             )
     seen_evict: set[str] = set()
