@@ -20,15 +20,21 @@ from typing import Any
 
 import pytest
 
-from kai_ray.api.loader import parse_object
-from kai_ray.api.ray import RayCluster
 from kai_ray.controlplane.harness import ControlPlane, kai_crd_files, kuberay_crd_files
 from kai_ray.k8s.podgrouper import PodgrouperOperator
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.scheduler import SchedulerOperator
-from kai_ray.podgrouper import expand_pods
 from tests.k8s.conftest import op_config
-from tests.k8s.helpers import PRIORITY_CLASSES, bound, condition, gpu_use, pod_body, queue_body, wait_until
+from tests.k8s.helpers import (
+    PRIORITY_CLASSES,
+    bound,
+    condition,
+    gpu_use,
+    kuberay_pods,
+    pod_body,
+    queue_body,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 
@@ -114,33 +120,6 @@ def _worker(name: str, replicas: int, min_replicas: int, max_replicas: int) -> d
     }
 
 
-def _create_missing_pods(kube: Kube, cluster: dict[str, Any]) -> list[str]:
-    """The pods KubeRay would run for ``cluster`` that do not exist yet, owned by it."""
-    model = parse_object({**cluster, "kind": "RayCluster"})
-    assert isinstance(model, RayCluster)
-    owner = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "name": cluster["metadata"]["name"],
-        "uid": cluster["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    existing = {p["metadata"]["name"] for p in kube.get(pods_path(NS))["items"]}
-    made = []
-    for pod in expand_pods(model):
-        body = pod.to_dict()
-        if body["metadata"]["name"] in existing:
-            continue
-        body["metadata"]["ownerReferences"] = [owner]
-        body["metadata"].pop("namespace", None)
-        for ctr in body["spec"]["containers"]:
-            ctr.setdefault("image", "rayproject/ray:2.52.0")  # the autoscaler sidecar expand_pods adds has none
-        kube.create(pods_path(NS), body)
-        made.append(body["metadata"]["name"])
-    return made
-
-
 def _pg_of(kube: Kube, prefix: str) -> dict[str, Any] | None:
     for pg in kube.get(podgroups_path(NS))["items"]:
         if pg["metadata"]["name"].startswith(prefix):
@@ -173,7 +152,7 @@ def test_an_elastic_raycluster_is_grouped_and_scheduled_on_kais_crds(
     assert pg["spec"]["minMember"] == 2
     assert warnings.count("refuses minMember 0") == 1, "the schema's refusal is reported once"
 
-    gang = _create_missing_pods(kube, cluster)
+    gang = kuberay_pods(kube, NS, cluster)
     wait_until("the gang (head + 1 GPU worker) to be bound", lambda: len(bound(kube, NS, gang)) == 2, 60)
     name = pg["metadata"]["name"]
     scheduled = wait_until("Scheduled=True", lambda: condition(kube.get(podgroups_path(NS, name)), "Scheduled"), 30)
@@ -183,7 +162,7 @@ def test_an_elastic_raycluster_is_grouped_and_scheduled_on_kais_crds(
     current = kube.get(ray_path("RayCluster", NS, "elastic"))
     current["spec"]["workerGroupSpecs"][1]["replicas"] = 1
     current = kube.replace(ray_path("RayCluster", NS, "elastic"), current)
-    extra = _create_missing_pods(kube, current)
+    extra = kuberay_pods(kube, NS, current)
     assert len(extra) == 1
     wait_until("the burst worker to be bound", lambda: bound(kube, NS, extra), 60)
 
