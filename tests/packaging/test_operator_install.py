@@ -214,3 +214,18 @@ def test_the_charts_commands_run_from_the_operator_install(venv: Path, plane: Co
         kube.close()
     tails = {k: (logs / f"{k}.log").read_text()[-2000:] for k in procs}
     assert codes == {"podgrouper": 0, "scheduler": 0}, tails
+
+
+def test_what_the_operator_install_lacks_is_named_in_one_line(venv: Path, tmp_path: Path) -> None:
+    kai_ray = str(venv / "bin" / "kai-ray")
+    demo = subprocess.run([kai_ray, "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    assert "pip install 'kai-ray[plots]'" in demo.stdout + demo.stderr, "the story is told; the plots are skipped"
+    bench = subprocess.run(
+        [kai_ray, "bench", "e2e", "--nodes", "1", "--pods", "1"], capture_output=True, text=True, timeout=120
+    )
+    assert bench.returncode == 2
+    assert bench.stderr.strip().splitlines() == [
+        "kai-ray: error: kai-ray bench e2e needs cryptography, which comes with the 'testing' extra: "
+        "pip install 'kai-ray[testing]'"
+    ], "one line, before anything is built or started"
