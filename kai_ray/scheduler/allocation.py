@@ -18,8 +18,20 @@ from kai_ray.scheduler.decisions import Reason
 from kai_ray.scheduler.gang import member_key, skippable_member, tasks_to_allocate
 from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.queues import RES_NAMES
-from kai_ray.scheduler.session import CPU, EPS, GPU, MEM, PIPELINED, JobInfo, PodSet, Session, SubGroupSet, le
-from kai_ray.scheduler.topology import TopologyError, subset_nodes
+from kai_ray.scheduler.session import (
+    ACTIVE,
+    CPU,
+    EPS,
+    GPU,
+    MEM,
+    PIPELINED,
+    JobInfo,
+    PodSet,
+    Session,
+    SubGroupSet,
+    le,
+)
+from kai_ray.scheduler.topology import Request, TopologyError, subset_nodes
 
 INF = float("inf")
 
@@ -191,7 +203,7 @@ def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
     return np.where(has, 9.0 * (1.0 - (nonalloc - lo) / (hi - lo)), 0.0)
 
 
-def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray) -> int:
+def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray, bonus: np.ndarray | None = None) -> int:
     """KAI's node order: the sum of plugin scores, each on its own scale so the order is lexicographic — a shared
     GPU the fraction fits on (gpusharingorder), fitting idle resources rather than pipelining (nodeavailability),
     a CPU-only node for a CPU-only pod (resourcetype), then the placement policy. Ties go to node-name order."""
@@ -205,6 +217,8 @@ def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray) -> int
     elif ses.p_req[p][0] <= 0:
         score = score + np.where(ses.cpu_only, 10.0, 0.0)
     score = score + placement_term(ses, p, cand)
+    if bonus is not None:
+        score = score + bonus  # topology: the pod's preferred-level domain order
     return int(np.where(cand, score, -INF).argmax())
 
 
@@ -225,7 +239,9 @@ def _choose_group(ses: Session, p: int, node: int) -> tuple[str | None, bool]:
     return None, ses.free[GPU, node] < 1.0 - EPS
 
 
-def place_pod(ses: Session, p: int, allowed: np.ndarray | None, pipeline_only: bool = False) -> bool:
+def place_pod(
+    ses: Session, p: int, allowed: np.ndarray | None, pipeline_only: bool = False, bonus: np.ndarray | None = None
+) -> bool:
     """Put one pending pod on the best node that fits (idle first, else pipelined onto releasing resources).
 
     ``pipeline_only``: a what-if placement of the victim search (KAI's isPipelineOnly): idle and releasing room
@@ -237,7 +253,7 @@ def place_pod(ses: Session, p: int, allowed: np.ndarray | None, pipeline_only: b
     cand = _fit_mask(ses, p, base, future=True) if ses.any_releasing or pipeline_only else fit
     if not cand.any():
         return False
-    node = _choose_node(ses, p, cand, fit)
+    node = _choose_node(ses, p, cand, fit, bonus)
     pipelined = pipeline_only or not bool(fit[node])
     group = None
     if ses.p_frac[p] or ses.p_gpumem[p]:
@@ -321,6 +337,7 @@ class GangPlacer:
         self.failed_allowed: np.ndarray | None = None
         self.placed_before_fail = 0
         self.topology_error: str | None = None
+        self.scores: dict[int, np.ndarray] = {}  # member id -> topology node scores (preferred level)
         self.shortfall: tuple[str | None, dict[str, float]] = (None, {})
 
     def run(self, tasks: list[int], allowed: np.ndarray | None = None) -> bool:
@@ -337,12 +354,42 @@ class GangPlacer:
             m += r[2]
         return (g, c, m)
 
+    def _request(self, tasks: list[int]) -> Request:
+        ses = self.ses
+        gpu = [ses.p_req[p][0] > 0 or bool(ses.p_frac[p]) or bool(ses.p_gpumem[p]) for p in tasks]
+        largest = None
+        if all(gpu) or not any(gpu):  # KAI counts copies of the largest pod only when the pods are alike
+            largest = tuple(max(ses.p_req[p][r] for p in tasks) for r in range(3))
+        frac = largest is not None and 0 < largest[0] < 1
+        return Request(self._need(tasks), len(tasks), largest, bool(frac))  # type: ignore[arg-type]
+
     def _subsets(self, member: PodSet | SubGroupSet, tasks: list[int], allowed: np.ndarray) -> list[np.ndarray]:
+        ses = self.ses
+        if member.topology is None:
+            return [allowed]
+        active = np.zeros(len(ses.nodes), dtype=bool)
+        st = ses.p_status
+        for ps in member.podsets():
+            for p in ps.pods:
+                if st[p] in ACTIVE and ses.p_node[p] >= 0:
+                    active[ses.p_node[p]] = True
         try:
-            return subset_nodes(self.ses, member.topology, self._need(tasks), allowed)
+            sets, scores = subset_nodes(ses, member.topology, self._request(tasks), allowed, active)
         except TopologyError as exc:
             self.topology_error = str(exc)
             return []
+        if scores is not None:
+            self.scores[id(member)] = scores
+        return sets
+
+    def _bonus(self, ps: PodSet) -> np.ndarray | None:
+        member: PodSet | SubGroupSet | None = ps
+        while member is not None:
+            got = self.scores.get(id(member))
+            if got is not None:
+                return got
+            member = member.parent
+        return None
 
     def _set(self, sgs: SubGroupSet, tasks: list[int], allowed: np.ndarray) -> bool:
         if not tasks:
@@ -374,10 +421,12 @@ class GangPlacer:
         for nodes in self._subsets(ps, tasks, allowed):
             cp = ses.checkpoint()
             ok = True
-            start = place_batch(ses, tasks, nodes) if len(tasks) > 1 and not self.pipeline_only else 0
+            bonus = self._bonus(ps)
+            batch = len(tasks) > 1 and not self.pipeline_only and bonus is None
+            start = place_batch(ses, tasks, nodes) if batch else 0
             for i in range(start, len(tasks)):
                 p = tasks[i]
-                if not place_pod(ses, p, nodes, self.pipeline_only):
+                if not place_pod(ses, p, nodes, self.pipeline_only, bonus):
                     if self.failed_pod is None:
                         self.failed_pod = p
                         self.failed_allowed = nodes

@@ -209,6 +209,7 @@ class Session:
         self.tree: QueueTree = build_queue_tree(snapshot.queues)
         self.findings.extend(self.tree.findings)
         self.topologies = {t.name: t for t in snapshot.topologies}
+        self.topology_trees: dict[str, Any] = {}  # built on first use by topology.tree_of
         self._build_nodes(snapshot.nodes)
         self._build_jobs(snapshot.jobs)
         self._build_queue_accounting()

@@ -14,8 +14,9 @@ each success into the next try, before the whole step is solved. A cheap filter 
 must be able to hold the pending pods) skips hopeless scenarios; failed scenarios are remembered by fingerprint.
 
 kai-ray's deliberate departures (each a strict improvement, each tested):
-* a gang that fits on one node first tries single-node scenarios, and keeps one when it hurts no victim more
-  deserving than the general search would, so a preemptor lands on the fewest nodes;
+* when the found victims spread a gang that fits on one node over several, victims on one node are taken instead
+  if that is no worse for anyone (same queues, no higher priority, no more pods, no more gangs ended), so a
+  preemptor lands on the fewest nodes;
 * the kept victim set is pruned to be minimal (a unit is dropped when the scenario still works without it);
 * the search budget counts simulated scenarios, not seconds, so a cycle stays deterministic.
 
@@ -32,7 +33,7 @@ import numpy as np
 from kai_ray.scheduler.allocation import _choose_group, _choose_node, _fit_mask, capacity_failure, place_tasks
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
-from kai_ray.scheduler.ordering import JobsOrderByQueues
+from kai_ray.scheduler.ordering import JobsOrderByQueues, job_key
 from kai_ray.scheduler.session import (
     ACTIVE,
     ALLOCATED,
@@ -42,8 +43,8 @@ from kai_ray.scheduler.session import (
     EVICTED,
     GPU,
     MEM,
-    MOVED,
     OP_ALLOC,
+    PIPELINED,
     EvictInfo,
     JobInfo,
     Session,
@@ -119,15 +120,15 @@ def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None
     st = ses.p_status
     info = EvictInfo(Action.PREEMPT, Reason.PREEMPTED, None, "", False, False)
     for job in jobs:
-        active = [p for p in job.pods if st[p] == BOUND or st[p] == ALLOCATED]
+        active = [p for p in job.pods if st[p] in (BOUND, ALLOCATED, PIPELINED)]
         if not active or len(active) != job.n_active:
-            continue  # pipelined or moved pods are not evicted again in the same cycle
+            continue  # moved pods are not evicted again in the same cycle
         vj = VictimJob(job)
         names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
         vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
         if not job.has_surplus():  # the common case: one step, the whole gang
             if surplus_only is None or job.idx not in surplus_only:
-                vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)))
+                vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
                 vj.cores.append(True)
                 vj.states.append(job.elastic_state())
                 act = job.init_active
@@ -181,7 +182,7 @@ class Scenario:
 # (units chosen, pods moved) -> None when acceptable, else why not
 Validator = Callable[[list[Unit], set[int]], str | None]
 
-NODE_LOCAL, MULTI_NODE, SINGLE_NODE = "NodeLocalGreedy", "MultiNodeGang", "SingleNode"
+NODE_LOCAL, MULTI_NODE = "NodeLocalGreedy", "MultiNodeGang"
 
 
 class JobSolver:
@@ -219,6 +220,7 @@ class JobSolver:
             self.feasible = gpu_room > EPS  # else only nodes with idle or releasing GPUs, plus the victims' nodes
         self._gpu_room = gpu_room.copy()
         self._seq_index: dict[tuple[int, int], int] = {}
+        self._pending: dict[int, list[JobInfo]] | None = None
 
     # -- budget
     def exhausted(self) -> bool:
@@ -351,9 +353,8 @@ class JobSolver:
             nodes = sorted(
                 (n for n in cap if not smallest > 0 or cap[n] + EPS >= smallest), key=lambda n: (cap[n], first_seen[n])
             )
-            baseline = sum(
-                float(room[n]) + freed.get(n, 0.0) for n in np.flatnonzero(self.feasible).tolist() if n not in cap
-            )
+            base_nodes = set(np.flatnonzero(self.feasible).tolist()) | set(freed)  # KAI: + recorded victims' nodes
+            baseline = sum(float(room[n]) + freed.get(n, 0.0) for n in base_nodes if n not in cap)
             remaining = max(0.0, demand - baseline)
             k, acc = 0, 0.0
             if remaining > EPS:
@@ -379,39 +380,47 @@ class JobSolver:
                 k = min(k + step, len(nodes))
                 step *= 2
 
-    def _single_node(self, tasks: list[int]) -> Iterator[Scenario]:
-        """kai-ray: for each node, the least deserving units on it until the pods could fit there."""
+    def _single_node(self, tasks: list[int], queues: set[int], top: int) -> Iterator[Scenario]:
+        """kai-ray: for each node, its least deserving victim units (of the given queues, priority at most ``top``)
+        until the pods could fit there; nodes needing the fewest pods lost first."""
         ses = self.ses
         node_of = self._node_of_pod
         need = [sum(ses.p_req[p][r] for p in tasks) for r in range(3)]
         alloc = ses.alloc
-        per_node: dict[int, list[Unit]] = {}
-        for unit in self.sequence():
-            nodes = {node_of[p] for p in unit.pods}
-            if len(nodes) != 1:
+        per_node: dict[int, list[tuple[tuple[object, ...], Unit]]] = {}
+        for vj in self.vjobs:
+            job = vj.job
+            if job.queue not in queues or job.priority > top:
                 continue
-            (n,) = nodes
-            if n >= 0:
-                per_node.setdefault(n, []).append(unit)
+            for step in range(len(vj.steps)):
+                nodes = {node_of[p] for p in vj.steps[step]}
+                if len(nodes) != 1 or -1 in nodes:
+                    break  # a later step needs this one gone first: stop at the first step off one node
+                (n,) = nodes
+                key = (job.priority, -job.elastic_state(), -job.created_at, job.uid, step)
+                per_node.setdefault(n, []).append((key, Unit(vj, step)))
         fut = ses.free + ses.rel
-        options: list[tuple[int, int, int, list[Unit]]] = []
-        for n, units in per_node.items():
+        options: list[tuple[int, int, str, list[Unit]]] = []
+        for n, keyed in per_node.items():
             if any(alloc[r, n] + EPS * max(1.0, need[r]) < need[r] for r in range(3)):
                 continue
             have = [float(fut[r, n]) for r in range(3)]
             chosen: list[Unit] = []
-            for u in units:
+            taken: set[tuple[int, int]] = set()
+            for _, u in sorted(keyed, key=lambda kv: kv[0]):
                 if all(have[r] + EPS * max(1.0, need[r]) >= need[r] for r in range(3)):
                     break
+                if u.step > 0 and (u.vj.job.idx, u.step - 1) not in taken:
+                    continue
                 chosen.append(u)
+                taken.add(u.key)
                 for p in u.pods:
                     req = ses.p_req[p]
                     for r in range(3):
                         have[r] += req[r]
             if chosen and all(have[r] + EPS * max(1.0, need[r]) >= need[r] for r in range(3)):
-                worst = max(self._seq_index[u.key] for u in chosen)
-                options.append((worst, len(chosen), n, chosen))
-        for _, _, _n, chosen in sorted(options, key=lambda o: (o[0], o[1], ses.nodes[o[2]].name)):
+                options.append((sum(len(u.pods) for u in chosen), len(chosen), ses.nodes[n].name, chosen))
+        for _, _, _, chosen in sorted(options, key=lambda o: (o[0], o[1], o[2])):
             yield Scenario(tasks, [], chosen)
 
     # -- one scenario, for real
@@ -457,6 +466,50 @@ class JobSolver:
                 ses.rollback(cp)
                 return
 
+    def _pending_by_queue(self) -> dict[int, list[JobInfo]]:
+        if self._pending is None:
+            ses = self.ses
+            self._pending = {}
+            for j in ses.jobs:
+                if j.queue >= 0 and j.invalid is None and j.ready and j.n_pend > 0 and j is not self.job:
+                    self._pending.setdefault(j.queue, []).append(j)
+        return self._pending
+
+    def _allocation_order(self, victims: list[JobInfo], pool: set[int]) -> list[JobInfo]:
+        """The preemptor and the victim jobs in KAI's job order (``GetJobsToAllocate``): the other pending jobs of
+        their queues take part in the ordering, since a queue is compared by its best job, but are skipped."""
+        ses = self.ses
+        order = JobsOrderByQueues(ses)
+        involved = [self.job, *victims]
+        ids = {j.idx for j in involved}
+        for vjob in victims:
+            # KAI: a victim's virtually evicted pods are its pending step when the jobs are ordered
+            back = tasks_to_replace(ses, vjob, {p for p in vjob.pods if p in pool})
+            order.requests[vjob.idx] = (
+                sum(ses.p_req[p][0] for p in back),
+                sum(ses.p_req[p][1] for p in back),
+                sum(ses.p_req[p][2] for p in back),
+            )
+        by_queue: dict[int, list[JobInfo]] = {}
+        for j in involved:
+            by_queue.setdefault(j.queue, []).append(j)
+        items: list[JobInfo] = []
+        pending = self._pending_by_queue()
+        for q, mine in by_queue.items():
+            last = max(job_key(j) for j in mine)
+            others = [j for j in pending.get(q, ()) if j.idx not in ids and job_key(j) < last]
+            items.extend(mine)
+            items.extend(others)
+        order.extend(items)
+        seq: list[JobInfo] = []
+        while not order.empty():
+            nxt = order.pop()
+            if nxt is None:
+                break
+            if nxt.idx in ids:
+                seq.append(nxt)
+        return seq
+
     def simulate(self, sc: Scenario) -> bool:
         """Apply the scenario; keep it applied and return True when it works, else roll back."""
         ses = self.ses
@@ -478,22 +531,7 @@ class JobSolver:
         if ses.cfg.preemptor_first:
             seq = [self.job, *victim_jobs.values()]
         else:
-            order = JobsOrderByQueues(ses)
-            order.push(self.job)
-            for vjob in victim_jobs.values():
-                # KAI: a victim's virtually evicted pods are its pending step when the jobs are ordered
-                back = tasks_to_replace(ses, vjob, {p for p in vjob.pods if p in pool})
-                order.requests[vjob.idx] = (
-                    sum(ses.p_req[p][0] for p in back),
-                    sum(ses.p_req[p][1] for p in back),
-                    sum(ses.p_req[p][2] for p in back),
-                )
-                order.push(vjob)
-            while not order.empty():
-                nxt_job = order.pop()
-                if nxt_job is None:
-                    break
-                seq.append(nxt_job)
+            seq = self._allocation_order(list(victim_jobs.values()), pool)
         placed = False
         for nxt in seq:
             if nxt is self.job:
@@ -507,8 +545,8 @@ class JobSolver:
             ses.rollback(cp)
             return False
         if self.validator is not None:
-            moved = {p for p in pool if ses.p_status[p] == MOVED}
-            why = self.validator(units, moved)
+            spared = {p for p in pool if ses.p_status[p] != EVICTED}  # moved elsewhere, or back where it runs
+            why = self.validator(units, spared)
             if why is not None:
                 self.failure = self.failure or why  # the first refusal explains the natural choice
                 ses.rollback(cp)
@@ -531,9 +569,7 @@ class JobSolver:
     def _probe(self, gen: str, tasks: list[int], recorded: list[Unit]) -> Scenario | None:
         if gen == NODE_LOCAL:
             return self._solve_with(self._node_local(tasks, recorded))
-        if gen == MULTI_NODE:
-            return self._solve_with(self._multi_node(tasks, recorded))
-        return self._solve_with(self._single_node(tasks))
+        return self._solve_with(self._multi_node(tasks, recorded))
 
     def _probe_discard(self, gen: str, tasks: list[int], recorded: list[Unit]) -> Scenario | None:
         cp = self.ses.checkpoint()
@@ -614,13 +650,23 @@ class JobSolver:
         return bool(np.all(ses.alloc + EPS >= np.array(need)[:, None], axis=0).any())
 
     def _prefer_single_node(self, cp0: int, tasks: list[int], best: Scenario) -> Scenario:
+        """Swap the found victims for victims on one node when that is no worse for anyone: victims only from the
+        same queues, of no higher priority, no more pods, and no more gangs ended."""
         ses = self.ses
-        seq_index = self._seq_index
-        worst = max((seq_index.get(u.key, len(seq_index)) for u in best.units()), default=-1)
+        found = best.units()
+        queues = {u.vj.job.queue for u in found}
+        top = max(u.vj.job.priority for u in found)
+        pods = sum(len(u.pods) for u in found)
+        ended = sum(1 for u in found if u.core)
         ses.rollback(cp0)
-        for sc in self._single_node(tasks):
-            if max(seq_index.get(u.key, len(seq_index)) for u in sc.units()) > worst:
-                break
+        for sc in self._single_node(tasks, queues, top):
+            units = sc.units()
+            if (
+                any(u.vj.job.queue not in queues or u.vj.job.priority > top for u in units)
+                or sum(len(u.pods) for u in units) > pods
+                or sum(1 for u in units if u.core) > ended
+            ):
+                continue
             if self.simulate(sc) and self._spans_nodes(cp0) == 1:
                 return sc
             ses.rollback(cp0)
