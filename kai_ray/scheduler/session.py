@@ -262,7 +262,7 @@ class Session:
         self.frac_room_shared = np.zeros(nn)  # future room on a shared GPU that keeps a running tenant
         self.cpu_only = alloc[GPU] <= 0  # KAI's resourcetype plugin: CPU-only pods prefer CPU-only nodes
         self.slot_dirty: set[int] = set()  # nodes whose per-GPU free shares changed (fragmentation model)
-        self.frag_cache: dict[str, Any] = {}
+        self.memo: dict[str, Any] = {}  # derived data kept for the cycle (fragmentation model, victim steps)
         self.any_releasing = False
         known = self.gpu_mem[self.gpu_mem > 0]
         self.min_gpu_mem = float(known.min()) if known.size else 0.0

@@ -117,46 +117,59 @@ def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None
     """The eviction steps of each candidate (running, nothing placed this cycle); ``surplus_only`` jobs (protected
     by a min-runtime) offer only the steps that keep their gang alive."""
     out: list[VictimJob] = []
-    st = ses.p_status
     info = EvictInfo(Action.PREEMPT, Reason.PREEMPTED, None, "", False, False)
+    cache: dict[int, tuple[int, bool, VictimJob | None]] = ses.memo.setdefault("victims", {})
     for job in jobs:
-        active = [p for p in job.pods if st[p] in (BOUND, ALLOCATED, PIPELINED)]
-        if not active or len(active) != job.n_active:
-            continue  # moved pods are not evicted again in the same cycle
-        vj = VictimJob(job)
-        names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
-        vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
-        if not job.has_surplus():  # the common case: one step, the whole gang
-            if surplus_only is None or job.idx not in surplus_only:
-                vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
-                vj.cores.append(True)
-                vj.states.append(job.elastic_state())
-                act = job.init_active
-                vj.allocs.append((act[0], act[1], act[2]))
-                out.append(vj)
+        protect = surplus_only is not None and job.idx in surplus_only
+        hit = cache.get(job.idx)
+        if hit is not None and hit[0] == job.version and hit[1] == protect:
+            if hit[2] is not None:
+                out.append(hit[2])
             continue
-        cp = ses.checkpoint()
-        while job.n_active > 0:
-            pods, keeps = tasks_to_evict(ses, job)
-            if not pods:
-                break
-            if not keeps and surplus_only is not None and job.idx in surplus_only:
-                break
-            g = c = m = 0.0
-            for p in job.pods:
-                if st[p] in ACTIVE:
-                    r = ses.p_req[p]
-                    g, c, m = g + r[0], c + r[1], m + r[2]
-            vj.states.append(job.elastic_state())
-            vj.allocs.append((g, c, m))
-            vj.steps.append(pods)
-            vj.cores.append(not keeps)
-            for p in pods:
-                ses.evict(p, info)
-        ses.rollback(cp)
-        if vj.steps:
-            out.append(vj)
+        before = len(out)
+        _victim_job(ses, job, protect, info, out)
+        cache[job.idx] = (job.version, protect, out[-1] if len(out) > before else None)
     return out
+
+
+def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out: list[VictimJob]) -> None:
+    st = ses.p_status
+    active = [p for p in job.pods if st[p] in (BOUND, ALLOCATED, PIPELINED)]
+    if not active or len(active) != job.n_active:
+        return  # moved pods are not evicted again in the same cycle
+    vj = VictimJob(job)
+    names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
+    vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
+    if not job.has_surplus():  # the common case: one step, the whole gang
+        if not protect:
+            vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
+            vj.cores.append(True)
+            vj.states.append(job.elastic_state())
+            vj.allocs.append(_sum_req(ses, active))
+            out.append(vj)
+        return
+    cp = ses.checkpoint()
+    while job.n_active > 0:
+        pods, keeps = tasks_to_evict(ses, job)
+        if not pods or (not keeps and protect):
+            break
+        vj.states.append(job.elastic_state())
+        vj.allocs.append(_sum_req(ses, [p for p in job.pods if st[p] in ACTIVE]))
+        vj.steps.append(pods)
+        vj.cores.append(not keeps)
+        for p in pods:
+            ses.evict(p, info)
+    ses.rollback(cp)
+    if vj.steps:
+        out.append(vj)
+
+
+def _sum_req(ses: Session, pods: list[int]) -> Vec:
+    g = c = m = 0.0
+    for p in pods:
+        r = ses.p_req[p]
+        g, c, m = g + r[0], c + r[1], m + r[2]
+    return (g, c, m)
 
 
 # ---------------------------------------------------------------------- scenarios
