@@ -185,7 +185,8 @@ PLACEMENT_POLICIES = ("binpack", "spread", "bestfit", "fgd")  # KAI's two, then 
 
 
 def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
-    """The placement policy's preference among candidate nodes, in [0, 9] (higher is better).
+    """The placement policy's preference among candidate nodes (higher is better; at most 9, below every other
+    plugin's step).
 
     KAI's node-placement plugin: bin-pack prefers the node with the least non-allocated (idle + releasing)
     amount of the pod's main resource (GPUs for GPU pods, CPU for CPU pods); spread the largest share of it."""
