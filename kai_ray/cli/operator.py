@@ -160,7 +160,9 @@ def _define(kind: str) -> None:
         bind_address: Annotated[str, typer.Option(help="address for the metrics and health servers")] = "0.0.0.0",
         metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port (0: off)")] = 8080,
         health_port: Annotated[int, typer.Option(help="/healthz port (0: off)")] = 8081,
-        placement_strategy: Annotated[str, typer.Option(help="binpack or spread")] = "binpack",
+        placement_strategy: Annotated[
+            str, typer.Option(help="binpack or spread (KAI's), bestfit or fgd (fragmentation-aware)")
+        ] = "binpack",
         preemption_delay: Annotated[str, typer.Option(help="default time a group waits before it may evict")] = "0s",
         queue_priority_reclaim: Annotated[
             bool, typer.Option(help="higher-priority queues may reclaim in-quota resources")

@@ -16,6 +16,7 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.duration import seconds
 from kai_ray.k8s.usage import CLIENT_TYPES, PrometheusClient
+from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, usage_params_from
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -70,7 +71,7 @@ class OperatorConfig:
     bind_address: str = "0.0.0.0"
     metrics_port: int = 8080  # 0 disables
     health_port: int = 8081  # 0 disables
-    placement_strategy: str = "binpack"  # binpack | spread
+    placement_strategy: str = "binpack"  # binpack | spread | bestfit | fgd
     preemption_delay: float = 0.0
     queue_priority_reclaim: bool = False
     eviction_mode: str = "evict"  # evict | delete
@@ -103,8 +104,10 @@ class OperatorConfig:
     usage_extra_params: dict[str, str] = field(default_factory=dict)  # prometheus: KAI's extraParams
 
     def validate(self) -> OperatorConfig:
-        if self.placement_strategy not in ("binpack", "spread"):
-            raise ConfigError(f"--placement-strategy: {self.placement_strategy!r} is not 'binpack' or 'spread'")
+        if self.placement_strategy not in PLACEMENT_POLICIES:
+            raise ConfigError(
+                f"--placement-strategy: {self.placement_strategy!r} is not one of {', '.join(PLACEMENT_POLICIES)}"
+            )
         if self.eviction_mode not in ("evict", "delete"):
             raise ConfigError(f"--eviction-mode: {self.eviction_mode!r} is not 'evict' or 'delete'")
         if not self.scheduler_name:

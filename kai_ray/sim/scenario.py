@@ -25,6 +25,7 @@ from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
 from kai_ray.api.strict import did_you_mean, invalid_quantities, unknown_fields
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
+from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.snapshot import SchedulerConfig
 from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
 
@@ -187,7 +188,7 @@ def _config_model() -> type[BaseModel]:
 
 
 SchedulerOptions = _config_model()
-PLACEMENTS = ("binpack", "spread")
+PLACEMENTS = PLACEMENT_POLICIES
 
 
 def scheduler_config(raw: dict[str, Any] | None) -> SchedulerConfig:
@@ -217,7 +218,7 @@ def scheduler_config(raw: dict[str, Any] | None) -> SchedulerConfig:
     values = model.model_dump()
     for key in ("placement_gpu", "placement_cpu"):
         if values[key] not in PLACEMENTS:
-            raise ValueError(f"{to_camel(key)}: {values[key]!r} is not 'binpack' or 'spread'")
+            raise ValueError(f"{to_camel(key)}: {values[key]!r} is not one of {', '.join(PLACEMENTS)}")
     known_actions = SchedulerConfig().actions
     for i, action in enumerate(values["actions"]):
         if action not in known_actions:
