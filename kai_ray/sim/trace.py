@@ -93,7 +93,10 @@ def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str,
         header = reader.fieldnames or []
         missing = [col for col in columns if col not in header]
         if missing:
-            raise TraceError(f"{path}: header: missing column {missing[0]!r} (expected {', '.join(columns)})")
+            hint = ""
+            if columns is POD_COLUMNS and all(col in header for col in POD_COLUMNS[:5]):
+                hint = "; a pod list without times can only be inflated (--inflate)"
+            raise TraceError(f"{path}: header: missing column {missing[0]!r} (expected {', '.join(columns)}){hint}")
         yield from enumerate(reader, start=2)
 
 
