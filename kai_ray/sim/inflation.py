@@ -315,6 +315,7 @@ class InflationRun:
         self.queues = trace_queues()
         self.running: dict[str, Job] = {}  # by pod uid
         self.evicted: set[str] = set()  # pods that were evicted (not moved) at some point
+        self.dropped: list[Pod] = []
         self.result = InflationResult(spec, self.capacity, len(pods), len(self.order), resampled)
 
     def _job(self, tp: TracePod, index: int) -> Job:
@@ -368,6 +369,7 @@ class InflationRun:
         return res
 
     def _drop(self, job: Job) -> None:
+        self.dropped.append(job.pods[0])
         self.result.dropped += 1
         self.result.dropped_gpus += job.pods[0].request.gpu
 
