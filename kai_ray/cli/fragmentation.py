@@ -145,7 +145,7 @@ def print_summary(doc: dict[str, Any], console: Console) -> None:
         table.add_column(col, justify="left" if col in ("pods", "placement") else "right")
     for s in doc["summary"]:
         table.add_row(
-            s["pods"],
+            s["pods"].removeprefix("openb_pod_list_"),
             s["placement"],
             str(len(s["seeds"])),
             *(f"{s['marks'][str(m)]['mean']:.2f}" if str(m) in s["marks"] else "" for m in marks),

@@ -179,7 +179,8 @@ def _grid_mean(runs: list[dict[str, Any]], grid: list[float]) -> tuple[list[floa
 def plot_sweep(doc: dict[str, Any], path: str | Path) -> Path:
     """Unallocated GPUs (% of capacity) against arrived GPU request (% of capacity): one panel per pod list, one
     line per policy (mean over seeds, the band is min..max), published means drawn as markers where known. The
-    x axis starts shortly before the first policy drops a pod: until then every policy sits on the diagonal."""
+    view is the plateau and how the curves reach it: before the cluster fills, every policy sits on the dotted
+    diagonal (every pod placed) or just above it."""
     import warnings
 
     from kai_ray.sim.report import _plt
@@ -195,13 +196,10 @@ def plot_sweep(doc: dict[str, Any], path: str | Path) -> Path:
         mine = [r for r in runs if r["pods"] == name]
         end = max(p[0] for r in mine for p in r["curve"])
         grid = [x / 2 for x in range(0, int(end * 2) + 1)]
-        start = end
-        for r in mine:
-            off = [a for a, u in r["curve"] if u > 100.0 - a + 0.5]
-            if off:
-                start = min(start, off[0])
-        lo = max(0.0, min(start - 15.0, end - 30.0))
-        top = 0.0
+        finals = [r["unallocated_pct"] for r in mine]
+        finals += [v for points in PUBLISHED.get(name, {}).values() for v in points.values()]
+        top = max(5.0, 2.5 * max(finals))  # the plateau and how the curves reach it, not the whole diagonal
+        lo = max(0.0, min(100.0 - top - 5.0, end - 30.0))
         for i, placement in enumerate(placements):
             rs = [r for r in mine if r["placement"] == placement]
             if not rs:
@@ -215,17 +213,15 @@ def plot_sweep(doc: dict[str, Any], path: str | Path) -> Path:
             ax.plot(grid, mean, color=color, lw=2, label=label)
             if len(rs) > 1:
                 ax.fill_between(grid, mn, mx, color=color, alpha=0.2, lw=0)
-            top = max(top, *(v for x, v in zip(grid, mx, strict=True) if x >= lo and v == v))
         for j, (policy, points) in enumerate(PUBLISHED.get(name, {}).items()):
             xs = [x for x in sorted(points) if x <= end + 1]
             if xs:
                 label = f"published {policy}: {points[xs[-1]]:.2f}%"
                 style = {"ls": "none", "marker": markers[j % len(markers)], "color": "0.35", "ms": 7, "mfc": "none"}
                 ax.plot(xs, [points[x] for x in xs], label=label, **style)
-                top = max(top, *(points[x] for x in xs))
         ax.plot([lo, 100.0], [100.0 - lo, 0.0], ls=":", color="0.6", lw=1, label="every pod placed")
         ax.set_xlim(lo, end + 1)
-        ax.set_ylim(0, max(5.0, top * 1.1))
+        ax.set_ylim(0, top)
         ax.set_xlabel("arrived GPU request (% of GPU capacity)")
         ax.set_ylabel("unallocated GPUs (% of capacity)")
         ax.set_title(f"{name}: x{doc['factor']:g}, {doc['nodes'].rsplit('/', 1)[-1]}")
