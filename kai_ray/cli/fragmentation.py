@@ -212,6 +212,24 @@ def simulate_inflation(
     finish(doc, as_json, report, Console(width=None if sys.stdout.isatty() else 130))
 
 
+def shared_plan(
+    data: str | None,
+    nodes: str,
+    pods: str,
+    seeds: str,
+    inflate: float,
+    placement: str | None,
+    actions: str | None,
+    batch: float,
+) -> SweepPlan:
+    """A plan over the shared Alibaba files (``--data``, else the default data directory); every known policy
+    unless ``--placement`` names some."""
+    d = Path(data) if data else data_dir()
+    return make_plan(
+        nodes, pods, placement or ",".join(known_placements()), parse_seeds(seeds), inflate, actions, batch, d
+    )
+
+
 DataOpt = Annotated[
     str | None, typer.Option("--data", help=f"Directory of the Alibaba files (default ${DATA_ENV} or ../shared/...)")
 ]
@@ -245,10 +263,7 @@ def bench_fragmentation(
 ) -> None:
     """The FGD paper's inflation protocol on the shared Alibaba files, in this process: GPUs left unallocated per
     placement policy (mean over seeds) and CPU seconds per run."""
-    d = Path(data) if data else data_dir()
-    plan = make_plan(
-        nodes, pods, placement or ",".join(known_placements()), parse_seeds(seeds), inflate, actions, batch, d
-    )
+    plan = shared_plan(data, nodes, pods, seeds, inflate, placement, actions, batch)
     from kai_ray.sim.sweep import combined
 
     t0 = time.process_time()
@@ -284,10 +299,7 @@ def sweep_cmd(
         raise CliError(f"--cpus: must be at least 1, got {cpus}")
     if cpus is not None and address:
         raise CliError("--cpus: only for a local Ray (the cluster at --address has its own)")
-    d = Path(data) if data else data_dir()
-    plan = make_plan(
-        nodes, pods, placement or ",".join(known_placements()), parse_seeds(seeds), inflate, actions, batch, d
-    )
+    plan = shared_plan(data, nodes, pods, seeds, inflate, placement, actions, batch)
     from kai_ray.sim.sweep import combined, run_ray
 
     t0 = time.perf_counter()

@@ -47,9 +47,8 @@ from kai_ray.sim.trace import (
     TRACE_QUEUE,
     TraceError,
     TracePod,
-    _blank,
-    _num,
     _rows,
+    pod_shape,
     pod_template,
     trace_queues,
 )
@@ -110,33 +109,11 @@ def read_pod_list(path: str | Path) -> list[TracePod]:
     pods: list[TracePod] = []
     seen: set[str] = set()
     for line, row in _rows(path, SHAPE_COLUMNS):
-        name = (row.get("name") or "").strip()
-        if not name:
-            raise TraceError(f"{path}: line {line}: name: missing pod name")
-        if name in seen:
-            raise TraceError(f"{path}: line {line}: name: duplicate pod {name!r}")
-        seen.add(name)
-        num_gpu = int(_num(path, line, row, "num_gpu", integer=True))
-        gpu_milli = int(_num(path, line, row, "gpu_milli", integer=True, blank=0))
-        if num_gpu == 1 and gpu_milli > 1000:
-            raise TraceError(f"{path}: line {line}: gpu_milli: {gpu_milli} exceeds 1000 (one GPU)")
-        if num_gpu > 1 and gpu_milli not in (0, 1000):
-            raise TraceError(f"{path}: line {line}: gpu_milli: {gpu_milli} with {num_gpu} GPUs (only one GPU shares)")
-        spec_raw = row.get("gpu_spec")
-        spec = () if _blank(spec_raw) else tuple(s.strip() for s in (spec_raw or "").split("|") if s.strip())
-        pods.append(
-            TracePod(
-                name=name,
-                cpu_milli=_num(path, line, row, "cpu_milli"),
-                memory_mib=_num(path, line, row, "memory_mib"),
-                num_gpu=num_gpu,
-                gpu_milli=gpu_milli,
-                gpu_spec=spec,
-                qos=(row.get("qos") or "").strip(),
-                creation=0.0,
-                run_time=0.0,
-            )
-        )
+        tp = pod_shape(path, line, row, seen)
+        if tp.num_gpu > 1 and tp.gpu_milli not in (0, 1000):
+            raise TraceError(f"{path}: line {line}: gpu_milli: {tp.gpu_milli} with {tp.num_gpu} GPUs (only one "
+                             "GPU can be shared)")  # fmt: skip
+        pods.append(tp)
     if not pods:
         raise TraceError(f"{path}: no pods")
     return pods
