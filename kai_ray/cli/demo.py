@@ -124,10 +124,10 @@ def demo_cmd(
     ] = False,
 ) -> None:
     """Training fills the cluster, serving preempts it, another team reclaims its quota: kai-ray vs KAI vs no gangs."""
+    from kai_ray.cli.simulate import load_scenario_or_fail
     from kai_ray.sim.compare import row, run_policies
     from kai_ray.sim.narrative import closing, tell
     from kai_ray.sim.report import PlotsUnavailable
-    from kai_ray.sim.scenario import ScenarioError, load_scenario
     from kai_ray.sim.story import clock
 
     if no_report and report is not None:
@@ -137,10 +137,7 @@ def demo_cmd(
         path = Path(scenario) if scenario else stack.enter_context(as_file(packaged))
         if not path.exists():
             raise CliError(f"scenario not found: {path}")
-        try:
-            scn = load_scenario(path)
-        except ScenarioError as exc:
-            raise CliError(str(exc)) from None
+        scn = load_scenario_or_fail(path)
     source = str(path) if scenario else "kai_ray/sim/demo/scenario.yaml"
     runs = run_policies(scn, source)
     rows = [row(r) for r in runs]
@@ -204,4 +201,4 @@ def demo_cmd(
     if paths:
         console.print(f"Plots written to {target}/ ({', '.join(p.name for p in paths)})")
     elif plots_note:
-        console.print(plots_note)
+        console.print(plots_note, markup=False)  # keeps the [plots] of the pip command

@@ -16,15 +16,26 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, app, warn
 from kai_ray.cli.bench import bench
 from kai_ray.cli.fragmentation import simulate_inflation
 from kai_ray.sim.engine import EngineOptions, SimResult
 from kai_ray.sim.inflation import InflationError, check_placement
-from kai_ray.sim.scenario import ScenarioError, load_scenario
+from kai_ray.sim.scenario import Scenario, ScenarioError, load_scenario
 from kai_ray.sim.trace import TraceError
 
 TRACE_FORMATS = ("alibaba-v2023",)
+
+
+def load_scenario_or_fail(path: str | Path) -> Scenario:
+    """A scenario, its warnings (unknown fields) on stderr; a bad one is a CliError naming the field."""
+    try:
+        scn = load_scenario(path)
+    except ScenarioError as exc:
+        raise CliError(str(exc)) from None
+    for text in scn.warnings:
+        warn(text)
+    return scn
 
 
 def write_report_or_fail(res: SimResult, report: str, title: str) -> list[Path]:
@@ -58,6 +69,10 @@ def _emit(doc: dict[str, Any], as_json: bool, console: Console, trace: bool) -> 
         for why, n in skipped.items():
             console.print(f"[dim]skipped {n} pods: {why}[/dim]")
     print_metrics(doc, console)
+    if "usage" in doc:
+        from kai_ray.sim.usage import print_usage
+
+        print_usage(doc["usage"], console)
     for err in doc["errors"][:10]:
         console.print(f"[red]simulator rejected a decision:[/red] {err}")
 
@@ -193,10 +208,7 @@ def simulate_cmd(
         for opt, val in (("--nodes", nodes), ("--pods", pods), ("--limit", limit)):
             if val is not None:
                 raise CliError(f"{opt}: only used with --trace")
-        try:
-            scn = load_scenario(scenario)
-        except ScenarioError as exc:
-            raise CliError(str(exc)) from None
+        scn = load_scenario_or_fail(scenario)
         if placement:
             scn.config.placement_gpu = scn.config.placement_cpu = placement
         res = simulate(scn, POLICIES[policy])

@@ -808,6 +808,7 @@ class ElasticReclaimer:
         workers: int = 4,
         labels_of: Callable[[Any], Mapping[str, str] | None] | None = None,
         owner_of: Callable[[str, str], tuple[str, str] | None] | None = None,
+        on_record: Callable[[ReclaimRecord], None] | None = None,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -819,6 +820,7 @@ class ElasticReclaimer:
         self.fallback = fallback
         self.labels_of = labels_of
         self.owner_of = owner_of
+        self.on_record = on_record  # e.g. the operator's metrics
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-ray-reclaim")
         self.records: list[ReclaimRecord] = []
         self._lock = threading.Lock()
@@ -889,6 +891,8 @@ class ElasticReclaimer:
         with self._lock:
             self.records.append(rec)
             del self.records[:-1000]
+        if self.on_record is not None:
+            self.on_record(rec)
 
     def _fall_back(self, items: list[tuple[Any, Any]]) -> None:
         if self.fallback is None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -37,6 +38,7 @@ from kai_ray.api.loader import ManifestError, parse_object
 from kai_ray.api.meta import Pod
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayJob, RayService
+from kai_ray.api.strict import LAST_APPLIED, invalid_quantities, object_unknown_fields
 from kai_ray.k8s.cache import slim_pod
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder, object_ref
@@ -48,14 +50,17 @@ from kai_ray.k8s.grouping import (
     has_skip_marks,
     merge_existing,
     own_group_name,
+    refuses_zero_min_member,
     single_pod_group,
     skip_marks,
     skip_requested,
     update_body,
+    without_zero_min_member,
 )
 from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
-from kai_ray.k8s.metrics import Metrics
+from kai_ray.k8s.metrics import PodgrouperMetrics
+from kai_ray.k8s.pruning import PruneGuard, strip
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.workqueue import Backoff, Dispatcher
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group, stamp
@@ -76,6 +81,7 @@ class OwnerError(Exception):
 class PodgrouperOperator:
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
         self.config = config.validate()
+        self._owns_kube = kube is None
         self.kube = kube or Kube.connect(config.kubeconfig, config.context, pool_size=config.bind_workers + 24)
         base = PodgrouperConfig.kai_compatible() if config.kai_compatible_priorities else PodgrouperConfig()
         self.grouper_config = base.model_copy(
@@ -85,7 +91,7 @@ class PodgrouperOperator:
                 "default_priority": {**base.default_priority, **config.default_priority},
             }
         )
-        self.metrics = Metrics("podgrouper")
+        self.metrics = PodgrouperMetrics()
         self.queue = Dispatcher("podgrouper", config.bind_workers)
         self.writer = Dispatcher("podgrouper-events", 2)
         self.stamper = Dispatcher(
@@ -102,7 +108,10 @@ class PodgrouperOperator:
         self._local_lock = threading.Lock()
         self._owner_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._reported: dict[str, str] = {}  # Ray CR key -> last error reported (one Event per distinct error)
+        self._fields_checked: dict[str, tuple[Any, ...]] = {}  # Ray CR key -> the version whose fields were checked
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
+        self._omit_zero_min = False  # the installed PodGroup CRD refuses minMember 0 (KAI v0.12): omit it
+        self.pruned = PruneGuard()
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
         self.ray: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
@@ -170,6 +179,8 @@ class PodgrouperOperator:
         self.writer.stop()
         for inf in self.informers:
             inf.stop()
+        if self._owns_kube:
+            self.kube.reachability.close()
         self.metrics.close()
 
     def is_leader(self) -> bool:
@@ -248,6 +259,7 @@ class PodgrouperOperator:
         def handle(event: str, key: str, obj: dict[str, Any]) -> None:
             if event == DELETE:
                 self._reported.pop(f"{kind}/{key}", None)
+                self._fields_checked.pop(f"{kind}/{key}", None)
                 return
             self._enqueue(f"ray/{kind}/{key}")
 
@@ -464,6 +476,25 @@ class PodgrouperOperator:
         self._reported[ckey] = message
         self.events.emit(object_ref(obj, kind=kind), WARNING, "PodGroupError", message)
 
+    def _check_fields(self, kind: str, raw: dict[str, Any]) -> None:
+        """One Warning Event per version of a Ray CR naming its unknown fields (kept by the object, or pruned by the
+        API server but remembered by kubectl's last-applied annotation) and its unparsable quantities."""
+        meta = raw.get("metadata") or {}
+        ckey = f"{kind}/{meta.get('namespace')}/{meta.get('name')}"
+        version = (meta.get("uid"), meta.get("generation"), (meta.get("annotations") or {}).get(LAST_APPLIED))
+        if self._fields_checked.get(ckey) == version:
+            return
+        self._fields_checked[ckey] = version
+        ref = object_ref(raw, kind=kind)
+        unknown = object_unknown_fields(raw, kind)
+        if unknown:
+            self.metrics.findings.labels(kind).inc()
+            self.events.emit(ref, WARNING, "UnknownField", f"{'; '.join(map(str, unknown))}; ignored by kai-ray")
+        bad = invalid_quantities(raw, kind)
+        if bad:
+            self.metrics.findings.labels(kind).inc()
+            self.events.emit(ref, WARNING, "InvalidQuantity", "; ".join(map(str, bad)))
+
     def reconcile_ray(self, kind: str, key: str) -> None:
         raw = self._get_cached(self.ray[kind], key)
         if raw is None:
@@ -479,6 +510,7 @@ class PodgrouperOperator:
         chain = self.owner_chain(raw)
         if any(skip_requested(o.get("metadata") or {}) for o in chain):
             return
+        self._check_fields(kind, raw)
         desired = self._ray_group(kind, raw, chain, None)
         if desired is None:
             return
@@ -502,15 +534,20 @@ class PodgrouperOperator:
     # --- writes -------------------------------------------------------------------------------------------------
 
     def apply(self, desired: PodGroup, existing_raw: dict[str, Any] | None = None) -> PodGroup:
-        """Create the PodGroup, or update it keeping what KAI keeps. Returns what is now stored."""
+        """Create the PodGroup, or update it keeping what KAI keeps. Returns what is now stored.
+
+        What is written is what the installed CRD stores (:meth:`_storable`): a ``minMember`` of 0 is omitted once
+        the CRD has refused it (KAI v0.12's minimum is 1), and fields its schema prunes are no longer sent, so an
+        update never chases a field the server drops."""
         ns = desired.metadata.namespace or ""
         name = desired.metadata.name or ""
         key = f"{ns}/{name}"
+        desired = self._storable(desired)
         existing_raw = existing_raw if existing_raw is not None else self._get_pg(key)
         if existing_raw is None:
             self._last_group_write = time.monotonic()
             try:
-                created = self.kube.create(podgroups_path(ns), desired.to_dict())
+                created = self._write_pg(desired, lambda pg: self.kube.create(podgroups_path(ns), pg.to_dict()))
                 self._remember(key, created)
                 self.metrics.podgroups.labels("created").inc()
                 return desired
@@ -525,10 +562,43 @@ class PodgrouperOperator:
         merged = merge_existing(existing, desired, self.grouper_config)
         if not differs(existing, merged):
             return existing
-        updated = self.kube.replace(podgroups_path(ns, name), update_body(existing_raw, merged))
+        updated = self._write_pg(
+            merged, lambda pg: self.kube.replace(podgroups_path(ns, name), update_body(existing_raw, pg))
+        )
         self._remember(key, updated)
         self.metrics.podgroups.labels("updated").inc()
         return merged
+
+    def _storable(self, pg: PodGroup) -> PodGroup:
+        """``pg`` as the installed CRD stores it (see :meth:`apply`)."""
+        if self._omit_zero_min:
+            pg = without_zero_min_member(pg)
+        pruned = self.pruned.known("PodGroup")
+        if pruned:
+            pg = PodGroup.model_validate(strip(pg.to_dict(), pruned))
+        return pg
+
+    def _write_pg(self, pg: PodGroup, write: Callable[[PodGroup], Any]) -> dict[str, Any]:
+        """One create or replace. A CRD that refuses ``minMember: 0`` switches the podgrouper to omitting it (logged
+        once) and the write is retried so; what the answer lacks of the spec that was sent is recorded as pruned."""
+        try:
+            stored: dict[str, Any] = write(pg)
+        except ApiError as exc:
+            lean = without_zero_min_member(pg)
+            if lean is pg or not refuses_zero_min_member(exc):
+                raise
+            if not self._omit_zero_min:
+                self._omit_zero_min = True
+                log.warning(
+                    "the installed PodGroup CRD refuses minMember 0 (%s), as KAI v0.12's does (minimum 1): kai-ray "
+                    "now leaves a zero minMember out, which that CRD stores as 0. Install kai-ray's CRDs "
+                    "(helm/kai-ray/crds) to write it explicitly.",
+                    exc.message,
+                )
+            pg = lean
+            stored = write(pg)
+        self.pruned.check("PodGroup", {"spec": pg.to_dict()["spec"]}, stored, f"PodGroup {pg.metadata.name}")
+        return stored
 
     def _remember(self, key: str, obj: dict[str, Any]) -> None:
         with self._local_lock:

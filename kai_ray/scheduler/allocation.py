@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from kai_ray.scheduler.decisions import Reason
+from kai_ray.scheduler.fragmentation import bestfit_term, fgd_group, fgd_term
 from kai_ray.scheduler.gang import member_key, skippable_member, tasks_to_allocate
 from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.queues import RES_NAMES
@@ -180,6 +181,9 @@ def _node_quota_ok(ses: Session, p: int, need: np.ndarray) -> np.ndarray:
     return ok
 
 
+PLACEMENT_POLICIES = ("binpack", "spread", "bestfit", "fgd")  # KAI's two, then kai-ray's (see fragmentation.py)
+
+
 def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
     """The placement policy's preference among candidate nodes, in [0, 9] (higher is better).
 
@@ -189,6 +193,10 @@ def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
     gpu_task = g > 0 or ses.p_frac[p] > 0 or ses.p_gpumem[p] > 0
     r = GPU if gpu_task else CPU
     strategy = ses.cfg.placement_gpu if gpu_task else ses.cfg.placement_cpu
+    if strategy == "bestfit":
+        return bestfit_term(ses, p, cand)
+    if strategy == "fgd":
+        return fgd_term(ses, p, cand)
     nonalloc = ses.free[r] + ses.rel[r]
     alloc = ses.alloc[r]
     has = cand & (alloc > 0)
@@ -208,7 +216,8 @@ def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray, bonus:
     GPU the fraction fits on (gpusharingorder), fitting idle resources rather than pipelining (nodeavailability),
     a CPU-only node for a CPU-only pod (resourcetype), then the placement policy. Ties go to node-name order."""
     score = np.where(fit, 1000.0, 0.0)
-    if (ses.p_frac[p] or ses.p_gpumem[p]) and ses.cfg.gpu_sharing_order:
+    kai_policy = ses.cfg.placement_gpu in ("binpack", "spread")
+    if (ses.p_frac[p] or ses.p_gpumem[p]) and ses.cfg.gpu_sharing_order and kai_policy:
         need: np.ndarray | float = ses.p_frac[p]
         if ses.p_gpumem[p]:
             with np.errstate(divide="ignore"):
@@ -228,6 +237,14 @@ def _choose_group(ses: Session, p: int, node: int) -> tuple[str | None, bool]:
     KAI's gpupack order: the most used shared GPU the fraction fits on, counting shares being released (a GPU
     whose tenants are all leaving is a whole GPU again); else a whole idle GPU; else a whole releasing one."""
     f = ses.node_gpu_fraction(p, node)
+    if ses.cfg.placement_gpu == "fgd" and ses.p_frac[p] and not ses.any_releasing:
+        target = fgd_group(ses, p, node)
+        if target is not None and target < 1.0 - EPS:
+            for name, (used, _rel) in sorted(ses.groups[node].items()):
+                if abs((1.0 - used) - target) <= 1e-9:
+                    return name, False
+        if ses.free[GPU, node] >= 1.0 - EPS:
+            return None, False
     best: tuple[float, str, bool] | None = None
     for name, (used, rel) in sorted(ses.groups[node].items()):
         if rel >= used - EPS:

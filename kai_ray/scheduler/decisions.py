@@ -98,6 +98,9 @@ class QueueStatus:
     allocated: dict[str, float]
     allocated_non_preemptible: dict[str, float]
     requested: dict[str, float]
+    # normalised historical usage (KAI's U': decayed allocation over decayed capacity in the usage window), next to
+    # fair_share; empty when no usage is accounted (the feature is off), zeros for a queue that used nothing
+    usage: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from kai_ray.scheduler.session import (
     JobInfo,
     Session,
 )
+from kai_ray.scheduler.snapshot import ZERO, Resources
 
 
 def _running_status(key: str) -> JobStatus:
@@ -29,6 +30,10 @@ def _running_status(key: str) -> JobStatus:
 
 def _as_dict(v: list[float] | tuple[float, ...]) -> dict[str, float]:
     return {k: float(x) for k, x in zip(RES_NAMES, v, strict=True)}
+
+
+def _usage(u: Resources | None) -> dict[str, float]:
+    return (u or ZERO).as_dict()
 
 
 def build_result(ses: Session) -> CycleResult:
@@ -113,6 +118,7 @@ def build_result(ses: Session) -> CycleResult:
             allocated=_as_dict(ses.q_alloc[i]),
             allocated_non_preemptible=_as_dict(ses.q_alloc_np[i]),
             requested=_as_dict(ses.q_request[i]),
+            usage=_usage(ses.snapshot.usage.get(qn.name)) if ses.snapshot.usage is not None else {},
         )
     res.findings = list(ses.findings)
     res.stats = dict(ses.stats)

@@ -261,6 +261,8 @@ class Session:
         self.frac_room_future = np.zeros(nn)  # same, counting releasing fractions as free
         self.frac_room_shared = np.zeros(nn)  # future room on a shared GPU that keeps a running tenant
         self.cpu_only = alloc[GPU] <= 0  # KAI's resourcetype plugin: CPU-only pods prefer CPU-only nodes
+        self.slot_dirty: set[int] = set()  # nodes whose per-GPU free shares changed (fragmentation model)
+        self.frag_cache: dict[str, Any] = {}
         self.any_releasing = False
         known = self.gpu_mem[self.gpu_mem > 0]
         self.min_gpu_mem = float(known.min()) if known.size else 0.0
@@ -558,6 +560,7 @@ class Session:
 
     def _occupy(self, p: int, node: int, group: str | None, initial: bool = False) -> tuple[str | None, bool]:
         """Put pod ``p``'s resources on ``node``; returns (gpu group, whether the group was created)."""
+        self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
         free = self.free
         created = False
@@ -587,6 +590,7 @@ class Session:
 
     def _vacate(self, p: int, created: bool) -> None:
         node = self.p_node[p]
+        self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
         free = self.free
         group = self.p_group[p]
@@ -747,6 +751,7 @@ class Session:
         """Re-place evicted pod ``p`` on ``node`` (KAI's pipelined victim): its controller re-creates it, and the
         room for the copy is held now so later decisions of the cycle do not take it. The pod stays charged to its
         queue and counted in its gang, which keeps running."""
+        self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
         free = self.free
         created = False
@@ -795,6 +800,7 @@ class Session:
         self.log.append((OP_UNEVICT, p, info))
 
     def _unhold(self, p: int, node: int, group: str | None, created: bool) -> None:
+        self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
         free = self.free
         if group is not None:

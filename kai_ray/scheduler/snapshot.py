@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kai_ray.scheduler.usage import UsageParams
+
 UNLIMITED = -1.0
 
 
@@ -222,6 +224,9 @@ class SchedulerConfig:
     prune_limit: int = 64  # victim sets larger than this are kept as found (pruning is quadratic)
     preemptor_first: bool = False  # kai-ray option: in a victim scenario, place the pending job before victims
     allow_consolidating_reclaim: bool = True  # KAI: a victim that can be re-placed elsewhere is moved, not killed
+    # KAI's usageDBConfig.usageParams: set, the adapter accounts each queue's usage into Snapshot.usage (time-based
+    # fair share); None (KAI's default) keeps every usage at 0. The core itself reads only k_value and the usage.
+    usage_params: UsageParams | None = None
 
 
 @dataclass(slots=True)
@@ -232,3 +237,5 @@ class Snapshot:
     now: float = 0.0
     topologies: list[Topology] = field(default_factory=list)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # queue name -> normalised historical usage (KAI's U'; absent: 0); None: no usage is accounted (feature off)
+    usage: dict[str, Resources] | None = None

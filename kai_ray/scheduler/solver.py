@@ -14,8 +14,9 @@ each success into the next try, before the whole step is solved. A cheap filter 
 must be able to hold the pending pods) skips hopeless scenarios; failed scenarios are remembered by fingerprint.
 
 kai-ray's deliberate departures (each a strict improvement, each tested):
-* a gang that fits on one node first tries single-node scenarios, and keeps one when it hurts no victim more
-  deserving than the general search would, so a preemptor lands on the fewest nodes;
+* when the found victims spread a gang that fits on one node over several, victims on one node are taken instead
+  if that is no worse for anyone (same queues, no higher priority, no more pods, no more gangs ended), so a
+  preemptor lands on the fewest nodes;
 * the kept victim set is pruned to be minimal (a unit is dropped when the scenario still works without it);
 * the search budget counts simulated scenarios, not seconds, so a cycle stays deterministic.
 
@@ -181,7 +182,7 @@ class Scenario:
 # (units chosen, pods moved) -> None when acceptable, else why not
 Validator = Callable[[list[Unit], set[int]], str | None]
 
-NODE_LOCAL, MULTI_NODE, SINGLE_NODE = "NodeLocalGreedy", "MultiNodeGang", "SingleNode"
+NODE_LOCAL, MULTI_NODE = "NodeLocalGreedy", "MultiNodeGang"
 
 
 class JobSolver:
@@ -379,39 +380,47 @@ class JobSolver:
                 k = min(k + step, len(nodes))
                 step *= 2
 
-    def _single_node(self, tasks: list[int]) -> Iterator[Scenario]:
-        """kai-ray: for each node, the least deserving units on it until the pods could fit there."""
+    def _single_node(self, tasks: list[int], queues: set[int], top: int) -> Iterator[Scenario]:
+        """kai-ray: for each node, its least deserving victim units (of the given queues, priority at most ``top``)
+        until the pods could fit there; nodes needing the fewest pods lost first."""
         ses = self.ses
         node_of = self._node_of_pod
         need = [sum(ses.p_req[p][r] for p in tasks) for r in range(3)]
         alloc = ses.alloc
-        per_node: dict[int, list[Unit]] = {}
-        for unit in self.sequence():
-            nodes = {node_of[p] for p in unit.pods}
-            if len(nodes) != 1:
+        per_node: dict[int, list[tuple[tuple[object, ...], Unit]]] = {}
+        for vj in self.vjobs:
+            job = vj.job
+            if job.queue not in queues or job.priority > top:
                 continue
-            (n,) = nodes
-            if n >= 0:
-                per_node.setdefault(n, []).append(unit)
+            for step in range(len(vj.steps)):
+                nodes = {node_of[p] for p in vj.steps[step]}
+                if len(nodes) != 1 or -1 in nodes:
+                    break  # a later step needs this one gone first: stop at the first step off one node
+                (n,) = nodes
+                key = (job.priority, -job.elastic_state(), -job.created_at, job.uid, step)
+                per_node.setdefault(n, []).append((key, Unit(vj, step)))
         fut = ses.free + ses.rel
-        options: list[tuple[int, int, int, list[Unit]]] = []
-        for n, units in per_node.items():
+        options: list[tuple[int, int, str, list[Unit]]] = []
+        for n, keyed in per_node.items():
             if any(alloc[r, n] + EPS * max(1.0, need[r]) < need[r] for r in range(3)):
                 continue
             have = [float(fut[r, n]) for r in range(3)]
             chosen: list[Unit] = []
-            for u in units:
+            taken: set[tuple[int, int]] = set()
+            for _, u in sorted(keyed, key=lambda kv: kv[0]):
                 if all(have[r] + EPS * max(1.0, need[r]) >= need[r] for r in range(3)):
                     break
+                if u.step > 0 and (u.vj.job.idx, u.step - 1) not in taken:
+                    continue
                 chosen.append(u)
+                taken.add(u.key)
                 for p in u.pods:
                     req = ses.p_req[p]
                     for r in range(3):
                         have[r] += req[r]
             if chosen and all(have[r] + EPS * max(1.0, need[r]) >= need[r] for r in range(3)):
-                worst = max(self._seq_index[u.key] for u in chosen)
-                options.append((worst, len(chosen), n, chosen))
-        for _, _, _n, chosen in sorted(options, key=lambda o: (o[0], o[1], ses.nodes[o[2]].name)):
+                options.append((sum(len(u.pods) for u in chosen), len(chosen), ses.nodes[n].name, chosen))
+        for _, _, _, chosen in sorted(options, key=lambda o: (o[0], o[1], o[2])):
             yield Scenario(tasks, [], chosen)
 
     # -- one scenario, for real
@@ -560,9 +569,7 @@ class JobSolver:
     def _probe(self, gen: str, tasks: list[int], recorded: list[Unit]) -> Scenario | None:
         if gen == NODE_LOCAL:
             return self._solve_with(self._node_local(tasks, recorded))
-        if gen == MULTI_NODE:
-            return self._solve_with(self._multi_node(tasks, recorded))
-        return self._solve_with(self._single_node(tasks))
+        return self._solve_with(self._multi_node(tasks, recorded))
 
     def _probe_discard(self, gen: str, tasks: list[int], recorded: list[Unit]) -> Scenario | None:
         cp = self.ses.checkpoint()
@@ -643,13 +650,23 @@ class JobSolver:
         return bool(np.all(ses.alloc + EPS >= np.array(need)[:, None], axis=0).any())
 
     def _prefer_single_node(self, cp0: int, tasks: list[int], best: Scenario) -> Scenario:
+        """Swap the found victims for victims on one node when that is no worse for anyone: victims only from the
+        same queues, of no higher priority, no more pods, and no more gangs ended."""
         ses = self.ses
-        seq_index = self._seq_index
-        worst = max((seq_index.get(u.key, len(seq_index)) for u in best.units()), default=-1)
+        found = best.units()
+        queues = {u.vj.job.queue for u in found}
+        top = max(u.vj.job.priority for u in found)
+        pods = sum(len(u.pods) for u in found)
+        ended = sum(1 for u in found if u.core)
         ses.rollback(cp0)
-        for sc in self._single_node(tasks):
-            if max(seq_index.get(u.key, len(seq_index)) for u in sc.units()) > worst:
-                break
+        for sc in self._single_node(tasks, queues, top):
+            units = sc.units()
+            if (
+                any(u.vj.job.queue not in queues or u.vj.job.priority > top for u in units)
+                or sum(len(u.pods) for u in units) > pods
+                or sum(1 for u in units if u.core) > ended
+            ):
+                continue
             if self.simulate(sc) and self._spans_nodes(cp0) == 1:
                 return sc
             ses.rollback(cp0)

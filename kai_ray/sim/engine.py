@@ -24,8 +24,9 @@ from typing import Any
 
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
-from kai_ray.scheduler.snapshot import Node, Pod, PodPhase, Queue, SchedulerConfig, Snapshot, Topology
+from kai_ray.scheduler.snapshot import ZERO, Node, Pod, PodPhase, Queue, Resources, SchedulerConfig, Snapshot, Topology
 from kai_ray.sim.cluster import Cluster
+from kai_ray.sim.usage import SimUsage, UsageRecord
 from kai_ray.sim.workloads import COMPLETED, NOT_ARRIVED, PENDING, RUNNING, RayWorkload, WorkloadBase
 
 # event kinds, in the order they are handled at the same instant
@@ -78,6 +79,7 @@ class SimResult:
     gpu_quotas: dict[str, float] = field(default_factory=dict)  # leaf queue -> GPU quota (unlimited ones left out)
     # (t, GPUs per workload held without doing work: restart cost, a gang below its minimum); with track_idle
     held_samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    usage: UsageRecord | None = None  # time-based fair share: per-cycle fair share, allocation and usage
 
 
 def _tick(t: float, period: float, strictly_after: bool = False) -> float:
@@ -143,6 +145,11 @@ class Engine:
         self.idle_windows: list[dict[str, Any]] = []
         self._idle_open: dict[str, Any] | None = None
         self.held_samples: list[tuple[float, dict[str, float]]] = []
+        # time-based fair share (config.usage_params): allocations per leaf queue feed the usage ledger
+        self.usage: SimUsage | None = None
+        if self.config.usage_params is not None:
+            self.usage = SimUsage(self.config.usage_params, self.config.k_value, queues, nodes)
+        self.queue_res: dict[str, Resources] = {}
 
     # ------------------------------------------------------------------ setup
     def add(self, w: WorkloadBase) -> None:
@@ -200,12 +207,14 @@ class Engine:
         pod.start_time = t
         self.pods[pod.uid] = (w, pod)
         self.queue_alloc[w.queue] = self.queue_alloc.get(w.queue, 0.0) + pod.request.gpu
+        self.queue_res[w.queue] = self.queue_res.get(w.queue, ZERO) + pod.request
 
     def _unbind(self, w: WorkloadBase, pod: Pod) -> None:
         assert pod.node is not None
         self.cluster.unbind(pod, pod.node, pod.gpu_group)
         self.pods.pop(pod.uid, None)
         self.queue_alloc[w.queue] = self.queue_alloc.get(w.queue, 0.0) - pod.request.gpu
+        self.queue_res[w.queue] = self.queue_res.get(w.queue, ZERO) - pod.request
 
     def _refresh_pending(self, w: WorkloadBase) -> None:
         assert w.job is not None
@@ -265,6 +274,8 @@ class Engine:
                     self._cycle_at = None
                     self._cycle(t)
             self._sample(t)
+            if self.usage is not None:
+                self.usage.observe(t, self.queue_res)
             if self._dirty and self._can_progress():
                 self._want_cycle(t, strictly_after=self._last_cycle == t)
             self._dirty = False
@@ -301,6 +312,7 @@ class Engine:
             useful_gpu_seconds=sum(w.useful_gpu_seconds for w in self.workloads),
             held_samples=self.held_samples,
             gpu_quotas={q.name: q.quota.gpu for q in self.queues if q.name in self.leaf_queues and q.quota.gpu >= 0},
+            usage=self.usage.close(end) if self.usage is not None else None,
         )
 
     def _obsolete(self, kind: int, payload: Any) -> bool:
@@ -401,14 +413,7 @@ class Engine:
     def _cycle(self, t: float) -> None:
         if not self.with_pending:
             return
-        snap = Snapshot(
-            nodes=self.nodes,
-            queues=self.queues,
-            jobs=[w.job for w in self.active.values() if w.job is not None],
-            now=t,
-            topologies=self.topologies,
-            config=self.config,
-        )
+        snap = self.snapshot(t)
         self._last_cycle = t
         t0 = time.perf_counter()
         res = run_cycle(snap)
@@ -417,7 +422,21 @@ class Engine:
         for f in res.findings:
             self._finding(f"{f.kind} {f.name} {f.field}: {f.message}".replace("  ", " "))
         touched = self._apply(res, t)
+        if self.usage is not None:
+            self.usage.after_cycle(t, res)
         self._after_cycle(res, touched, t)
+
+    def snapshot(self, t: float) -> Snapshot:
+        """The world as the scheduler core sees it at ``t``: every node and queue, every arrived, unfinished job."""
+        return Snapshot(
+            nodes=self.nodes,
+            queues=self.queues,
+            jobs=[w.job for w in self.active.values() if w.job is not None],
+            now=t,
+            topologies=self.topologies,
+            config=self.config,
+            usage=self.usage.for_cycle(t) if self.usage is not None else None,
+        )
 
     def _apply(self, res: CycleResult, t: float) -> dict[str, WorkloadBase]:
         touched: dict[str, WorkloadBase] = {}
@@ -689,6 +708,8 @@ class Engine:
             grace = job.staleness_grace if job.staleness_grace is not None else cfg.default_staleness_grace
             if job.stale_since is not None and grace >= 0:
                 consider(job.stale_since + grace)
+        if self.usage is not None:
+            consider(self.usage.next_refresh(t))  # a new usage can move fair shares: reclaim may become possible
         if self._timers_possible:
             for w in self.active.values():
                 job = w.job

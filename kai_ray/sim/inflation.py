@@ -80,11 +80,10 @@ class InflationError(ValueError):
 
 
 def known_placements() -> tuple[str, ...]:
-    """The placement policies the core accepts, read from the core (``PLACEMENT_POLICIES``) where it says."""
-    from kai_ray.scheduler import allocation
+    """The placement policies the core accepts (one list, the core's)."""
+    from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 
-    names = getattr(allocation, "PLACEMENT_POLICIES", None)
-    return tuple(names) if names else ("binpack", "spread")
+    return tuple(PLACEMENT_POLICIES)
 
 
 def check_placement(name: str, option: str = "--placement") -> None:

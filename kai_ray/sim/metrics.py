@@ -33,6 +33,7 @@ import math
 from typing import Any
 
 from kai_ray.sim.engine import SimResult
+from kai_ray.sim.usage import usage_document
 from kai_ray.sim.workloads import COMPLETED, RayWorkload, WorkloadBase
 
 
@@ -155,4 +156,5 @@ def result_document(res: SimResult, source: str, extra: dict[str, Any] | None = 
         "idle_windows": [{**x, "from": _r(x["from"]), "to": _r(x["to"])} for x in res.idle_windows],
         "errors": res.errors,
         "findings": res.findings,
+        **({"usage": usage_document(res.usage, res.start, res.end)} if res.usage is not None else {}),
     }

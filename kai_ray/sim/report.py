@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from kai_ray.scheduler.usage import human_duration
 from kai_ray.sim.engine import SimResult
 from kai_ray.sim.workloads import WorkloadBase
 
@@ -32,7 +34,9 @@ def _plt() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise PlotsUnavailable("plots need matplotlib: pip install matplotlib") from None
+        raise PlotsUnavailable(
+            "plots need matplotlib, which comes with the 'plots' extra: pip install 'kai-ray[plots]'"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -69,11 +73,14 @@ def write_report(res: SimResult, out_dir: str | Path, title: str = "kai-ray simu
     queues = _queues(res)
     colors = _colors(plt, queues)
     scale, unit = _unit(max(1.0, res.end - res.start))
-    return [
+    paths = [
         _allocation(plt, res, out / "gpu-allocation.png", title, queues, colors, scale, unit),
         _pending(plt, res, out / "pending-time.png", title, colors),
         _timeline(plt, res, out / "timeline.png", title, colors, scale, unit),
     ]
+    if res.usage is not None and res.usage.samples:
+        paths.append(_fair_share(plt, res, out / "fair-share.png", title, colors, scale, unit))
+    return paths
 
 
 # ---------------------------------------------------------------------------------------------------- step series
@@ -453,3 +460,82 @@ def write_comparison(
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+# ---------------------------------------------------------------------------------------------- time-based fair share
+def _fair_share(
+    plt: Any, res: SimResult, path: Path, title: str, colors: dict[str, str], scale: float, unit: str
+) -> Path:
+    """Time-based fair share, four views of each leaf queue over time: who holds the GPUs (allocation, stacked); the
+    fair share the division gave it each cycle; its normalised usage next to its over-quota weight share (dotted),
+    the level the usage is pulled towards; and its share of all GPU time allocated so far, which converges to the
+    weight share while the queues keep competing."""
+    assert res.usage is not None
+    rec = res.usage
+    queues = [q for q in colors if any(q in s for _, s in rec.samples)]
+    fig, (alloc_ax, fair_ax, use_ax, cum_ax) = plt.subplots(
+        4, 1, figsize=(10, 9), sharex=True, gridspec_kw={"height_ratios": [2, 2, 2, 2]}
+    )
+    xs = [t / scale for t, _ in rec.samples] + [res.end / scale]
+    weight_total = sum(rec.weights.get(q, 0.0) for q in queues) or 1.0
+
+    def series(q: str, what: str) -> list[float]:
+        vals = [getattr(s[q], what) if q in s else 0.0 for _, s in rec.samples]
+        return [*vals, vals[-1]]
+
+    if queues:
+        alloc_ax.stackplot(
+            xs,
+            [series(q, "allocated") for q in queues],
+            labels=[f"{q} allocated" for q in queues],
+            colors=[colors[q] for q in queues],
+            step="post",
+            alpha=0.8,
+        )
+    for q in queues:
+        col = colors[q]
+        fair_ax.step(xs, series(q, "fair_share"), where="post", color=col, linewidth=1.0, label=f"{q} fair share")
+        use_ax.step(xs, series(q, "usage"), where="post", color=col, linewidth=1.4, label=f"{q} usage")
+        share = rec.weights.get(q, 0.0) / weight_total
+        for ax in (use_ax, cum_ax):
+            ax.axhline(share, color=col, linewidth=1, linestyle=":", label=f"{q} weight share ({share:.0%})")
+    cum_t, cum = _cumulative_share(res, queues)
+    for q in queues:
+        cum_ax.plot([t / scale for t in cum_t], cum[q], color=colors[q], linewidth=1.4, label=f"{q} share of GPU time")
+    p = rec.params
+    half = f", half-life {human_duration(p.half_life_period)}" if p.half_life_period else ""
+    window = p.cron_string if p.window_type == "cron" else human_duration(p.window_size)
+    alloc_ax.set_title(f"{title}: kValue {rec.k_value:g}, {p.window_type} window {window}{half}", fontsize=10)
+    top = max(res.total_gpus * 1.08, 1)
+    for ax, label, ymax in (
+        (alloc_ax, "allocated GPUs", top),
+        (fair_ax, "fair share (GPUs)", top),
+        (use_ax, "usage", 1.05),
+        (cum_ax, "share so far", 1.05),
+    ):
+        ax.set_ylim(0, ymax)
+        ax.set_ylabel(label)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    cum_ax.set_xlabel(f"simulated time ({unit})")
+    cum_ax.set_xlim(xs[0], max(xs[-1], xs[0] + 1e-9))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _cumulative_share(res: SimResult, queues: list[str]) -> tuple[list[float], dict[str, list[float]]]:
+    """Each queue's share of all GPU time allocated to ``queues`` from the start up to each allocation change."""
+    acc = dict.fromkeys(queues, 0.0)
+    ts: list[float] = []
+    out: dict[str, list[float]] = {q: [] for q in queues}
+    samples = [*res.samples, (res.end, res.samples[-1][1] if res.samples else {})]
+    for (t0, alloc), (t1, _) in pairwise(samples):
+        for q in queues:
+            acc[q] += alloc.get(q, 0.0) * max(0.0, t1 - t0)
+        total = sum(acc.values())
+        if total > 0:
+            ts.append(t1)
+            for q in queues:
+                out[q].append(acc[q] / total)
+    return ts, out

@@ -136,7 +136,10 @@ def print_workloads(doc: dict[str, Any], console: Console, limit: int = 100) -> 
             clock(w["completed_at"]) if w["completed_at"] is not None else "-",
             str(w["preemptions"]),
         ]
-        table.add_row(*row, *([w["pending_reason"] or ""] if reasons else []))
+        why = w["pending_reason"] or ""
+        if why and w.get("pending_message"):
+            why = f"{why}: {w['pending_message']}"
+        table.add_row(*row, *([why] if reasons else []))
     console.print(table)
     if len(items) > limit:
         console.print(f"[dim]... {len(items) - limit} more workloads (use --json for all)[/dim]")

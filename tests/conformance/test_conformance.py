@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kai_ray.scheduler.scenario import Scenario, agrees_with_kai, load_scenarios, run_scenario
+from kai_ray.sim.cycle_scenario import Scenario, agrees_with_kai, load_scenarios, run_scenario
 
 ROOT = Path(__file__).parent
 
@@ -45,3 +45,12 @@ def test_every_case_names_its_upstream_origin() -> None:
         assert sc.kai.get("file") and sc.kai.get("case"), sc.path
     names = [sc.name for sc in CASES]
     assert len(names) == len(set(names)), "case names must be unique"
+
+
+def test_readme_table_is_current() -> None:
+    from tests.conformance.summary import table
+
+    text = (ROOT / "README.md").read_text()
+    start = text.index("| action | cases ported")
+    end = text.index("<!-- end of generated table -->")
+    assert text[start:end].strip() == table().strip(), "run: python -m tests.conformance.summary"

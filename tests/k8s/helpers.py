@@ -6,7 +6,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from kai_ray.api.loader import parse_object
+from kai_ray.api.ray import RayCluster
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path
+from kai_ray.podgrouper import expand_pods
 
 T = TypeVar("T")
 
@@ -161,3 +164,31 @@ def gpu_use(kube: Kube, ns_list: list[str]) -> dict[str, float]:
                 lim = (ctr.get("resources") or {}).get("limits") or {}
                 use[node] = use.get(node, 0.0) + float(lim.get("nvidia.com/gpu", 0))
     return use
+
+
+def kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any], image: str = "rayproject/ray:2.49.0") -> list[str]:
+    """Create the pods KubeRay would run for ``cluster`` (``expand_pods``: KubeRay's names and labels), owned by it;
+    pods that already exist are skipped, so a scaled-up cluster gets only its new pods. Returns the names created."""
+    model = parse_object({**cluster, "kind": "RayCluster"})
+    assert isinstance(model, RayCluster)
+    owner = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "name": cluster["metadata"]["name"],
+        "uid": cluster["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    existing = set(pods(kube, ns))
+    names = []
+    for pod in expand_pods(model):
+        body = pod.to_dict()
+        if body["metadata"]["name"] in existing:
+            continue
+        body["metadata"]["ownerReferences"] = [owner]
+        body["metadata"].pop("namespace", None)
+        for ctr in body["spec"]["containers"]:
+            ctr.setdefault("image", image)  # e.g. the autoscaler sidecar, which expand_pods adds without one
+        kube.create(pods_path(ns), body)
+        names.append(body["metadata"]["name"])
+    return names

@@ -2,7 +2,8 @@
 
 Modelled on KAI's in-memory action tests (nodes, queues, jobs with pods and their state, then expected per-job and
 per-pod results). The scenario suite under ``tests/scheduler/scenarios`` uses it; the simulator and ``kai-ray
-bench`` may load the same files.
+bench`` may load the same files. It lives beside the simulator, not in the core: it reads YAML and parses quantities
+with :mod:`kai_ray.api.quantity` (the house's one quantity parser), and the core imports nothing outside itself.
 
 Units: node and pod ``cpu`` in cores or Kubernetes quantities (``"500m"``), ``memory`` in bytes or quantities
 (``"16Gi"``), ``gpu`` in GPUs. Queue resources use KAI's Queue units: ``cpu`` millicores, ``memory`` MB
@@ -71,13 +72,13 @@ units (millicores, MB); consolidation may move any number of pods.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.snapshot import (
     Job,
@@ -98,11 +99,6 @@ from kai_ray.scheduler.snapshot import (
 )
 
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
-_SUFFIX = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
-    "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "": 1.0,
-}  # fmt: skip
-_QTY = re.compile(r"^\s*([0-9.eE+-]+)\s*([A-Za-z]*)\s*$")
 
 
 class ScenarioError(ValueError):
@@ -144,17 +140,10 @@ class Scenario:
 def quantity(v: Any, where: str) -> float:
     if v is None:
         return 0.0
-    if isinstance(v, bool):
-        raise ScenarioError(f"{where}: expected a quantity, got {v!r}")
-    if isinstance(v, int | float):
-        return float(v)
-    m = _QTY.match(str(v))
-    if not m or m.group(2) not in _SUFFIX:
-        raise ScenarioError(f"{where}: cannot parse quantity {v!r}")
     try:
-        return float(m.group(1)) * _SUFFIX[m.group(2)]
-    except ValueError as exc:
-        raise ScenarioError(f"{where}: cannot parse quantity {v!r}") from exc
+        return parse_quantity(v)
+    except QuantityError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
 
 
 def _cpu(v: Any, where: str) -> float:
