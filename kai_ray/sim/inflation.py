@@ -245,11 +245,14 @@ class InflationResult:
 Progress = Callable[[int, int], None]  # (pods arrived so far, pods arriving in all)
 
 
-def batches(order: Sequence[TracePod], capacity: float, batch: float, factor: float) -> list[tuple[int, int, int]]:
-    """Cut the arrival order into ``(start, end, mark)`` slices: a slice ends once it brought ``batch`` x capacity
-    of GPU request, or at the pod that takes the arrived request to the next 10% of capacity (``mark`` is then that
-    percentage, else 0). The last slice ends the run and carries the final mark (``factor`` as a percentage)."""
-    out: list[tuple[int, int, int]] = []
+def batches(
+    order: Sequence[TracePod], capacity: float, batch: float, factor: float
+) -> list[tuple[int, int, tuple[int, ...]]]:
+    """Cut the arrival order into ``(start, end, marks)`` slices: a slice ends once it brought ``batch`` x capacity
+    of GPU request, or at the pod that takes the arrived request to the next 10% of capacity (``marks``: the
+    percentages it reached, several for a big pod on a small cluster). The last slice ends the run and also carries
+    the final mark (``factor`` as a percentage: the run stops within one pod of it)."""
+    out: list[tuple[int, int, tuple[int, ...]]] = []
     step = batch * capacity
     start = 0
     acc = arrived = 0.0
@@ -258,20 +261,19 @@ def batches(order: Sequence[TracePod], capacity: float, batch: float, factor: fl
         g = gpu_request(tp)
         acc += g
         arrived += g
-        mark = 0
-        if arrived + EPS >= next_mark / 100.0 * capacity:
-            mark = next_mark
-            while arrived + EPS >= next_mark / 100.0 * capacity:
-                next_mark += 10
-        if mark or acc + EPS >= step:
-            out.append((start, i + 1, mark))
+        marks: list[int] = []
+        while arrived + EPS >= next_mark / 100.0 * capacity:
+            marks.append(next_mark)
+            next_mark += 10
+        if marks or acc + EPS >= step:
+            out.append((start, i + 1, tuple(marks)))
             start, acc = i + 1, 0.0
     if start < len(order):
-        out.append((start, len(order), 0))
+        out.append((start, len(order), ()))
     final = round(factor * 100)
-    if out and (out[-1][2] == 0 or out[-1][2] < final):
-        s, e, _ = out[-1]
-        out[-1] = (s, e, final)
+    if out and final not in out[-1][2] and final >= next_mark - 10:
+        s, e, marks_ = out[-1]
+        out[-1] = (s, e, (*marks_, final))
     return out
 
 
@@ -324,7 +326,7 @@ class InflationRun:
         total = len(self.order)
         back: list[Job] = []  # evicted pods, pending again for one more cycle
         cuts = batches(self.order, self.capacity, self.spec.batch, self.spec.factor)
-        for n, (start, end, mark) in enumerate(cuts):
+        for n, (start, end, marks) in enumerate(cuts):
             arriving = [self._job(self.order[i], i) for i in range(start, end)]
             res.arrived_gpus += sum(j.pods[0].request.gpu for j in arriving)
             back = self._cycle(back + arriving, float(n))
@@ -336,8 +338,7 @@ class InflationRun:
             arrived_pct = 100.0 * res.arrived_gpus / self.capacity
             unalloc_pct = 100.0 * (1.0 - self.cluster.allocated_gpus / self.capacity)
             res.curve.append((arrived_pct, unalloc_pct))
-            if mark:
-                res.marks.append((mark, arrived_pct, unalloc_pct))
+            res.marks.extend((m, arrived_pct, unalloc_pct) for m in marks)
             if progress is not None:
                 progress(end, total)
         res.cpu_seconds = time.process_time() - c0
