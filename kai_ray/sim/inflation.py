@@ -329,9 +329,9 @@ class InflationRun:
         for n, (start, end, marks) in enumerate(cuts):
             arriving = [self._job(self.order[i], i) for i in range(start, end)]
             res.arrived_gpus += sum(j.pods[0].request.gpu for j in arriving)
-            back = self._cycle(back + arriving, float(n))
+            back = self._cycle(back + arriving, float(end))  # the clock: pods arrived so far (creation = index)
             if back and n == len(cuts) - 1:
-                for job in self._cycle(back, n + 0.5):  # the last evicted pods get their one more cycle too
+                for job in self._cycle(back, end + 0.5):  # the last evicted pods get their one more cycle too
                     res.evicted_dropped += 1
                     self._drop(job)
                 back = []
@@ -389,13 +389,13 @@ class InflationRun:
             if job is None:
                 res.errors.append(f"cycle {res.cycles}: bind of {b.pod}, which is not pending")
                 continue
-            if not self._bind(job, b.node, b.gpu_group):
+            if not self._bind(job, b.node, b.gpu_group, now):
                 waiting[b.pod] = job
             elif b.pod not in again:
                 res.placed += 1
         for job, node in moved:
             pod = job.pods[0]
-            if self._bind(job, node, self._shared_gpu_for(pod, node)):
+            if self._bind(job, node, self._shared_gpu_for(pod, node), now):
                 res.moves += 1
             else:
                 back.append(job)
@@ -406,14 +406,14 @@ class InflationRun:
         self.evicted.update(j.pods[0].uid for j in back)
         return back
 
-    def _bind(self, job: Job, node: str, group: str | None) -> bool:
+    def _bind(self, job: Job, node: str, group: str | None, now: float) -> bool:
         pod = job.pods[0]
         why = self.cluster.fits(pod, node, group)
         if why is not None:
             self.result.errors.append(f"cycle {self.result.cycles}: {pod.uid} on {node} rejected: {why}")
             return False
         pod.gpu_group = self.cluster.bind(pod, node, group)
-        pod.node, pod.phase = node, PodPhase.RUNNING
+        pod.node, pod.phase, pod.start_time = node, PodPhase.RUNNING, now
         self.running[pod.uid] = job
         return True
 
