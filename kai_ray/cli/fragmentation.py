@@ -300,10 +300,12 @@ def sweep_cmd(
     if cpus is not None and address:
         raise CliError("--cpus: only for a local Ray (the cluster at --address has its own)")
     plan = shared_plan(data, nodes, pods, seeds, inflate, placement, actions, batch)
-    from kai_ray.sim.sweep import combined, run_ray
+    from kai_ray.sim.sweep import combined, reachable, run_ray
 
     t0 = time.perf_counter()
     try:
+        if address:
+            reachable(address)  # before the progress bar: a dead address is one line, not a bar and an error
         if as_json:
             runs, info = run_ray(plan, address, num_cpus=cpus)
         else:

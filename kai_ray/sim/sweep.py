@@ -12,12 +12,14 @@ seeds at each 10% of arrived request), and :func:`plot_sweep` draws the curves, 
 
 from __future__ import annotations
 
+import socket
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kai_ray
 from kai_ray.scheduler.snapshot import Node
 from kai_ray.sim.inflation import PUBLISHED, InflationError, InflationSpec, read_pod_list, run_inflation
 from kai_ray.sim.trace import TracePod, read_nodes
@@ -54,9 +56,15 @@ def list_name(path: str) -> str:
     return Path(path).name.removesuffix(".csv")
 
 
-def run_cell(nodes: list[Node], pods: list[TracePod], pods_path: str, spec: InflationSpec) -> dict[str, Any]:
+def run_cell(
+    nodes: list[Node],
+    pods: list[TracePod],
+    pods_path: str,
+    spec: InflationSpec,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """One run as a document (the unit of work of a Ray task)."""
-    doc = run_inflation(nodes, pods, spec).document()
+    doc = run_inflation(nodes, pods, spec, progress).document()
     return {"pods": list_name(pods_path), **doc}
 
 
@@ -71,18 +79,32 @@ def run_local(plan: SweepPlan, tick: Tick | None = None, on_run: OnRun | None = 
     cells = plan.cells()
     out = []
     for i, (pods_path, spec) in enumerate(cells):
-        progress = on_run(pods_path, spec) if on_run else None
-        doc = run_inflation(nodes, lists[pods_path], spec, progress).document()
-        out.append({"pods": list_name(pods_path), **doc})
+        out.append(run_cell(nodes, lists[pods_path], pods_path, spec, on_run(pods_path, spec) if on_run else None))
         if tick:
             tick(i + 1, len(cells))
     return out
 
 
+def reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast, as :class:`ConnectionError`, when nothing listens at ``host:port`` (``ray://`` too): a Ray driver
+    pointed at a dead address retries for minutes before it says so."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+    except ValueError:
+        raise ConnectionError(f"{address}: not host:port") from None
+    except OSError as exc:
+        raise ConnectionError(f"{address}: {exc.strerror or exc}") from None
+
+
 def run_ray(
     plan: SweepPlan, address: str | None = None, tick: Tick | None = None, num_cpus: int | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The sweep as Ray tasks (one CPU each). Returns the run documents in plan order and facts about the cluster."""
+    """The sweep as Ray tasks (one CPU each). Returns the run documents in plan order and facts about the cluster.
+    Joins Ray as it is when this process already runs a driver, else the cluster at ``address``, else a local Ray
+    that it stops afterwards (it never stops a cluster it did not start)."""
     import ray
 
     nodes = read_nodes(plan.nodes)
@@ -91,7 +113,11 @@ def run_ray(
     if started:
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
         if address:
+            reachable(address)
+            # workers of a cluster need not have kai-ray: its code travels with the job (numpy, pydantic and
+            # PyYAML, all it imports besides, come with ray[default])
             kwargs["address"] = address
+            kwargs["runtime_env"] = {"py_modules": [str(Path(kai_ray.__file__).parent)]}
         elif num_cpus is not None:
             kwargs["num_cpus"] = num_cpus
         ray.init(**kwargs)

@@ -260,6 +260,8 @@ def test_bench_fragmentation_prints_the_share_per_policy_and_cpu_seconds(sliced:
     out = kai_ray(*args, "--placement", "binpack")
     assert out.returncode == 0, out.stderr
     assert "binpack" in out.stdout and "CPU s/run" in out.stdout and "published at 130%" in out.stdout
+    out = kai_ray("sweep", "--address", "127.0.0.1:1", "--data", str(sliced))
+    assert out.returncode == 2 and out.stderr.strip().endswith("127.0.0.1:1: Connection refused"), out.stderr
     out = kai_ray("bench", "fragmentation", "--data", str(sliced / "nowhere"))
     assert out.returncode == 2 and "no such file" in out.stderr and DATA_ENV in out.stderr
 
