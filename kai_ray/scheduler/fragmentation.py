@@ -56,7 +56,7 @@ def _shape(ses: Session, p: int) -> tuple[float, float, int] | None:
 
 def workload_mix(ses: Session) -> Mix:
     """The typical GPU pod shapes among every pod of the snapshot, with their frequencies (cached per session)."""
-    cached: Mix | None = ses.frag_cache.get("mix")
+    cached: Mix | None = ses.memo.get("mix")
     if cached is not None:
         return cached
     counts: Counter[tuple[Any, ...]] = Counter()
@@ -89,7 +89,7 @@ def workload_mix(ses: Session) -> Mix:
             weight=np.array([n / covered for _, n in chosen], dtype=np.float64),
             access=access,
         )
-    ses.frag_cache["mix"] = mix
+    ses.memo["mix"] = mix
     return mix
 
 
@@ -107,14 +107,14 @@ class NodeFrag:
 
 def node_state(ses: Session) -> NodeFrag:
     mix = workload_mix(ses)
-    state: NodeFrag | None = ses.frag_cache.get("nodes")
+    state: NodeFrag | None = ses.memo.get("nodes")
     n = len(ses.nodes)
     if state is None:
         width = int(max(1.0, float(ses.alloc[GPU].max()) if n else 1.0))
         m = mix.weight.size
         state = NodeFrag(np.zeros((n, width)), np.zeros((n, m)), np.zeros((n, m)), np.zeros(n), np.zeros(n))
         rows: list[int] = list(range(n))
-        ses.frag_cache["nodes"] = state
+        ses.memo["nodes"] = state
     else:
         rows = sorted(ses.slot_dirty)
     ses.slot_dirty.clear()
