@@ -18,7 +18,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kai_ray.cli import CliError, app, warn
 from kai_ray.cli.bench import bench
+from kai_ray.cli.fragmentation import simulate_inflation
 from kai_ray.sim.engine import EngineOptions, SimResult
+from kai_ray.sim.inflation import InflationError, check_placement
 from kai_ray.sim.scenario import Scenario, ScenarioError, load_scenario
 from kai_ray.sim.trace import TraceError
 
@@ -141,7 +143,10 @@ def simulate_cmd(
     nodes: Annotated[str | None, typer.Option("--nodes", help="Trace node list CSV")] = None,
     pods: Annotated[str | None, typer.Option("--pods", help="Trace pod list CSV")] = None,
     placement: Annotated[
-        str | None, typer.Option("--placement", help="binpack or spread (overrides the scenario's config)")
+        str | None,
+        typer.Option(
+            "--placement", help="Placement policy, e.g. binpack or spread (with --inflate: a comma-separated list)"
+        ),
     ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", help="Trace: read only the first N rows of the pod list")
@@ -150,6 +155,17 @@ def simulate_cmd(
     policy: Annotated[
         str, typer.Option("--policy", help="kai-ray, kai (KAI's semantics) or no-gang (pod by pod); scenarios only")
     ] = "kai-ray",
+    inflate: Annotated[
+        float | None,
+        typer.Option("--inflate", help="Trace: the FGD paper's workload inflation to this multiple of GPU capacity"),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="--inflate: shuffle and resampling seed")] = 0,
+    actions: Annotated[
+        str | None, typer.Option("--actions", help="--inflate: scheduler actions, comma-separated (default: all)")
+    ] = None,
+    batch: Annotated[
+        float, typer.Option("--batch", help="--inflate: share of GPU capacity arriving per scheduling cycle")
+    ] = 0.01,
 ) -> None:
     """Simulate a scenario (or replay a trace) with the real podgrouper and scheduler core, no cluster needed."""
     from kai_ray.sim.metrics import result_document
@@ -158,8 +174,21 @@ def simulate_cmd(
 
     if policy not in POLICIES:
         raise CliError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
-    if placement is not None and placement not in ("binpack", "spread"):
-        raise CliError(f"--placement: {placement!r} is not 'binpack' or 'spread'")
+    if inflate is not None:
+        if trace is None or scenario is not None:
+            raise CliError("--inflate: only with --trace alibaba-v2023 --nodes ... --pods ... (no scenario)")
+        if trace not in TRACE_FORMATS:
+            raise CliError(f"--trace: {trace!r} is not a known trace format ({', '.join(TRACE_FORMATS)})")
+        for opt, val in (("--limit", limit), ("--policy", None if policy == "kai-ray" else policy)):
+            if val is not None:
+                raise CliError(f"{opt}: not used with --inflate")
+        simulate_inflation(nodes, pods, inflate, seed, placement, actions, batch, as_json, report)
+        return
+    if placement is not None:
+        try:
+            check_placement(placement)
+        except InflationError as exc:
+            raise CliError(str(exc)) from None
     console = Console(width=None if sys.stdout.isatty() else 110)
     if trace is not None:
         if scenario is not None:

@@ -93,7 +93,10 @@ def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str,
         header = reader.fieldnames or []
         missing = [col for col in columns if col not in header]
         if missing:
-            raise TraceError(f"{path}: header: missing column {missing[0]!r} (expected {', '.join(columns)})")
+            hint = ""
+            if columns is POD_COLUMNS and all(col in header for col in POD_COLUMNS[:5]):
+                hint = "; a pod list without times can only be inflated (--inflate)"
+            raise TraceError(f"{path}: header: missing column {missing[0]!r} (expected {', '.join(columns)}){hint}")
         yield from enumerate(reader, start=2)
 
 
@@ -117,17 +120,22 @@ def _num(
     return value
 
 
+def _unique_name(path: Path, line: int, row: dict[str, str], col: str, what: str, seen: set[str]) -> str:
+    name = (row.get(col) or "").strip()
+    if not name:
+        raise TraceError(f"{path}: line {line}: {col}: missing {what} name")
+    if name in seen:
+        raise TraceError(f"{path}: line {line}: {col}: duplicate {what} {name!r}")
+    seen.add(name)
+    return name
+
+
 def read_nodes(path: str | Path) -> list[Node]:
     path = Path(path)
     nodes: list[Node] = []
     seen: set[str] = set()
     for line, row in _rows(path, NODE_COLUMNS):
-        name = (row.get("sn") or "").strip()
-        if not name:
-            raise TraceError(f"{path}: line {line}: sn: missing node name")
-        if name in seen:
-            raise TraceError(f"{path}: line {line}: sn: duplicate node {name!r}")
-        seen.add(name)
+        name = _unique_name(path, line, row, "sn", "node", seen)
         gpus = _num(path, line, row, "gpu", integer=True)
         model = row.get("model")
         labels = {"kubernetes.io/hostname": name}
@@ -150,6 +158,28 @@ def read_nodes(path: str | Path) -> list[Node]:
     return nodes
 
 
+def pod_shape(path: Path, line: int, row: dict[str, str], seen: set[str]) -> TracePod:
+    """What a pod row asks for (name, cpu, memory, GPUs, allowed GPU models), without its times."""
+    name = _unique_name(path, line, row, "name", "pod", seen)
+    num_gpu = int(_num(path, line, row, "num_gpu", integer=True))
+    gpu_milli = int(_num(path, line, row, "gpu_milli", integer=True, blank=0))
+    if num_gpu == 1 and gpu_milli > 1000:
+        raise TraceError(f"{path}: line {line}: gpu_milli: {gpu_milli} exceeds 1000 (one GPU)")
+    spec_raw = row.get("gpu_spec")
+    spec = () if _blank(spec_raw) else tuple(s.strip() for s in (spec_raw or "").split("|") if s.strip())
+    return TracePod(
+        name=name,
+        cpu_milli=_num(path, line, row, "cpu_milli"),
+        memory_mib=_num(path, line, row, "memory_mib"),
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli,
+        gpu_spec=spec,
+        qos=(row.get("qos") or "").strip(),
+        creation=0.0,
+        run_time=0.0,
+    )
+
+
 def read_pods(path: str | Path, limit: int | None = None) -> tuple[list[TracePod], dict[str, int]]:
     path = Path(path)
     pods: list[TracePod] = []
@@ -158,16 +188,7 @@ def read_pods(path: str | Path, limit: int | None = None) -> tuple[list[TracePod
     for line, row in _rows(path, POD_COLUMNS):
         if limit is not None and line - 1 > limit:  # the first ``limit`` rows, skipped ones included
             break
-        name = (row.get("name") or "").strip()
-        if not name:
-            raise TraceError(f"{path}: line {line}: name: missing pod name")
-        if name in seen:
-            raise TraceError(f"{path}: line {line}: name: duplicate pod {name!r}")
-        seen.add(name)
-        num_gpu = int(_num(path, line, row, "num_gpu", integer=True))
-        gpu_milli = int(_num(path, line, row, "gpu_milli", integer=True, blank=0))
-        if num_gpu == 1 and gpu_milli > 1000:
-            raise TraceError(f"{path}: line {line}: gpu_milli: {gpu_milli} exceeds 1000 (one GPU)")
+        tp = pod_shape(path, line, row, seen)
         creation = _num(path, line, row, "creation_time")
         deletion = _num(path, line, row, "deletion_time", blank=-1)
         scheduled = _num(path, line, row, "scheduled_time", blank=-1)
@@ -177,21 +198,8 @@ def read_pods(path: str | Path, limit: int | None = None) -> tuple[list[TracePod
         if deletion < scheduled:
             skipped["deleted before scheduled"] = skipped.get("deleted before scheduled", 0) + 1
             continue
-        spec_raw = row.get("gpu_spec")
-        spec = () if _blank(spec_raw) else tuple(s.strip() for s in (spec_raw or "").split("|") if s.strip())
-        pods.append(
-            TracePod(
-                name=name,
-                cpu_milli=_num(path, line, row, "cpu_milli"),
-                memory_mib=_num(path, line, row, "memory_mib"),
-                num_gpu=num_gpu,
-                gpu_milli=gpu_milli,
-                gpu_spec=spec,
-                qos=(row.get("qos") or "").strip(),
-                creation=creation,
-                run_time=deletion - scheduled,
-            )
-        )
+        tp.creation, tp.run_time = creation, deletion - scheduled
+        pods.append(tp)
     return pods, skipped
 
 
