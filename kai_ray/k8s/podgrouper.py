@@ -57,7 +57,7 @@ from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import Metrics
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
-from kai_ray.k8s.workqueue import Backoff, Dispatcher
+from kai_ray.k8s.workqueue import Dispatcher
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group, stamp
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,6 @@ class PodgrouperOperator:
         self._deferred: dict[str, tuple[tuple[Any, ...], float]] = {}  # pod key -> (unstamped fingerprint, since)
         self._deferred_lock = threading.Lock()
         self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
-        self.backoff = Backoff()
         self._leading = threading.Event()
         self._stop = threading.Event()
         self._local_pgs: dict[str, dict[str, Any]] = {}  # our own recent writes, until the watch catches up
@@ -264,13 +263,14 @@ class PodgrouperOperator:
             else:
                 _, kind, rest = key.split("/", 2)
                 self.reconcile_ray(kind, rest)
-            self.backoff.forget(key)
+            self.queue.forget(key)
         except (ApiError, OwnerError) as exc:
-            delay = self.backoff.next(key)
             self.metrics.reconcile_errors.labels(key.split("/", 1)[0]).inc()
+            if not self._leading.is_set():
+                return
+            delay = self.queue.retry(key, lambda: self._reconcile(key))
             level = logging.INFO if isinstance(exc, OwnerError) or getattr(exc, "conflict", False) else logging.WARNING
             log.log(level, "%s: %s; retrying in %.1fs", key, exc, delay)
-            self._enqueue(key, delay=delay)
 
     def _get_cached(self, infs: list[Informer], key: str) -> dict[str, Any] | None:
         for inf in infs:
@@ -407,11 +407,10 @@ class PodgrouperOperator:
                 with self._deferred_lock:
                     self._deferred.pop(key, None)
                 return
-            delay = self.backoff.next(f"stamp/{key}")
+            delay = self.stamper.retry(f"stamp/{key}", partial(self._stamp_later, key, pg))
             log.info("stamp %s: %s; retrying in %.1fs", key, exc, delay)
-            self.stamper.submit(f"stamp/{key}", partial(self._stamp_later, key, pg), delay=delay)
             return
-        self.backoff.forget(f"stamp/{key}")
+        self.stamper.forget(f"stamp/{key}")
         self._done[key] = _pod_fingerprint(done)
         with self._deferred_lock:
             self._deferred.pop(key, None)
