@@ -58,6 +58,7 @@ def build_config(**opts: Any) -> OperatorConfig:
             headroom_interval=duration(opts["headroom_interval"], "--headroom-interval"),
             kai_coexistence=opts["kai_coexistence"],
             default_priority=_priorities(opts["default_priority"]),
+            max_gang_pods=opts["max_gang_pods"],
         )
         if opts["identity"]:
             cfg.identity = opts["identity"]
@@ -184,6 +185,9 @@ def _define(kind: str) -> None:
             list[str] | None,
             typer.Option(help="podgrouper: PriorityClass of a Ray kind that names none, KIND=CLASS (repeatable)"),
         ] = None,
+        max_gang_pods: Annotated[
+            int, typer.Option(help="pods one gang may have; a Ray object asking for more is refused with a reason")
+        ] = 10_000,
         log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     ) -> None:
         opts = dict(locals())

@@ -422,7 +422,9 @@ class SchedulerCache:
                 model = parse_object({**obj, "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup"}, key)
                 assert isinstance(model, PodGroup)
                 entry.model = model
-                entry.errors = [str(e) for e in model.validate_spec()]
+                entry.errors = [str(e) for e in model.validate_spec()] + gang_size_errors(
+                    model, self.config.max_gang_pods
+                )
             except ManifestError as exc:
                 entry.errors = [str(exc)]
             self.pgs[key] = entry
@@ -627,6 +629,24 @@ class SchedulerCache:
             config=config,
         )
         return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending)
+
+
+def gang_size_errors(pg: PodGroup, limit: int) -> list[str]:
+    """Why a PodGroup is refused for its size: the podgrouper's finding (:data:`~kai_ray.constants.INVALID`, naming
+    the Ray object's field), or a minimum beyond ``limit`` pods however the PodGroup was written."""
+    problem = pg.metadata.annotations.get(c.INVALID)
+    if problem:
+        return [problem]
+    out = []
+    spec = pg.spec
+    if spec.min_member is not None and spec.min_member > limit:
+        out.append(f"spec.minMember: {spec.min_member} pods; at most {limit} pods per gang (max-gang-pods)")
+    leaves = [sg.min_member or 0 for sg in spec.sub_groups or [] if sg.min_member is not None]
+    if sum(leaves) > limit and not (spec.min_member is not None and spec.min_member > limit):
+        out.append(
+            f"spec.subGroups[].minMember: {sum(leaves)} pods in all; at most {limit} pods per gang (max-gang-pods)"
+        )
+    return out
 
 
 class _NothingToRead(Exception):

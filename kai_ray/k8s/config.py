@@ -94,6 +94,7 @@ class OperatorConfig:
     suspend_kinds: tuple[str, ...] = ("RayJob",)  # whole gangs owned by these kinds are suspended, then resumed
     drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
+    max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
 
     def validate(self) -> OperatorConfig:
         if self.placement_strategy not in ("binpack", "spread"):
@@ -125,6 +126,8 @@ class OperatorConfig:
                 raise ConfigError(f"--default-priority: {kind}: the PriorityClass name must not be empty")
         if self.drain_deadline < 0:
             raise ConfigError(f"--drain-deadline: {self.drain_deadline} must not be negative")
+        if self.max_gang_pods < 1:
+            raise ConfigError(f"--max-gang-pods: {self.max_gang_pods} must be at least 1")
         if self.headroom_interval < 0:
             raise ConfigError(f"--headroom-interval: {self.headroom_interval} must not be negative")
         return self

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from kai_ray import constants as c
 from kai_ray.api.loader import ManifestError, parse_object
-from kai_ray.api.meta import Pod
+from kai_ray.api.meta import ObjectMeta, Pod
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.k8s.cache import slim_pod
@@ -54,11 +54,12 @@ from kai_ray.k8s.grouping import (
     update_body,
 )
 from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
+from kai_ray.k8s.isolate import Guard
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import Metrics
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.workqueue import Dispatcher
-from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group, stamp
+from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group, placeholder_group, stamp
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class PodgrouperOperator:
                 "scheduler_name": config.scheduler_name,
                 "queue_label_key": config.queue_label_key,
                 "default_priority": {**base.default_priority, **config.default_priority},
+                "max_gang_pods": config.max_gang_pods,
             }
         )
         self.metrics = Metrics("podgrouper")
@@ -101,6 +103,7 @@ class PodgrouperOperator:
         self._local_lock = threading.Lock()
         self._owner_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._reported: dict[str, str] = {}  # Ray CR key -> last error reported (one Event per distinct error)
+        self.guard = Guard("reconcile", log)
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
@@ -215,6 +218,7 @@ class PodgrouperOperator:
     def _on_pod(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         if kind == DELETE:
             self._done.pop(key, None)
+            self._reported.pop(f"Pod/{key}", None)
             with self._deferred_lock:
                 self._deferred.pop(key, None)
             return
@@ -266,11 +270,39 @@ class PodgrouperOperator:
             self.queue.forget(key)
         except (ApiError, OwnerError) as exc:
             self.metrics.reconcile_errors.labels(key.split("/", 1)[0]).inc()
+            if isinstance(exc, ApiError) and exc.status in (400, 422):
+                self._rejected(key, exc)  # the API server refuses what this object asks for: retrying cannot help
+                self.queue.forget(key)
+                return
             if not self._leading.is_set():
                 return
             delay = self.queue.retry(key, lambda: self._reconcile(key))
             level = logging.INFO if isinstance(exc, OwnerError) or getattr(exc, "conflict", False) else logging.WARNING
             log.log(level, "%s: %s; retrying in %.1fs", key, exc, delay)
+        except Exception as exc:  # a bug: its traceback once per key and error; retried with backoff
+            self.guard.failed(key, exc)
+            if self._leading.is_set():
+                self.queue.retry(key, lambda: self._reconcile(key))
+
+    def _rejected(self, key: str, exc: ApiError) -> None:
+        """A write for this object was refused as invalid: say so on the object, once per distinct message (its
+        next change is reconciled again)."""
+        kind, _, rest = key.partition("/")
+        if kind == "pod":
+            obj, obj_kind, what = self._get_cached(self.pods, rest), "Pod", f"Pod/{rest}"
+        else:
+            obj_kind, _, rest = rest.partition("/")
+            obj, what = self._get_cached(self.ray.get(obj_kind, []), rest), f"{obj_kind}/{rest}"
+        message = f"the API server refused the PodGroup written for it: {exc.message or exc}"
+        if obj is None:
+            return
+        if obj_kind == "Pod":
+            if self._reported.get(what) != message:
+                log.warning("%s: %s", what, message)
+            self._reported[what] = message
+            self.events.emit(object_ref(obj, kind="Pod"), WARNING, "PodGroupError", message)
+        else:
+            self._report_bad_cr(what, obj, obj_kind, message)
 
     def _get_cached(self, infs: list[Informer], key: str) -> dict[str, Any] | None:
         for inf in infs:
@@ -427,10 +459,26 @@ class PodgrouperOperator:
             desired = group(obj, cluster=cluster, pod=pod, config=self.grouper_config)
         except (ManifestError, GroupingError) as exc:
             self._report_bad_cr(ckey, top, kind, str(exc))
-            return None
-        if self._reported.pop(ckey, None) is not None:
+            return self._placeholder(top, kind, str(exc))
+        problem = desired.metadata.annotations.get(c.INVALID)
+        if problem:
+            self._report_bad_cr(ckey, top, kind, problem)
+        elif self._reported.pop(ckey, None) is not None:
             self.events.emit(object_ref(top, kind=kind), NORMAL, "PodGroupValid", "the Ray object can be grouped again")
         return desired
+
+    def _placeholder(self, top: dict[str, Any], kind: str, problem: str) -> PodGroup | None:
+        """A PodGroup that says why the Ray object cannot be scheduled (see :func:`placeholder_group`). Not in
+        KAI-coexistence mode: KAI's scheduler does not read our :data:`~kai_ray.constants.INVALID` mark."""
+        if self.config.kai_coexistence:
+            return None
+        try:
+            meta = ObjectMeta.model_validate(top.get("metadata") or {})
+        except ValidationError:
+            return None
+        if not meta.name or not meta.namespace:
+            return None
+        return placeholder_group(meta, kind, problem, self.grouper_config)
 
     def _effective_cluster(
         self, obj: RayCluster | RayJob | RayService, chain: list[dict[str, Any]]

@@ -37,6 +37,7 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.elastic import ElasticReclaimer, HeadroomPublisher, ray_owner
 from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder
 from kai_ray.k8s.informer import Informer, wait_all_synced
+from kai_ray.k8s.isolate import Guard, Quarantine
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import Metrics
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
@@ -116,7 +117,9 @@ class SchedulerOperator:
                 kinds=config.suspend_kinds,
                 namespaces=config.namespaces,
                 grouper_config=PodgrouperConfig(
-                    scheduler_name=config.scheduler_name, queue_label_key=config.queue_label_key
+                    scheduler_name=config.scheduler_name,
+                    queue_label_key=config.queue_label_key,
+                    max_gang_pods=config.max_gang_pods,
                 ),
                 submit=lambda key, work: self.binder.submit(key, work, priority=EVICT_PRIORITY),
                 wake=self.wake,
@@ -152,6 +155,8 @@ class SchedulerOperator:
         self._last_cycle_seconds = 0.0
         self._last_report = 0.0
         self.last_result: CycleResult | None = None
+        self.quarantine = Quarantine(run_cycle, log, version=self._job_version)
+        self.guard = Guard("reporting", log)
         self.cycles = 0
         self.started_at = time.monotonic()
 
@@ -297,6 +302,13 @@ class SchedulerOperator:
             except Exception:
                 log.exception("scheduling cycle failed; next cycle continues")
 
+    def _job_version(self, key: str) -> Any:
+        """What a quarantined job must change to be tried again: its PodGroup or its set of pods."""
+        with self.cache.lock:
+            pg = self.cache.pgs.get(key)
+            members = self.cache.members.get(key) or {}
+            return (pg.sig if pg is not None else None, tuple(sorted((p.key, p.sig) for p in members.values())))
+
     def _period(self) -> float:
         """Seconds until the next periodic cycle when nothing changes.
 
@@ -317,7 +329,7 @@ class SchedulerOperator:
         virtual = self.gangs.virtual_pods() if self.gangs is not None and leading else {}
         view = self.cache.build(self.core_config(), extra=virtual)
         t1 = time.perf_counter()
-        result = run_cycle(view.snapshot)
+        result = self.quarantine.run(view.snapshot)
         t2 = time.perf_counter()
         t3 = t2
         if self._leading.is_set():
@@ -536,6 +548,9 @@ class SchedulerOperator:
         for key, errors in view.invalid_jobs.items():
             msg = "; ".join(errors)
             verdicts[key] = JobStatus(key, False, Reason.INVALID, f"invalid PodGroup: {msg}")
+        for key, q in self.quarantine.jobs.items():
+            why = f"the scheduler fails on this PodGroup ({q.reason}); it is left out until it or its pods change"
+            verdicts[key] = JobStatus(key, False, Reason.INVALID, why)
         bad_queues = view.invalid_queues
         for key, v in list(verdicts.items()):
             if not v.scheduled and v.reason is Reason.QUEUE_DOES_NOT_EXIST:
@@ -552,7 +567,7 @@ class SchedulerOperator:
             return [view.pods_by_uid[p.uid] for p in job.pods if p.uid in view.pods_by_uid] if job else []
 
         for key, v in verdicts.items():
-            self._report_job(key, v, members, now, iso)
+            self.guard(key, self._report_job, key, v, members, now, iso, default=None)
         for key in [k for k in self._verdicts if k not in verdicts]:
             del self._verdicts[key]
             with self._status_lock:

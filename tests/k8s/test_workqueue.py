@@ -7,6 +7,7 @@ raised ``OverflowError`` after ~1,024 failures inside the error handler, so the 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -160,7 +161,7 @@ def test_backoff_grows_to_its_cap_and_never_overflows(base: float, factor: float
     b = Backoff(base=base, cap=cap, clock=lambda: 0.0)
     delays = [b.next("k") for _ in range(n)]
     assert delays[0] == base
-    assert all(d1 <= d2 for d1, d2 in zip(delays, delays[1:], strict=False)), "never shrinks while failing"
+    assert all(d1 <= d2 for d1, d2 in itertools.pairwise(delays)), "never shrinks while failing"
     assert all(base <= d <= cap for d in delays)
     if n > 200:
         assert delays[-1] == cap
@@ -207,7 +208,7 @@ def test_delay_of_a_resubmission_while_running_is_honoured() -> None:
         wait_until("four runs", lambda: len(starts) >= 4, 30)
         time.sleep(0.2)
         assert len(starts) == 4
-        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
         assert all(g >= 0.29 for g in gaps), gaps
     finally:
         d.stop()
@@ -240,7 +241,7 @@ def test_a_failing_key_costs_one_run_per_backoff_step_whatever_the_events() -> N
         t.join()
         with lock:
             seen = list(starts[:6])
-        gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(seen)]
         expected = [0.1, 0.2, 0.4, 0.4, 0.4]
         assert all(g >= e - 0.01 for g, e in zip(gaps, expected, strict=True)), gaps
         assert d.retries >= 5
