@@ -212,7 +212,12 @@ def test_inference_preempts_training_and_training_comes_back(
         60,
     )
     record = json.loads(
-        kube.get(podgroups_path(namespace, train_pg_name))["metadata"]["annotations"][SUSPEND_ANNOTATION]
+        wait_until(  # written right after the suspend patch, which KubeRay may act on first
+            "the suspend record on the PodGroup",
+            lambda: kube.get(podgroups_path(namespace, train_pg_name))["metadata"]["annotations"].get(
+                SUSPEND_ANNOTATION
+            ),
+        )
     )
     assert record["owner"] == f"RayJob/{name}" and record["reason"] in ("Reclaimed", "Preempted")
     assert serve_key in record["message"], record
@@ -266,11 +271,18 @@ def test_inference_preempts_training_and_training_comes_back(
     job_now = kube.get(ray_path("RayJob", namespace, name))
     assert not job_now["spec"].get("suspend")
     assert (job_now.get("status") or {}).get("jobDeploymentStatus") != "Failed"
-    pg_now = kube.get(podgroups_path(namespace, train_pg_name))
-    assert SUSPEND_ANNOTATION not in pg_now["metadata"].get("annotations", {})
+    wait_until(  # removed right after the resume patch, which KubeRay may act on first
+        "the suspend record to be removed",
+        lambda: (
+            SUSPEND_ANNOTATION
+            not in kube.get(podgroups_path(namespace, train_pg_name))["metadata"].get("annotations", {})
+        ),
+    )
     assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
     assert all(v <= 8 for v in gc.max_gpu.values()), f"a node was over-committed at some point: {gc.max_gpu}"
     # One suspend and one resume: the gang did not flap.
     assert sched.reclaimer is not None and sched.gangs is not None
+    gangs = sched.gangs
+    wait_until("the resume to be recorded", lambda: gangs.resumed)
     assert [(r.kind, r.target, r.ok) for r in sched.reclaimer.records] == [("suspend", f"{namespace}/{name}", True)]
-    assert [job for job, _ in sched.gangs.resumed] == [f"{namespace}/{train_pg_name}"]
+    assert [job for job, _ in gangs.resumed] == [f"{namespace}/{train_pg_name}"]
