@@ -59,6 +59,7 @@ from kai_ray.k8s.rayplan import (
     NOTHING_TO_DO,
     PENDING_DELETES,
     REPLICA_NAME_LABEL,
+    SHUTDOWN_RESTORE,
     SUSPENDABLE_KINDS,
     SUSPENDED,
     UNKNOWN_GROUP,
@@ -263,7 +264,9 @@ def _set_suspend(
         return SuspendOutcome(
             False, NOT_SUSPENDABLE, f"{owner_kind} {name}: spec.suspend is not part of the installed {owner_kind} CRD"
         )
-    record = {"at": _now_iso(), "reason": reason, "message": message, "owner": f"{owner_kind}/{name}"}
+    record: dict[str, Any] = {"at": _now_iso(), "reason": reason, "message": message, "owner": f"{owner_kind}/{name}"}
+    if plan.restored and value:
+        record["shutdownAfterJobFinishes"] = f"set true for the suspension (was {plan.restored})"
     if podgroup:
         record_on_podgroup(kube, namespace, podgroup, SUSPEND_ANNOTATION, record if value else None)
     verb = "suspended" if value else "resumed"
@@ -329,6 +332,8 @@ class ElasticReclaimer:
     small thread pool, because a shrink waits up to ``drain_deadline_s`` for the drain; refusals that a shrink can
     never express (a head pod, an unknown group, ...) are handed to ``fallback`` (the operator's own eviction), while
     ``PendingDeletes`` is left for a later cycle to decide again (killing the pod would restart the recreate loop).
+    A RayJob that cannot be suspended now is never evicted instead (KubeRay would fail it for good): its victims are
+    handed to ``release`` (the operator forgets they are being evicted) and the next cycle decides again.
 
     ``gcs_address``: ``"auto"`` (the head pod's IP and GCS port), ``None`` (no draining), or a function
     ``(namespace, cluster) -> address``. ``shrink=False`` leaves elastic victims to plain eviction. ``labels_of``
@@ -348,6 +353,7 @@ class ElasticReclaimer:
         workers: int = 4,
         labels_of: Callable[[Any], Mapping[str, str] | None] | None = None,
         owner_of: Callable[[str, str], tuple[str, str] | None] | None = None,
+        release: Callable[[Any], None] | None = None,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -359,6 +365,7 @@ class ElasticReclaimer:
         self.fallback = fallback
         self.labels_of = labels_of
         self.owner_of = owner_of
+        self.release = release
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-ray-reclaim")
         self.records: list[ReclaimRecord] = []
         self._lock = threading.Lock()
@@ -430,6 +437,15 @@ class ElasticReclaimer:
             self.records.append(rec)
             del self.records[:-1000]
 
+    def _release(self, items: list[tuple[Any, Any]]) -> None:
+        if self.release is None:
+            return
+        for p, _ in items:
+            try:
+                self.release(p)
+            except Exception as exc:
+                log.warning("releasing victim %s/%s failed: %s", p.namespace, p.name, exc)
+
     def _fall_back(self, items: list[tuple[Any, Any]]) -> None:
         if self.fallback is None:
             return
@@ -486,9 +502,16 @@ class ElasticReclaimer:
                 "suspend", f"{namespace}/{name}", names, out.applied, out.code, out.message, time.monotonic() - t0
             )
         )
-        if not out.applied:
-            log.info("cannot suspend %s %s/%s (%s); evicting its pods", kind, namespace, name, out.message)
-            self._fall_back(items)
+        if out.applied:
+            return
+        if kind == "RayJob":
+            # Evicting a RayJob's pods fails it for good (KubeRay does not recreate its head): never. The victims go
+            # back to the core, which decides again next cycle (the suspend is retried, or someone else yields).
+            log.info("cannot suspend RayJob %s/%s now (%s); its pods are not evicted", namespace, name, out.message)
+            self._release(items)
+            return
+        log.info("cannot suspend %s %s/%s (%s); evicting its pods", kind, namespace, name, out.message)
+        self._fall_back(items)
 
 
 def publish_headroom(
@@ -604,6 +627,7 @@ __all__ = [
     "REJECTED",
     "REPLICA_NAME_LABEL",
     "SHRINK_ANNOTATION",
+    "SHUTDOWN_RESTORE",
     "SUSPENDABLE_KINDS",
     "SUSPENDED",
     "SUSPEND_ANNOTATION",

@@ -59,7 +59,15 @@ from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import Metrics
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.workqueue import Dispatcher
-from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group, placeholder_group, stamp
+from kai_ray.podgrouper import (
+    GroupingError,
+    PodgrouperConfig,
+    PodStamp,
+    group,
+    placeholder_group,
+    stamp,
+    suspend_blocker,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +112,7 @@ class PodgrouperOperator:
         self._owner_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._reported: dict[str, str] = {}  # Ray CR key -> last error reported (one Event per distinct error)
         self.guard = Guard("reconcile", log)
+        self._warned: dict[str, str] = {}  # Ray CR key -> admission warning given (once per distinct warning)
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
@@ -251,6 +260,7 @@ class PodgrouperOperator:
         def handle(event: str, key: str, obj: dict[str, Any]) -> None:
             if event == DELETE:
                 self._reported.pop(f"{kind}/{key}", None)
+                self._warned.pop(f"{kind}/{key}", None)
                 return
             self._enqueue(f"ray/{kind}/{key}")
 
@@ -465,6 +475,17 @@ class PodgrouperOperator:
             self._report_bad_cr(ckey, top, kind, problem)
         elif self._reported.pop(ckey, None) is not None:
             self.events.emit(object_ref(top, kind=kind), NORMAL, "PodGroupValid", "the Ray object can be grouped again")
+        blocker = suspend_blocker(kind, obj.metadata.name, top.get("spec") or {})
+        if blocker is not None and self._warned.get(ckey) != blocker:
+            self._warned[ckey] = blocker
+            self.events.emit(
+                object_ref(top, kind=kind),
+                WARNING,
+                "NotPreemptible",
+                f"{blocker}; kai-ray schedules it as non-preemptible (within its queue's quota) and never preempts it",
+            )
+        elif blocker is None:
+            self._warned.pop(ckey, None)
         return desired
 
     def _placeholder(self, top: dict[str, Any], kind: str, problem: str) -> PodGroup | None:

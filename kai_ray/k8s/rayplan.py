@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.podgrouper import suspend_blocker
 
 # KubeRay (RayMultiHostIndexing) and the GKE TPU webhook label the pods of one multi-host replica.
 REPLICA_NAME_LABEL = "ray.io/worker-group-replica-name"
@@ -229,16 +230,36 @@ def plan_shrink(
 
 # --- suspend ----------------------------------------------------------------------------------------------------
 
+# On a RayJob kai-ray suspended: the user's spec.shutdownAfterJobFinishes, put back when the job is resumed.
+SHUTDOWN_RESTORE = "kai-ray.io/restore-shutdown-after-job-finishes"
+UNSET = "unset"
+
 
 @dataclass(frozen=True)
 class SuspendPlan:
+    """A JSON patch for the owner, or ``patch=None`` and a refusal ``code`` with a ``reason`` naming the field.
+    ``restored``: for a RayJob whose ``shutdownAfterJobFinishes`` the plan sets (suspend) or puts back (resume), the
+    user's value (``"false"``, ``"true"`` or :data:`UNSET`); empty otherwise."""
+
     patch: list[dict[str, Any]] | None
     code: str = ""
     reason: str = ""
+    restored: str = ""
 
     @property
     def ok(self) -> bool:
         return self.patch is not None
+
+
+def _annotation_ops(owner: Mapping[str, Any], key: str, value: str | None) -> list[dict[str, Any]]:
+    """JSON-patch operations setting (or, for ``None``, removing) one annotation."""
+    annotations = _meta(owner).get("annotations")
+    path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+    if value is None:
+        return [{"op": "remove", "path": path}] if annotations and key in annotations else []
+    if not annotations:
+        return [{"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
+    return [{"op": "add", "path": path, "value": value}]
 
 
 def _suspend_plan(owner_kind: str, owner: Mapping[str, Any], value: bool) -> SuspendPlan:
@@ -247,36 +268,50 @@ def _suspend_plan(owner_kind: str, owner: Mapping[str, Any], value: bool) -> Sus
         return SuspendPlan(None, NOT_SUSPENDABLE, f"{owner_kind} {name}: only {', '.join(SUSPENDABLE_KINDS)} suspend")
     spec = owner.get("spec") or {}
     if value and owner_kind == "RayJob":
-        # KubeRay marks such a RayJob ValidationFailed instead of suspending it.
-        if not spec.get("shutdownAfterJobFinishes"):
-            return SuspendPlan(
-                None,
-                NOT_SUSPENDABLE,
-                f"RayJob {name}: spec.shutdownAfterJobFinishes is not true, and KubeRay refuses to suspend such a job",
-            )
-        if spec.get("clusterSelector"):
-            return SuspendPlan(
-                None,
-                NOT_SUSPENDABLE,
-                f"RayJob {name}: spec.clusterSelector jobs run on a shared cluster; not suspended",
-            )
-    if bool(spec.get("suspend")) == value:
+        blocker = suspend_blocker("RayJob", name, spec)
+        if blocker is not None:
+            return SuspendPlan(None, NOT_SUSPENDABLE, blocker)
+    already = bool(spec.get("suspend")) == value
+    annotations = _meta(owner).get("annotations") or {}
+    if already and not (owner_kind == "RayJob" and not value and SHUTDOWN_RESTORE in annotations):
         return SuspendPlan(None, NOTHING_TO_DO, f"{owner_kind} {name}: spec.suspend is already {str(value).lower()}")
     ops: list[dict[str, Any]] = []
     rv = _meta(owner).get("resourceVersion")
     if rv:
         ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
-    ops.append({"op": "add", "path": "/spec/suspend", "value": value})
-    return SuspendPlan(ops)
+    restored = ""
+    if owner_kind == "RayJob" and value and not spec.get("shutdownAfterJobFinishes"):
+        # KubeRay suspends a RayJob only with shutdownAfterJobFinishes true (otherwise ValidationFailed, for good).
+        # Set it in the same patch as the suspend, and keep the user's value on the RayJob to put back on resume.
+        was = "false" if "shutdownAfterJobFinishes" in spec else UNSET
+        ops += _annotation_ops(owner, SHUTDOWN_RESTORE, was)
+        ops.append({"op": "add", "path": "/spec/shutdownAfterJobFinishes", "value": True})
+        restored = was
+    if owner_kind == "RayJob" and not value:
+        kept = annotations.get(SHUTDOWN_RESTORE)
+        if kept is not None:
+            if kept == UNSET:
+                if "shutdownAfterJobFinishes" in spec:
+                    ops.append({"op": "remove", "path": "/spec/shutdownAfterJobFinishes"})
+            else:
+                ops.append({"op": "add", "path": "/spec/shutdownAfterJobFinishes", "value": kept == "true"})
+            ops += _annotation_ops(owner, SHUTDOWN_RESTORE, None)
+            restored = str(kept)
+    if not already:
+        ops.append({"op": "add", "path": "/spec/suspend", "value": value})
+    return SuspendPlan(ops, restored=restored)
 
 
 def plan_suspend(owner_kind: str, owner: Mapping[str, Any]) -> SuspendPlan:
-    """JSON patch setting ``spec.suspend: true`` on a RayJob/RayCluster/RayService, or a refusal with its reason."""
+    """JSON patch setting ``spec.suspend: true`` on a RayJob/RayCluster/RayService, or a refusal with its reason. A
+    RayJob without ``shutdownAfterJobFinishes: true`` gets it in the same patch (KubeRay refuses to suspend it
+    otherwise), its own value kept in :data:`SHUTDOWN_RESTORE` for :func:`plan_resume`."""
     return _suspend_plan(owner_kind, owner, True)
 
 
 def plan_resume(owner_kind: str, owner: Mapping[str, Any]) -> SuspendPlan:
-    """JSON patch lifting ``spec.suspend`` (the scheduler admitted the gang again)."""
+    """JSON patch lifting ``spec.suspend`` (the scheduler admitted the gang again) and putting back a RayJob's own
+    ``shutdownAfterJobFinishes`` (also when someone else lifted the suspend)."""
     return _suspend_plan(owner_kind, owner, False)
 
 

@@ -240,7 +240,7 @@ class SuspendedGangs:
         owner = self.owner(kind, pg.namespace, name)
         at = parse_time(str(record.get("at") or "")) if record else None
         if owner is not None and not (owner.get("spec") or {}).get("suspend"):
-            self._drop_stale_record(key, pg.namespace, pg.name, at, now_wall)
+            self._drop_stale_record(key, pg.namespace, pg.name, at, now_wall, kind, name)
             return None
         if owner is None or not suspend_settled(kind, owner) or has_pods:
             return None
@@ -251,16 +251,21 @@ class SuspendedGangs:
             return None
         return gang.pods
 
-    def _drop_stale_record(self, key: str, namespace: str, name: str, at: float | None, now_wall: float) -> None:
+    def _drop_stale_record(
+        self, key: str, namespace: str, name: str, at: float | None, now_wall: float, kind: str, owner: str
+    ) -> None:
         """The owner runs again (someone lifted the suspend, or our resume's record removal failed): the record is
-        stale. Not before :data:`STALE_RECORD_AFTER`, since the owner's watch event may lag the PodGroup's."""
+        stale, and a RayJob gets its own ``shutdownAfterJobFinishes`` back (:func:`~kai_ray.k8s.rayplan.plan_resume`).
+        Not before :data:`STALE_RECORD_AFTER`, since the owner's watch event may lag the PodGroup's."""
         if key in self._dropping or (at is not None and now_wall - at < STALE_RECORD_AFTER):
             return
         self._dropping.add(key)
 
         def work() -> None:
             try:
-                record_on_podgroup(self.kube, namespace, name, SUSPEND_ANNOTATION, None)
+                out = apply_resume(self.kube, kind, namespace, owner, reason="Unsuspended", podgroup=name)
+                if out.code == NOTHING_TO_DO or not out.applied:
+                    record_on_podgroup(self.kube, namespace, name, SUSPEND_ANNOTATION, None)
             except Exception as exc:
                 log.info("dropping the stale suspend record of %s: %s", key, exc)
             finally:

@@ -107,6 +107,7 @@ class SchedulerOperator:
                 fallback=self._evict,
                 labels_of=self._cached_labels,
                 owner_of=self._cached_owner,
+                release=lambda p: self.cache.unmark_evicting(p.key),
             )
             self.eviction_interceptors.append(self.reclaimer)
         self.gangs: SuspendedGangs | None = None

@@ -8,6 +8,7 @@ from kai_ray.podgrouper.grouper import (
     group,
     placeholder_group,
     podgroup_name,
+    suspend_blocker,
 )
 from kai_ray.podgrouper.pods import PodTemplate, cluster_name, expand_pods, pod_templates
 from kai_ray.podgrouper.stamping import PodStamp, stamp, subgroup_for_pod
@@ -27,4 +28,5 @@ __all__ = [
     "podgroup_name",
     "stamp",
     "subgroup_for_pod",
+    "suspend_blocker",
 ]

@@ -16,7 +16,9 @@ INVALID`, naming the field); elastic ceilings are capped at ``max_gang_pods``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
@@ -131,9 +133,30 @@ def resolve_priority(obj: RayObject, spec: RayClusterSpec, pod: Pod | None, conf
     return config.default_priority.get(obj.kind, "train")
 
 
+def suspend_blocker(kind: str, name: str | None, spec: Mapping[str, Any]) -> str | None:
+    """Why kai-ray cannot preempt this Ray object gracefully (suspend it), naming the field; None when it can.
+
+    A RayJob that kai-ray preempts is suspended, never has its pods evicted: KubeRay (>= 1.5) does not recreate a
+    RayJob's head, so an evicted RayJob fails for good. KubeRay suspends a RayJob only with
+    ``shutdownAfterJobFinishes: true`` (kai-ray sets it for the time of the suspension), which a
+    ``deletionStrategy`` rules out; and a ``clusterSelector`` job shares a cluster it does not own."""
+    if kind != "RayJob":
+        return None
+    if spec.get("clusterSelector"):
+        return f"RayJob {name}: spec.clusterSelector: the job runs on a shared cluster, which kai-ray does not suspend"
+    if spec.get("deletionStrategy") and not spec.get("shutdownAfterJobFinishes"):
+        return (
+            f"RayJob {name}: spec.deletionStrategy: KubeRay suspends a RayJob only with shutdownAfterJobFinishes "
+            "true, which a deletionStrategy rules out; evicting its pods instead would fail it for good"
+        )
+    return None
+
+
 def resolve_preemptibility(
     obj: RayObject, pod: Pod | None, priority_class: str, config: PodgrouperConfig
 ) -> str | None:
+    if isinstance(obj, RayJob) and suspend_blocker(obj.kind, obj.metadata.name, obj.spec.to_dict()):
+        return "non-preemptible"  # it cannot be preempted without failing it (the podgrouper says so in an Event)
     label = _first_label(c.PREEMPTIBILITY_LABEL, obj.metadata, pod.metadata if pod else None)
     if label is not None:
         if label not in ("preemptible", "non-preemptible"):

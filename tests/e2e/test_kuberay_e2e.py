@@ -83,6 +83,7 @@ class GarbageCollector:
         self.kube, self.ns = kube, ns
         self.max_gpu: dict[str, float] = {}
         self.collected: list[str] = []
+        self.job_states: dict[str, set[str]] = {}  # RayJob -> every jobDeploymentStatus seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="test-gc", daemon=True)
 
@@ -108,6 +109,10 @@ class GarbageCollector:
             self._stop.wait(0.3)
 
     def sweep(self) -> None:
+        for job in self.kube.get(ray_path("RayJob", self.ns))["items"]:
+            state = (job.get("status") or {}).get("jobDeploymentStatus")
+            if state:
+                self.job_states.setdefault(job["metadata"]["name"], set()).add(state)
         owners = self._uids("RayService") | self._uids("RayJob")
         for rc in self.kube.get(ray_path("RayCluster", self.ns))["items"]:
             refs = [r for r in rc["metadata"].get("ownerReferences") or [] if r.get("controller")]
@@ -139,7 +144,9 @@ def kuberay(control_plane: ControlPlane, namespace: str):
     control_plane.stop_component("kuberay-operator")
 
 
+@pytest.mark.parametrize("shutdown", [True, False], ids=["shutdown-after-job-finishes", "without-it"])
 def test_inference_preempts_training_and_training_comes_back(
+    shutdown: bool,
     kube: Kube,
     namespace: str,
     queues: Any,
@@ -159,6 +166,8 @@ def test_inference_preempts_training_and_training_comes_back(
 
     # 1. The training RayJob's cluster is gang-scheduled onto the fake GPUs: head + 4 workers x 8 GPUs = 32 GPUs.
     job = _example("rayjob-training.yaml", namespace, training_q)
+    if not shutdown:  # KubeRay refuses to suspend such a job; kai-ray sets the field for the suspension (issue 12)
+        del job["spec"]["shutdownAfterJobFinishes"]
     kube.create(ray_path("RayJob", namespace), job)
     name = job["metadata"]["name"]
     training = wait_until(
@@ -271,6 +280,10 @@ def test_inference_preempts_training_and_training_comes_back(
     job_now = kube.get(ray_path("RayJob", namespace, name))
     assert not job_now["spec"].get("suspend")
     assert (job_now.get("status") or {}).get("jobDeploymentStatus") != "Failed"
+    seen_states = set(gc.job_states.get(name, set()))
+    assert not seen_states & {"Failed", "ValidationFailed"}, f"the RayJob went {seen_states}"
+    assert "Suspended" in seen_states
+    assert job_now["spec"].get("shutdownAfterJobFinishes") == (True if shutdown else None), "the user's own value"
     wait_until(  # removed right after the resume patch, which KubeRay may act on first
         "the suspend record to be removed",
         lambda: (
