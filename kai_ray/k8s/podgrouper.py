@@ -45,6 +45,7 @@ from kai_ray.k8s.grouping import (
     RAY_KINDS,
     controller_ref,
     differs,
+    group_name_for_pod,
     has_skip_marks,
     merge_existing,
     own_group_name,
@@ -76,6 +77,7 @@ MAX_OWNER_DEPTH = 8
 STAMP_HOLDOFF = 0.5  # seconds without PodGroup writes before deferred stamps go
 STAMP_MAX_DELAY = 10.0  # a deferred stamp waits at most this long for a quiet moment
 STAMP_WORKERS = 8
+OWNER_GRACE = 30.0  # seconds a pod's owner may be missing (created after it, watch lag) before it is explained
 
 
 class OwnerError(Exception):
@@ -112,6 +114,8 @@ class PodgrouperOperator:
         self._owner_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._reported: dict[str, str] = {}  # Ray CR key -> last error reported (one Event per distinct error)
         self.guard = Guard("reconcile", log)
+        self._orphans: dict[str, float] = {}  # pod key -> since when its owner chain cannot be followed
+        self.owner_grace = OWNER_GRACE
         self._warned: dict[str, str] = {}  # Ray CR key -> admission warning given (once per distinct warning)
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self.pods: list[Informer] = []
@@ -228,6 +232,7 @@ class PodgrouperOperator:
         if kind == DELETE:
             self._done.pop(key, None)
             self._reported.pop(f"Pod/{key}", None)
+            self._orphans.pop(key, None)
             with self._deferred_lock:
                 self._deferred.pop(key, None)
             return
@@ -280,6 +285,8 @@ class PodgrouperOperator:
             self.queue.forget(key)
         except (ApiError, OwnerError) as exc:
             self.metrics.reconcile_errors.labels(key.split("/", 1)[0]).inc()
+            if isinstance(exc, OwnerError) and key.startswith("pod/"):
+                self._orphaned(key[4:], exc)
             if isinstance(exc, ApiError) and exc.status in (400, 422):
                 self._rejected(key, exc)  # the API server refuses what this object asks for: retrying cannot help
                 self.queue.forget(key)
@@ -293,6 +300,52 @@ class PodgrouperOperator:
             self.guard.failed(key, exc)
             if self._leading.is_set():
                 self.queue.retry(key, lambda: self._reconcile(key))
+
+    def _orphaned(self, key: str, exc: OwnerError) -> None:
+        """The pod's owner chain still cannot be followed after :data:`OWNER_GRACE` seconds (a dangling owner
+        reference): the pod gets its own PodGroup marked :data:`~kai_ray.constants.INVALID` with the reason, so the
+        scheduler explains it (a condition, ``kai-ray explain``) and schedules nothing of it, and a Warning Event. The
+        reconcile goes on being retried: once the owner exists, the pod joins its real PodGroup."""
+        first = self._orphans.setdefault(key, time.monotonic())
+        if time.monotonic() - first < self.owner_grace or self.config.kai_coexistence:
+            return
+        raw = self._get_cached(self.pods, key)
+        meta = (raw or {}).get("metadata") or {}
+        if raw is None or meta.get("deletionTimestamp"):
+            return
+        try:
+            pod = Pod.model_validate(raw)
+            desired = single_pod_group(pod, self.grouper_config)
+            message = (
+                f"Pod {pod.metadata.name}: metadata.ownerReferences: {exc}; nothing of it is scheduled until it does"
+            )
+            desired.metadata.annotations[c.INVALID] = message
+            pg = self.apply(desired)
+            self._stamp(pod, pg)
+        except (ValidationError, ApiError) as err:
+            log.info("pod %s: cannot mark it as orphaned: %s", key, err)
+            return
+        what = f"Pod/{key}"
+        if self._reported.get(what) != message:
+            self._reported[what] = message
+            log.warning("%s", message)
+            self.events.emit(object_ref(raw, kind="Pod"), WARNING, "OwnerNotFound", message)
+
+    def _adopted(self, key: str, raw: dict[str, Any], pg: PodGroup) -> None:
+        """A pod that had its own PodGroup for a dangling owner now has its real one: the stand-in goes."""
+        if self._orphans.pop(key, None) is None:
+            return
+        self._reported.pop(f"Pod/{key}", None)
+        meta = raw.get("metadata") or {}
+        own = group_name_for_pod(meta.get("name"), meta.get("uid"))
+        ns = meta.get("namespace", "")
+        if own == pg.metadata.name or self._get_pg(f"{ns}/{own}") is None:
+            return
+        try:
+            self.kube.delete(podgroups_path(ns, own))
+        except ApiError as exc:
+            if not exc.not_found:
+                log.info("deleting the stand-in PodGroup %s/%s: %s", ns, own, exc)
 
     def _rejected(self, key: str, exc: ApiError) -> None:
         """A write for this object was refused as invalid: say so on the object, once per distinct message (its
@@ -412,6 +465,8 @@ class PodgrouperOperator:
             return
         done = self._stamp(pod, pg)
         self._done[key] = _pod_fingerprint(done)
+        if self._orphans:
+            self._adopted(key, raw, pg)
 
     def _may_defer_stamp(self, raw: dict[str, Any], pod: Pod, pg: PodGroup) -> bool:
         """Whether the scheduler can place this pod without its stamp (see the module docstring)."""

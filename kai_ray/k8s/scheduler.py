@@ -24,7 +24,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -552,7 +552,12 @@ class SchedulerOperator:
         for key, q in self.quarantine.jobs.items():
             why = f"the scheduler fails on this PodGroup ({q.reason}); it is left out until it or its pods change"
             verdicts[key] = JobStatus(key, False, Reason.INVALID, why)
-        bad_queues = view.invalid_queues
+        bad_queues = {name: list(errors) for name, errors in view.invalid_queues.items()}
+        for f in result.findings:  # unknown parents and cycles are found across queues, by the core
+            if f.kind == "Queue" and f.name in self.cache.queues:
+                text = f"spec.{f.field}: {f.message}" if f.field else f.message
+                if text not in bad_queues.setdefault(f.name, []):
+                    bad_queues[f.name].append(text)
         for key, v in list(verdicts.items()):
             if not v.scheduled and v.reason is Reason.QUEUE_DOES_NOT_EXIST:
                 pg = self.cache.pgs.get(key)
@@ -562,6 +567,11 @@ class SchedulerOperator:
                         key, False, Reason.QUEUE_INVALID, f"queue {qname!r} is invalid: {'; '.join(bad_queues[qname])}"
                     )
         jobs = {j.key: j for j in view.snapshot.jobs}
+        for key, v in list(verdicts.items()):
+            if not v.scheduled and v.reason is Reason.NEVER_FITS:
+                fields = self._oversized(view, jobs.get(key))
+                if fields:
+                    verdicts[key] = replace(v, message=f"{'; '.join(fields)}; {v.message}")
 
         def members(key: str) -> list[PodEntry]:
             job = jobs.get(key)
@@ -575,6 +585,23 @@ class SchedulerOperator:
                 self._status_written.pop(key, None)
         self._report_findings(result)
         self._report_queues(result, bad_queues, now, iso)
+
+    def _oversized(self, view: SnapshotView, job: Any) -> list[str]:
+        """For a gang that can never fit: the request fields of its pods that no node can hold (at most 3)."""
+        if job is None:
+            return []
+        largest = {
+            r: max((getattr(n.allocatable, r) for n in view.snapshot.nodes), default=0.0)
+            for r in ("gpu", "cpu", "memory")
+        }
+        out: list[str] = []
+        for p in job.pods:
+            entry = view.pods_by_uid.get(p.uid)
+            if entry is not None and len(entry.raw) > 1 and isinstance(entry.raw[1], dict):
+                out += st.oversized_fields(entry.name, entry.raw[1], largest)
+            if len(out) >= 3:
+                break
+        return out[:3]
 
     def _report_job(
         self, key: str, v: JobStatus, members: Callable[[str], list[PodEntry]], now: float, iso: str
@@ -642,10 +669,9 @@ class SchedulerOperator:
     def _report_findings(self, result: CycleResult) -> None:
         for f in result.findings:
             ref: dict[str, Any] | None = None
-            if f.kind == "Queue":
-                q = self.cache.queues.get(f.name)
-                ref = _queue_ref(q.raw) if q is not None else None
-            elif f.kind == "PodGroup":
+            if f.kind == "Queue" and f.name in self.cache.queues:
+                continue  # in the Queue's Valid condition, with an Event when it changes (_report_queues)
+            if f.kind == "PodGroup":
                 pg = self.cache.pgs.get(f.name)
                 ref = _pg_ref(pg.raw) if pg is not None else None
             text = f"{f.field}: {f.message}" if f.field else f.message

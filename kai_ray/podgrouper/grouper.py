@@ -82,6 +82,11 @@ def plan_groups(obj: RayObject, spec: RayClusterSpec) -> list[GroupPlan]:
                 "another group"
             )
         seen[name] = sg
+        if wg.min_replicas is not None and wg.max_replicas is not None and wg.min_replicas > wg.max_replicas:
+            raise GroupingError(  # KubeRay refuses such a cluster (creates none of its pods): say so
+                f"{obj.kind} {obj.metadata.name}: {path}.workerGroupSpecs[{i}].minReplicas: {wg.min_replicas} is "
+                f"greater than maxReplicas {wg.max_replicas}"
+            )
         if wg.suspend or (not wg.replicas and not wg.min_replicas and not (autoscaling and wg.max > 0)):
             continue
         hosts = wg.hosts
