@@ -384,8 +384,10 @@ def _queue(name: str, gpu_quota: float, parent: str | None, priority: int | None
     return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 
 
-def _pod(name: str, gpus: int, queue: str, priority: str, group: str | None = None) -> dict[str, Any]:
-    labels = {c.QUEUE_LABEL: queue, c.PRIORITY_LABEL: priority}
+def _pod(
+    name: str, gpus: int, queue: str, priority: str, group: str | None = None, extra: dict[str, str] | None = None
+) -> dict[str, Any]:
+    labels = {c.QUEUE_LABEL: queue, c.PRIORITY_LABEL: priority, **(extra or {})}
     annotations: dict[str, str] = {}
     if group:
         annotations[c.PODGROUP_ANNOTATION] = group
@@ -404,7 +406,16 @@ def _pod(name: str, gpus: int, queue: str, priority: str, group: str | None = No
     }
 
 
-def _gang(kube: Kube, ns: str, name: str, pods: int, gpus: int, queue: str, priority: str) -> list[str]:
+def _gang(
+    kube: Kube,
+    ns: str,
+    name: str,
+    pods: int,
+    gpus: int,
+    queue: str,
+    priority: str,
+    labels: dict[str, str] | None = None,
+) -> list[str]:
     body = {
         "apiVersion": "scheduling.run.ai/v2alpha2",
         "kind": "PodGroup",
@@ -414,7 +425,7 @@ def _gang(kube: Kube, ns: str, name: str, pods: int, gpus: int, queue: str, prio
     kube.create(podgroups_path(ns), body)
     names = [f"{name}-{i}" for i in range(pods)]
     for pod in names:
-        kube.create(pods_path(ns), _pod(pod, gpus, queue, priority, group=name))
+        kube.create(pods_path(ns), _pod(pod, gpus, queue, priority, group=name, extra=labels))
     return names
 
 

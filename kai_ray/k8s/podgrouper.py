@@ -266,6 +266,7 @@ class PodgrouperOperator:
             if event == DELETE:
                 self._reported.pop(f"{kind}/{key}", None)
                 self._warned.pop(f"{kind}/{key}", None)
+                self._orphans.pop(f"ray/{kind}/{key}", None)
                 return
             self._enqueue(f"ray/{kind}/{key}")
 
@@ -285,8 +286,8 @@ class PodgrouperOperator:
             self.queue.forget(key)
         except (ApiError, OwnerError) as exc:
             self.metrics.reconcile_errors.labels(key.split("/", 1)[0]).inc()
-            if isinstance(exc, OwnerError) and key.startswith("pod/"):
-                self._orphaned(key[4:], exc)
+            if isinstance(exc, OwnerError):
+                self._orphaned(key[4:] if key.startswith("pod/") else key, exc)
             if isinstance(exc, ApiError) and exc.status in (400, 422):
                 self._rejected(key, exc)  # the API server refuses what this object asks for: retrying cannot help
                 self.queue.forget(key)
@@ -302,12 +303,28 @@ class PodgrouperOperator:
                 self.queue.retry(key, lambda: self._reconcile(key))
 
     def _orphaned(self, key: str, exc: OwnerError) -> None:
-        """The pod's owner chain still cannot be followed after :data:`OWNER_GRACE` seconds (a dangling owner
-        reference): the pod gets its own PodGroup marked :data:`~kai_ray.constants.INVALID` with the reason, so the
-        scheduler explains it (a condition, ``kai-ray explain``) and schedules nothing of it, and a Warning Event. The
-        reconcile goes on being retried: once the owner exists, the pod joins its real PodGroup."""
+        """An object's owner chain still cannot be followed after :data:`OWNER_GRACE` seconds (a dangling owner
+        reference): a pod gets its own PodGroup, a Ray object a placeholder, marked :data:`~kai_ray.constants.INVALID`
+        with the reason (the scheduler explains it in a condition and schedules nothing of it), and a Warning Event.
+        ``key`` is a pod key or ``ray/<kind>/<ns>/<name>``. The reconcile goes on being retried with backoff: once the
+        owner exists, the object joins its real PodGroup and the stand-in goes (:meth:`_adopted`)."""
         first = self._orphans.setdefault(key, time.monotonic())
         if time.monotonic() - first < self.owner_grace or self.config.kai_coexistence:
+            return
+        if key.startswith("ray/"):
+            _, kind, rest = key.split("/", 2)
+            raw = self._get_cached(self.ray.get(kind, []), rest)
+            if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+                return
+            message = f"{kind} {(raw.get('metadata') or {}).get('name')}: metadata.ownerReferences: {exc}"
+            placeholder = self._placeholder(raw, kind, message)
+            try:
+                if placeholder is not None:
+                    self.apply(placeholder)
+            except ApiError as err:
+                log.info("%s: cannot mark it as orphaned: %s", key, err)
+                return
+            self._report_bad_cr(f"{kind}/{rest}", raw, kind, message)
             return
         raw = self._get_cached(self.pods, key)
         meta = (raw or {}).get("metadata") or {}
@@ -331,15 +348,21 @@ class PodgrouperOperator:
             log.warning("%s", message)
             self.events.emit(object_ref(raw, kind="Pod"), WARNING, "OwnerNotFound", message)
 
-    def _adopted(self, key: str, raw: dict[str, Any], pg: PodGroup) -> None:
-        """A pod that had its own PodGroup for a dangling owner now has its real one: the stand-in goes."""
+    def _adopted(self, key: str, raw: dict[str, Any], group: str | None) -> None:
+        """An object that had a stand-in PodGroup for a dangling owner now has its real one (``group``, or None when
+        its owner groups it): the stand-in goes. ``key`` as for :meth:`_orphaned`."""
         if self._orphans.pop(key, None) is None:
             return
-        self._reported.pop(f"Pod/{key}", None)
         meta = raw.get("metadata") or {}
+        self._reported.pop(f"Pod/{key}", None)
         own = group_name_for_pod(meta.get("name"), meta.get("uid"))
         ns = meta.get("namespace", "")
-        if own == pg.metadata.name or self._get_pg(f"{ns}/{own}") is None:
+        stand_in = self._get_pg(f"{ns}/{own}")
+        if (
+            own == group
+            or stand_in is None
+            or c.INVALID not in ((stand_in.get("metadata") or {}).get("annotations") or {})
+        ):
             return
         try:
             self.kube.delete(podgroups_path(ns, own))
@@ -466,7 +489,7 @@ class PodgrouperOperator:
         done = self._stamp(pod, pg)
         self._done[key] = _pod_fingerprint(done)
         if self._orphans:
-            self._adopted(key, raw, pg)
+            self._adopted(key, raw, pg.metadata.name)
 
     def _may_defer_stamp(self, raw: dict[str, Any], pod: Pod, pg: PodGroup) -> bool:
         """Whether the scheduler can place this pod without its stamp (see the module docstring)."""
@@ -597,7 +620,10 @@ class PodgrouperOperator:
         ns = meta.get("namespace", "")
         ref = controller_ref(meta)
         if kind == "RayCluster" and ref is not None and ref.get("kind") in ("RayJob", "RayService"):
+            self._owner(ns, ref)  # an owner that does not exist raises OwnerError (a dangling owner reference)
             self._enqueue(f"ray/{ref['kind']}/{ns}/{ref.get('name')}")
+            if self._orphans:
+                self._adopted(f"ray/{kind}/{key}", raw, None)
             return
         chain = self.owner_chain(raw)
         if any(skip_requested(o.get("metadata") or {}) for o in chain):
@@ -609,6 +635,8 @@ class PodgrouperOperator:
         pg_key = f"{ns}/{desired.metadata.name}"
         existing = self._get_pg(pg_key)
         self.apply(desired, existing_raw=existing)
+        if self._orphans:
+            self._adopted(f"ray/{kind}/{key}", raw, desired.metadata.name)
         # pods may need a new subgroup label after a spec change
         for inf in self.pods:
             for pkey in inf.list_keys():

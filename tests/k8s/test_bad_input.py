@@ -168,6 +168,16 @@ def test_every_class_of_accepted_bad_object_is_explained_and_the_rest_schedules(
     kube.create(pods_path(ns), pod_body("frac-0", 0, group="frac", labels=BYO, annotations={c.GPU_FRACTION: "1.5"}))
     ghost = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ghost", "uid": str(uuid.uuid4())}
     lost = kube.create(pods_path(ns), pod_body("lost", 1, labels=labels, owner={**ghost, "controller": True}))
+    ghost_job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "ghost-job", "uid": str(uuid.uuid4())}
+    _create_ray(
+        kube,
+        ns,
+        "RayCluster",
+        "adrift",
+        _cluster_spec(_worker("gpu", 1, 1)),
+        labels=labels,
+        ownerReferences=[{**ghost_job, "controller": True}],
+    )
     # Jobs in the bad queues.
     in_loop = make_gang(kube, ns, "in-loop", pods=1, gpus=1, queue=loop_a, labels=BYO)
     in_orphan = make_gang(kube, ns, "in-orphan", pods=1, gpus=1, queue=orphan, labels=BYO)
@@ -205,6 +215,12 @@ def test_every_class_of_accepted_bad_object_is_explained_and_the_rest_schedules(
     cond = wait_until("the orphaned pod's condition", lambda: _pg_condition(kube, ns, stand_in, "InvalidPodGroup"), 60)
     assert "metadata.ownerReferences" in cond["message"] and "ghost" in cond["message"], cond
     assert "ghost" in _event(kube, ns, "lost", "OwnerNotFound")["message"]
+
+    cond = wait_until(
+        "the adrift RayCluster's condition", lambda: _scheduled_condition(kube, ns, "adrift", "False"), 60
+    )
+    assert "metadata.ownerReferences" in cond["message"] and "ghost-job" in cond["message"], cond
+    assert "ghost-job" in _event(kube, ns, "adrift", "PodGroupError")["message"]
 
     for queue, field, job in (
         (loop_a, "spec.parentQueue: cycle", "in-loop"),
