@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -209,6 +208,7 @@ def _wait_http(url: str, timeout: float) -> None:
 def operators(kubeconfig: Path, workers: int, log_dir: Path) -> Iterator[dict[str, Any]]:
     """Both operators as subprocesses (``kai-ray operator ...``); yields their metrics ports and pids."""
     from kai_ray.controlplane.harness import free_port
+    from kai_ray.k8s.testbed import operator_command
 
     procs: list[subprocess.Popen[bytes]] = []
     ports: dict[str, Any] = {"pids": {}}
@@ -217,26 +217,18 @@ def operators(kubeconfig: Path, workers: int, log_dir: Path) -> Iterator[dict[st
             metrics, health = free_port(), free_port()
             ports[kind] = metrics
             log = open(log_dir / f"{kind}.log", "wb")  # noqa: SIM115 - closed with the process
-            cmd = [
-                sys.executable,
-                "-m",
-                "kai_ray",
-                "operator",
+            cmd = operator_command(
                 kind,
-                "--kubeconfig",
-                str(kubeconfig),
+                kubeconfig,
+                health,
                 "--no-leader-elect",
-                "--bind-address",
-                "127.0.0.1",
                 "--metrics-port",
                 str(metrics),
-                "--health-port",
-                str(health),
                 "--bind-workers",
                 str(workers),
                 "--log-level",
                 "WARNING",
-            ]
+            )
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             ports["pids"][kind] = procs[-1].pid
             _wait_http(f"http://127.0.0.1:{health}/healthz", 120)

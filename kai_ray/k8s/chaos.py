@@ -21,210 +21,30 @@ time is reported); no operator logged a traceback; the operators' memory (RSS) s
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kai_ray import constants as c
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
-
-SCHEDULER = c.SCHEDULER_NAME
-TRACEBACK = "Traceback (most recent call last)"
-GPU = c.GPU_RESOURCE
-
-
-# --- operator processes -----------------------------------------------------------------------------------------
-
-
-@dataclass
-class OperatorProcess:
-    kind: str
-    identity: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    health_port: int
-    started: float
-    max_rss_mb: float = 0.0
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def rss_mb(self) -> float:
-        try:
-            for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-        except OSError:
-            pass
-        return 0.0
-
-
-class OperatorFleet:
-    """Operator processes of one namespace, each with its own log file; killed with SIGKILL, stopped with SIGTERM."""
-
-    def __init__(
-        self,
-        kubeconfig: Path,
-        namespace: str,
-        node_selector: dict[str, str],
-        log_dir: Path,
-        *,
-        lease_duration: float = 4.0,
-        extra_args: tuple[str, ...] = (),
-    ) -> None:
-        self.kubeconfig = kubeconfig
-        self.namespace = namespace
-        self.node_selector = node_selector
-        self.log_dir = log_dir
-        self.lease_duration = lease_duration
-        self.extra_args = extra_args
-        self.procs: dict[str, OperatorProcess] = {}
-        self.dead: list[OperatorProcess] = []
-        self._n = 0
-        log_dir.mkdir(parents=True, exist_ok=True)
-
-    def start(self, kind: str) -> OperatorProcess:
-        from kai_ray.controlplane.harness import free_port
-
-        self._n += 1
-        identity = f"{kind}-{self._n}"
-        health = free_port()
-        log_path = self.log_dir / f"{identity}.log"
-        renew = self.lease_duration * 0.7
-        cmd = [
-            sys.executable,
-            "-m",
-            "kai_ray",
-            "operator",
-            kind,
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--namespace",
-            self.namespace,
-            "--lease-namespace",
-            self.namespace,
-            "--lease-duration",
-            f"{self.lease_duration}s",
-            "--renew-deadline",
-            f"{renew:.2f}s",
-            "--retry-period",
-            "500ms",
-            "--identity",
-            identity,
-            "--bind-address",
-            "127.0.0.1",
-            "--metrics-port",
-            "0",
-            "--health-port",
-            str(health),
-            "--log-level",
-            "INFO",
-            *self.extra_args,
-        ]
-        if kind == "scheduler":
-            selector = ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
-            cmd += ["--node-selector", selector, "--schedule-period", "500ms"]
-        out = open(log_path, "ab")  # noqa: SIM115 - owned by the process
-        popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        out.close()
-        proc = OperatorProcess(kind, identity, popen, log_path, health, time.monotonic())
-        self.procs[identity] = proc
-        return proc
-
-    def leader(self, kind: str, kube: Kube) -> str | None:
-        """The identity holding operator ``kind``'s Lease (None when free or unknown)."""
-        try:
-            lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/kai-ray-{kind}")
-        except ApiError:
-            return None
-        holder = (lease.get("spec") or {}).get("holderIdentity")
-        return str(holder) if holder else None
-
-    def leading(self, kind: str, kube: Kube) -> OperatorProcess | None:
-        """The live process holding the Lease and reporting itself leader on /healthz."""
-        holder = self.leader(kind, kube)
-        proc = self.procs.get(holder or "")
-        if proc is None or not proc.alive:
-            return None
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{proc.health_port}/healthz", timeout=2) as resp:
-                return proc if b'"leader": true' in resp.read() else None
-        except OSError:
-            return None
-
-    def kill(self, identity: str) -> None:
-        proc = self.procs.pop(identity)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGKILL)
-        proc.popen.wait(timeout=30)
-        self.dead.append(proc)
-
-    def sample_memory(self) -> None:
-        for proc in self.procs.values():
-            proc.max_rss_mb = max(proc.max_rss_mb, proc.rss_mb())
-
-    def max_rss(self, kind: str) -> float:
-        return round(max((p.max_rss_mb for p in [*self.procs.values(), *self.dead] if p.kind == kind), default=0.0), 1)
-
-    def tracebacks(self) -> list[str]:
-        """``file: first line after the traceback`` for every traceback in any operator's log."""
-        out = []
-        for proc in [*self.procs.values(), *self.dead]:
-            try:
-                lines = proc.log_path.read_text(errors="replace").splitlines()
-            except OSError:
-                continue
-            for i, line in enumerate(lines):
-                if TRACEBACK in line:
-                    context = " | ".join(lines[max(0, i - 1) : i + 12])
-                    out.append(f"{proc.log_path.name}: {context[:1500]}")
-        return out
-
-    def stop(self) -> None:
-        for proc in list(self.procs.values()):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGTERM)
-        for identity, proc in list(self.procs.items()):
-            try:
-                proc.popen.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=10)
-            self.dead.append(self.procs.pop(identity))
-
+from kai_ray.k8s.testbed import (
+    OperatorFleet,
+    count_bound,
+    delete_queues,
+    gpus,
+    make_gang,
+    nothing_fits,
+    pod_body,
+    pod_group,
+    queue_body,
+    used_gpus,
+    wait_for,
+)
 
 # --- invariants -------------------------------------------------------------------------------------------------
-
-
-def _gpus(pod: dict[str, Any]) -> float:
-    total = 0.0
-    for ctr in (pod.get("spec") or {}).get("containers") or []:
-        res = ctr.get("resources") or {}
-        value = (res.get("limits") or {}).get(GPU) or (res.get("requests") or {}).get(GPU) or 0
-        with contextlib.suppress(ValueError, TypeError):
-            total += float(value)
-    return total
-
-
-def _group(pod: dict[str, Any]) -> str | None:
-    meta = pod.get("metadata") or {}
-    name = (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION)
-    if name:
-        return str(name)
-    if not meta.get("ownerReferences") and meta.get("uid"):
-        return f"pg-{meta.get('name')}-{meta['uid']}"
-    return None
 
 
 @dataclass
@@ -257,6 +77,7 @@ class InvariantMonitor:
         self._pg_seen: set[str] = set()
         self._missing_since: dict[str, float] = {}
         self.deleted: set[str] = set()  # PodGroups the workload itself deleted
+        self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="chaos-monitor", daemon=True)
 
@@ -270,8 +91,12 @@ class InvariantMonitor:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            with contextlib.suppress(ApiError):
+            try:
                 self.check()
+            except ApiError:
+                pass  # a slow answer under load: the next poll looks again
+            except Exception as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
             self._stop.wait(self.interval)
 
     def check(self) -> None:
@@ -286,7 +111,7 @@ class InvariantMonitor:
             meta, spec = p["metadata"], p.get("spec") or {}
             node = spec.get("nodeName")
             phase = (p.get("status") or {}).get("phase")
-            group = _group(p)
+            group = pod_group(p)
             if group is not None:
                 members[group] = members.get(group, 0) + 1
             if not node or phase in ("Succeeded", "Failed"):
@@ -294,7 +119,7 @@ class InvariantMonitor:
             first = self._first_node.setdefault(meta["uid"], node)
             if first != node and f"{meta['name']}" not in self.v.double_bound:
                 self.v.double_bound.append(f"{meta['name']}: {first} then {node}")
-            use[node] = use.get(node, 0.0) + _gpus(p)
+            use[node] = use.get(node, 0.0) + gpus(p)
             if group is not None and not meta.get("deletionTimestamp"):
                 bound_in[group] = bound_in.get(group, 0) + 1
         for node, used in use.items():
@@ -356,102 +181,23 @@ class ChaosResult:
     tracebacks: list[str] = field(default_factory=list)
     max_rss_mb: dict[str, float] = field(default_factory=dict)
     monitor_samples: int = 0
+    monitor_errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    log: list[str] = field(default_factory=list)  # what happened when (seconds since the start)
 
     @property
     def ok(self) -> bool:
         return self.recovered and not (
-            self.overcommitted or self.double_bound or self.partial_gangs or self.lost_podgroups or self.tracebacks
+            self.overcommitted
+            or self.double_bound
+            or self.partial_gangs
+            or self.lost_podgroups
+            or self.tracebacks
+            or self.monitor_errors
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
-
-
-def _queue(name: str, gpu_quota: float, parent: str | None, priority: int | None = None) -> dict[str, Any]:
-    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
-    spec: dict[str, Any] = {
-        "resources": {
-            "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
-            "cpu": unlimited,
-            "memory": unlimited,
-        }
-    }
-    if parent:
-        spec["parentQueue"] = parent
-    if priority is not None:
-        spec["priority"] = priority
-    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
-
-
-def _pod(
-    name: str, gpus: int, queue: str, priority: str, group: str | None = None, extra: dict[str, str] | None = None
-) -> dict[str, Any]:
-    labels = {c.QUEUE_LABEL: queue, c.PRIORITY_LABEL: priority, **(extra or {})}
-    annotations: dict[str, str] = {}
-    if group:
-        annotations[c.PODGROUP_ANNOTATION] = group
-        labels[c.SKIP_PODGROUPER] = "true"  # a bring-your-own PodGroup, as KAI requires
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "spec": {
-            "schedulerName": SCHEDULER,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {"name": "main", "image": "registry.invalid/chaos:0", "resources": {"limits": {GPU: str(gpus)}}}
-            ],
-        },
-    }
-
-
-def _gang(
-    kube: Kube,
-    ns: str,
-    name: str,
-    pods: int,
-    gpus: int,
-    queue: str,
-    priority: str,
-    labels: dict[str, str] | None = None,
-) -> list[str]:
-    body = {
-        "apiVersion": "scheduling.run.ai/v2alpha2",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"minMember": pods, "queue": queue, "priorityClassName": priority},
-    }
-    kube.create(podgroups_path(ns), body)
-    names = [f"{name}-{i}" for i in range(pods)]
-    for pod in names:
-        kube.create(pods_path(ns), _pod(pod, gpus, queue, priority, group=name, extra=labels))
-    return names
-
-
-def _bound(kube: Kube, ns: str, names: list[str]) -> int:
-    want = set(names)
-    return sum(
-        1
-        for p in kube.get(pods_path(ns))["items"]
-        if p["metadata"]["name"] in want and p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-    )
-
-
-def _used(kube: Kube, ns: str) -> float:
-    return sum(_gpus(p) for p in kube.get(pods_path(ns))["items"] if p["spec"].get("nodeName"))
-
-
-def _wait(what: str, check: Callable[[], bool], timeout: float, stop: Callable[[], None] | None = None) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ApiError):
-            if check():
-                return True
-        if stop is not None:
-            stop()
-        time.sleep(0.25)
-    return False
 
 
 def run_chaos(
@@ -462,7 +208,7 @@ def run_chaos(
     capacity: dict[str, float],
     cfg: ChaosConfig,
     log_dir: Path,
-    say: Callable[[str], None] = lambda msg: None,
+    progress: Callable[[str], None] = lambda msg: None,
 ) -> ChaosResult:
     """One chaos run in ``namespace`` on the nodes matching ``node_selector`` (``capacity``: node -> GPUs); the
     namespace's queues are created here and deleted afterwards. Never raises for a violated invariant: they are in
@@ -471,9 +217,18 @@ def run_chaos(
     t_start = time.monotonic()
     total = sum(capacity.values())
     result = ChaosResult(nodes=len(capacity), gpus=int(total))
+
+    def say(msg: str) -> None:
+        result.log.append(f"{time.monotonic() - t_start:6.1f}s {msg}")
+        progress(msg)
+
     dept, train, serve = f"{namespace}-dept", f"{namespace}-train", f"{namespace}-serve"
     half = total / 2
-    queues = [_queue(dept, -1, None), _queue(train, half, dept, 50), _queue(serve, half, dept, 200)]
+    queues = [
+        queue_body(dept),
+        queue_body(train, gpu_quota=half, parent=dept, priority=50),
+        queue_body(serve, gpu_quota=half, parent=dept, priority=200),
+    ]
     for q in queues:
         kube.create(queues_path(), q)
     fleet = OperatorFleet(kubeconfig, namespace, node_selector, log_dir, lease_duration=cfg.lease_duration)
@@ -482,7 +237,7 @@ def run_chaos(
         for _ in range(cfg.replicas):
             fleet.start("scheduler")
             fleet.start("podgrouper")
-        if not _wait(
+        if not wait_for(
             "leaders", lambda: bool(fleet.leading("scheduler", kube) and fleet.leading("podgrouper", kube)), 120
         ):
             result.tracebacks = fleet.tracebacks() or ["no leader was elected in 120 s"]
@@ -524,31 +279,36 @@ def run_chaos(
             # 1. Training fills the cluster (gangs of 2 x 2 GPUs), plus bare pods the podgrouper groups.
             training: list[str] = []
             for i in range(int(total) // 4):
-                training += _gang(kube, namespace, f"train-{i}", 2, 2, train, "train")
+                training += make_gang(kube, namespace, f"train-{i}", 2, 2, train, "train")
                 tick()
             bare = [f"bare-{i}" for i in range(4)]
             for name in bare:
-                kube.create(pods_path(namespace), _pod(name, 1, train, "train"))
-            filled = _wait("training to fill the cluster", lambda: _used(kube, namespace) >= total, 120, tick)
-            say(f"training {'fills' if filled else 'did not fill'} the cluster; serving arrives")
+                kube.create(pods_path(namespace), pod_body(name, 1, train, "train"))
+            filled = wait_for(
+                "training to fill the cluster", lambda: nothing_fits(kube, namespace, capacity), 120, tick
+            )
+            say(f"training {'fills' if filled else 'did not fill'} the cluster ({used_gpus(kube, namespace):g} GPUs)")
 
             # 2. Serving arrives in its own queue (in quota): the training over-quota half is reclaimed. The
             #    scheduler's leader is killed as soon as the first victim goes.
-            before = _bound(kube, namespace, training + bare)
+            before = count_bound(kube, namespace, training + bare)
             state["preempting"] = True
             t_serve = time.monotonic()
             serving: list[str] = []
             per_gang = max(1, cfg.gpus_per_node // 2)
             for i in range(max(1, int(half) // (2 * per_gang))):
-                serving += _gang(kube, namespace, f"serve-{i}", 2, per_gang, serve, "inference")
+                serving += make_gang(kube, namespace, f"serve-{i}", 2, per_gang, serve, "inference")
 
             def first_victim() -> bool:
-                return _bound(kube, namespace, training + bare) < before
+                return count_bound(kube, namespace, training + bare) < before
 
-            if _wait("the first victim", first_victim, 60, lambda: fleet.sample_memory()):
+            if wait_for("the first victim", first_victim, 60, lambda: fleet.sample_memory()):
                 kill("scheduler", leader=True, reserved=True)
-            _wait("serving to be bound", lambda: _bound(kube, namespace, serving) == len(serving), 120, tick)
+            else:
+                say("no victim went within 60 s")
+            wait_for("serving to be bound", lambda: count_bound(kube, namespace, serving) == len(serving), 120, tick)
             result.serving_bound_seconds = round(time.monotonic() - t_serve, 1)
+            say(f"serving bound after {result.serving_bound_seconds:g}s")
             state["preempting"] = False
 
             # 3. Churn while the other kills go on: a bound training gang finishes, a new one arrives. The last kill
@@ -559,7 +319,7 @@ def run_chaos(
                 items = kube.get(pods_path(namespace))["items"]
                 gangs = sorted(
                     {
-                        _group(p) or ""
+                        pod_group(p) or ""
                         for p in items
                         if p["spec"].get("nodeName") and p["metadata"]["name"].startswith("train-")
                     }
@@ -569,12 +329,12 @@ def run_chaos(
                     gone = rng.choice(gangs)
                     monitor.deleted.add(gone)
                     for p in items:
-                        if _group(p) == gone:
+                        if pod_group(p) == gone:
                             with contextlib.suppress(ApiError):
                                 kube.delete_pod(namespace, p["metadata"]["name"], None, grace_seconds=0)
                     with contextlib.suppress(ApiError):
                         kube.delete(podgroups_path(namespace, gone))
-                _gang(kube, namespace, f"train-{generation[0]}", 2, 2, train, "train")
+                make_gang(kube, namespace, f"train-{generation[0]}", 2, 2, train, "train")
                 generation[0] += 1
 
             while kills_left[0] > 0:
@@ -582,7 +342,9 @@ def run_chaos(
                 with contextlib.suppress(ApiError):
                     churn()
                 time.sleep(rng.uniform(1.0, 2.5))
-            _wait("a scheduler leader", lambda: fleet.leading("scheduler", kube) is not None, 60, fleet.sample_memory)
+            wait_for(
+                "a scheduler leader", lambda: fleet.leading("scheduler", kube) is not None, 60, fleet.sample_memory
+            )
             kill("scheduler", leader=True, reserved=True)
             for _ in range(2):
                 with contextlib.suppress(ApiError):
@@ -592,40 +354,23 @@ def run_chaos(
 
             def settled() -> bool:
                 """Serving is bound, and no pending pod or gang would fit in what is free."""
-                items = kube.get(pods_path(namespace))["items"]
-                if _bound(kube, namespace, serving) != len(serving):
-                    return False
-                free = dict(capacity)
-                pending: list[dict[str, Any]] = []
-                for p in items:
-                    node = p["spec"].get("nodeName")
-                    if node:
-                        free[node] = free.get(node, 0.0) - _gpus(p)
-                    elif not p["metadata"].get("deletionTimestamp"):
-                        pending.append(p)
-                bare_waits = any(p["metadata"]["name"].startswith("bare-") for p in pending)
-                if bare_waits and any(f >= 1 for f in free.values()):
-                    return False
-                gang_waits = any(p["metadata"]["name"].startswith("train-") for p in pending)
-                return not (gang_waits and sum(int(f // 2) for f in free.values()) >= 2)
+                return count_bound(kube, namespace, serving) == len(serving) and nothing_fits(kube, namespace, capacity)
 
-            result.recovered = _wait("recovery", settled, cfg.recovery_timeout, lambda: fleet.sample_memory())
+            result.recovered = wait_for("recovery", settled, cfg.recovery_timeout, lambda: fleet.sample_memory())
             result.recovery_seconds = round(time.monotonic() - t_last, 1)
+            verdict = "recovered" if result.recovered else "NOT recovered"
+            say(f"{verdict} {result.recovery_seconds:g}s after the last kill")
             time.sleep(1.0)  # a last look after recovery
         v = monitor.v
         result.overcommitted, result.double_bound = v.overcommitted, v.double_bound
         result.partial_gangs, result.lost_podgroups = v.partial_gangs, v.lost_podgroups
         result.monitor_samples = monitor.samples
+        result.monitor_errors = monitor.errors[:10]
         result.max_gpu_per_node = max(monitor.max_gpu.values(), default=0.0)
         items = kube.get(pods_path(namespace))["items"]
-        result.bound_gpus = sum(_gpus(p) for p in items if p["spec"].get("nodeName"))
+        result.bound_gpus = sum(gpus(p) for p in items if p["spec"].get("nodeName"))
     finally:
-        fleet.sample_memory()
-        fleet.stop()
-        result.tracebacks = fleet.tracebacks()
-        result.max_rss_mb = {k: fleet.max_rss(k) for k in ("scheduler", "podgrouper")}
-        for q in reversed(queues):
-            with contextlib.suppress(ApiError):
-                kube.delete(queues_path(q["metadata"]["name"]))
+        result.tracebacks, result.max_rss_mb = fleet.finish()
+        delete_queues(kube, [q["metadata"]["name"] for q in queues])
         result.seconds = round(time.monotonic() - t_start, 1)
     return result

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.k8s.chaos import OperatorFleet, _gang, _queue
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, ray_path
+from kai_ray.k8s.testbed import OperatorFleet, delete_queues, make_gang, queue_body
 
 KINDS = ("RayCluster", "RayJob", "RayService", "PodGroup", "Queue", "Pod")
 NUMBERS: list[Any] = [-(2**31), -5, -1, 0, 1, 3, 2**31 - 1, 10**9, 2**40, 1.5, "7", None]
@@ -122,7 +122,7 @@ def base(kind: str, name: str, ns: str, queue: str) -> dict[str, Any]:
         }
         return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": kind, "metadata": meta, "spec": spec}
     if kind == "Queue":
-        q = _queue(f"{ns}-{name}", 1, f"{ns}-fuzz")
+        q = queue_body(f"{ns}-{name}", gpu_quota=1, parent=f"{ns}-fuzz")
         q["metadata"]["labels"] = {}
         return q
     return {
@@ -160,18 +160,12 @@ def mutate(rng: random.Random, obj: dict[str, Any], ns: str, names: dict[str, li
     kind = obj["kind"]
     meta = obj["metadata"]
     choice = rng.randrange(11)
-    if choice == 0:  # a number at the edge of its type, or of another type
-        paths = [p for p in _paths(obj) if isinstance(_parent(obj, p)[p[-1]], int | float)]
+    if choice in (0, 1):  # a number at the edge of its type (or of another type), or an odd string
+        kind_of, pool = ((int, float), NUMBERS) if choice == 0 else ((str,), STRINGS)
+        paths = [p for p in _paths(obj) if isinstance(_parent(obj, p)[p[-1]], kind_of)]
         if paths:
             p = rng.choice(paths)
-            value = rng.choice(NUMBERS)
-            _parent(obj, p)[p[-1]] = value
-            return f"{'.'.join(map(str, p))}={value!r}"
-    if choice == 1:  # an odd string
-        paths = [p for p in _paths(obj) if isinstance(_parent(obj, p)[p[-1]], str)]
-        if paths:
-            p = rng.choice(paths)
-            value = rng.choice(STRINGS)
+            value = rng.choice(pool)
             _parent(obj, p)[p[-1]] = value
             return f"{'.'.join(map(str, p))}={value!r}"
     if choice == 2:  # a field removed
@@ -313,7 +307,11 @@ def run_fuzz(
     result = FuzzResult()
     dept, good_q, fuzz_q = f"{namespace}-dept", f"{namespace}-good", f"{namespace}-fuzz"
     made_queues = [dept, good_q, fuzz_q]
-    for q in (_queue(dept, -1, None), _queue(good_q, 8, dept, 200), _queue(fuzz_q, 0, dept, 50)):
+    for q in (
+        queue_body(dept),
+        queue_body(good_q, gpu_quota=8, parent=dept, priority=200),
+        queue_body(fuzz_q, gpu_quota=0, parent=dept, priority=50),
+    ):
         kube.create(queues_path(), q)
     fleet = OperatorFleet(kubeconfig, namespace, node_selector, log_dir)
     names: dict[str, list[str]] = {k: [] for k in KINDS}
@@ -380,7 +378,7 @@ def run_fuzz(
                     result.kuberay_pods += 1
             if result.accepted % cfg.good_every == 0:
                 gang = f"good-{result.good_jobs}"
-                pods = _gang(kube, namespace, gang, 2, 1, good_q, "inference", {"fuzz-good": "true"})
+                pods = make_gang(kube, namespace, gang, 2, 1, good_q, "inference", {"fuzz-good": "true"})
                 good[gang] = (time.monotonic(), pods)
                 result.good_jobs += 1
             if i % 5 == 0:
@@ -398,13 +396,8 @@ def run_fuzz(
         time.sleep(2.0)  # what the operators make of the last objects
         result.died = [p.identity for p in fleet.procs.values() if not p.alive]
     finally:
-        fleet.sample_memory()
-        fleet.stop()
-        result.tracebacks = fleet.tracebacks()
-        result.max_rss_mb = {k: fleet.max_rss(k) for k in ("scheduler", "podgrouper")}
-        for qname in reversed(made_queues):
-            with contextlib.suppress(ApiError):
-                kube.delete(queues_path(qname))
+        result.tracebacks, result.max_rss_mb = fleet.finish()
+        delete_queues(kube, made_queues)
         if latencies:
             result.good_latency_p50 = round(statistics.median(latencies), 2)
             result.good_latency_max = round(max(latencies), 2)

@@ -27,28 +27,6 @@ def wait_until(what: str, check: Callable[[], T | None], timeout: float = 30.0, 
         time.sleep(interval)
 
 
-def queue_body(
-    name: str,
-    gpu_quota: float = -1,
-    gpu_limit: float = -1,
-    parent: str | None = None,
-    priority: int | None = None,
-    over_quota_weight: float = 1,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "resources": {
-            "gpu": {"quota": gpu_quota, "limit": gpu_limit, "overQuotaWeight": over_quota_weight},
-            "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-            "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-        }
-    }
-    if parent:
-        spec["parentQueue"] = parent
-    if priority is not None:
-        spec["priority"] = priority
-    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
-
-
 def pod_body(
     name: str,
     gpus: float = 1,

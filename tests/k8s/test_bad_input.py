@@ -12,43 +12,16 @@ import uuid
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.api.loader import parse_object
-from kai_ray.api.ray import RayCluster
 from kai_ray.autoscaler.headroom import HEADROOM_ANNOTATION
 from kai_ray.k8s.podgrouper import PodgrouperOperator
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.scheduler import SchedulerOperator
-from kai_ray.podgrouper import pod_templates
 from tests.k8s.helpers import bound, condition, events, make_gang, pod_body, podgroup_body, wait_until
 from tests.k8s.test_podgrouper_operator import _cluster_spec, _create_ray, _kuberay_pods, _pg_for, _worker
 
 QUEUE = c.QUEUE_LABEL
 HUGE = 1_000_000_000
 BYO = {"kai.scheduler/skip-podgrouper": "true"}  # bring-your-own PodGroups, as KAI requires
-
-
-def _first_pods(kube: Kube, ns: str, cluster: dict[str, Any]) -> list[str]:
-    """The first pod of each group, as KubeRay would start creating them (one per group: the rest never exists
-    here, as it would not for long in a real cluster asked for 10^9 replicas)."""
-    model = parse_object({**cluster, "kind": "RayCluster"})
-    assert isinstance(model, RayCluster)
-    owner = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "name": cluster["metadata"]["name"],
-        "uid": cluster["metadata"]["uid"],
-        "controller": True,
-    }
-    names = []
-    for t in pod_templates(model):
-        body = t.pod.to_dict()
-        body["metadata"]["ownerReferences"] = [owner]
-        body["metadata"].pop("namespace", None)
-        for ctr in body["spec"]["containers"]:
-            ctr.setdefault("image", "rayproject/ray:2.49.0")
-        kube.create(pods_path(ns), body)
-        names.append(body["metadata"]["name"])
-    return names
 
 
 def _scheduled_condition(kube: Kube, ns: str, owner: str, status: str) -> dict[str, Any] | None:
@@ -76,7 +49,7 @@ def test_a_billion_replicas_leave_every_other_job_scheduling(
     huge = _create_ray(
         kube, namespace, "RayCluster", "huge", _cluster_spec(_worker("gpu", HUGE, 0, HUGE)), labels=labels
     )
-    huge_pods = _first_pods(kube, namespace, huge)
+    huge_pods = _kuberay_pods(kube, namespace, huge, first_of_each_group=True)
     elastic_spec = {**_cluster_spec(_worker("gpu", 1, 1, HUGE)), "enableInTreeAutoscaling": True}
     elastic = _create_ray(kube, namespace, "RayCluster", "elastic", elastic_spec, labels=labels)
     elastic_pods = _kuberay_pods(kube, namespace, elastic)

@@ -29,7 +29,7 @@ def test_operator_kills_keep_every_invariant(
     names, selector = node_pool(cfg.nodes, gpus=cfg.gpus_per_node)
     capacity = {n: float(cfg.gpus_per_node) for n in names}
     result = run_chaos(
-        kube, control_plane.kubeconfig_path, namespace, selector, capacity, cfg, tmp_path / "logs", say=print
+        kube, control_plane.kubeconfig_path, namespace, selector, capacity, cfg, tmp_path / "logs", progress=print
     )
     report = json.dumps(result.to_dict(), indent=1)
     print(f"\nchaos: {report}")
@@ -40,5 +40,6 @@ def test_operator_kills_keep_every_invariant(
     assert not result.partial_gangs, report
     assert not result.lost_podgroups, report
     assert result.recovered, report
+    assert not result.monitor_errors, report
     assert not result.tracebacks, report
     assert result.max_rss_mb["scheduler"] < cfg.memory_limit_mb, report

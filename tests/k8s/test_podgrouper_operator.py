@@ -13,7 +13,7 @@ from kai_ray.api.loader import parse_object
 from kai_ray.api.ray import RayCluster, RayJob
 from kai_ray.k8s.podgrouper import PodgrouperOperator
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, ray_path
-from kai_ray.podgrouper import expand_pods
+from kai_ray.podgrouper import expand_pods, pod_templates
 from tests.k8s.helpers import pod_body, pods, wait_until
 
 QUEUE = "kai.scheduler/queue"
@@ -60,8 +60,9 @@ def _create_ray(kube: Kube, ns: str, kind: str, name: str, spec: dict[str, Any],
     return created
 
 
-def _kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any]) -> list[str]:
-    """Create the pods KubeRay would create for ``cluster``, owned by it."""
+def _kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any], first_of_each_group: bool = False) -> list[str]:
+    """Create the pods KubeRay would create for ``cluster``, owned by it (or only the first of each group: what
+    exists of a cluster asked for more pods than could ever be created)."""
     model = parse_object({**cluster, "kind": "RayCluster"})
     assert isinstance(model, RayCluster)
     owner = {
@@ -73,7 +74,7 @@ def _kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any]) -> list[str]:
         "blockOwnerDeletion": True,
     }
     names = []
-    for pod in expand_pods(model):
+    for pod in [t.pod for t in pod_templates(model)] if first_of_each_group else expand_pods(model):
         body = pod.to_dict()
         body["metadata"]["ownerReferences"] = [owner]
         body["metadata"].pop("namespace", None)
