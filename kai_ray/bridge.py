@@ -8,33 +8,17 @@ zero and are reported through ``problems``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.api.duration import parse_duration
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.podgroup import PodGroup, TopologyConstraint
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue as ApiQueue
 from kai_ray.scheduler import snapshot as s
-
-_DURATION = re.compile(r"(-?\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str | None) -> float | None:
-    """A Go duration ("90s", "1h30m", "-1s") in seconds; None when absent or unparsable."""
-    if not text:
-        return None
-    text = text.strip()
-    sign = -1.0 if text.startswith("-") else 1.0
-    body = text.lstrip("+-")
-    parts = _DURATION.findall(body)
-    if not parts or "".join(n + u for n, u in parts) != body:
-        return None
-    return sign * sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
 def parse_time(text: str | None) -> float | None:

@@ -49,6 +49,23 @@ def describe(doc: dict[str, Any]) -> str:
     return f"{doc.get('kind', '?')} {name}"
 
 
+SIM_SCENARIO = "a kai-ray simulator scenario"
+
+
+def what_is(doc: Any) -> str:
+    """What a decoded document looks like, for a "wrong kind of file" message: a manifest, or a scenario."""
+    if not isinstance(doc, dict):
+        return f"a YAML {type(doc).__name__}, not a mapping"
+    if doc.get("kind"):
+        name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+        return f"a {doc['kind']} manifest" + (f" ({name})" if name else "")
+    if "nodes" in doc and "jobs" in doc:
+        return "a scheduler-core test scenario (the format of tests/scheduler/scenarios)"
+    if "nodes" in doc and ("workloads" in doc or "queues" in doc):
+        return SIM_SCENARIO
+    return "a mapping without apiVersion/kind"
+
+
 def parse_object(doc: Any, where: str = "document") -> BaseModel:
     """Turn one decoded manifest into its model, or raise ManifestError naming the field."""
     if not isinstance(doc, dict):

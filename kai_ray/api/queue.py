@@ -45,6 +45,9 @@ class QueueStatus(KubeModel):
     allocated: dict[str, Any] | None = None
     allocated_non_preemptible: dict[str, Any] | None = None
     requested: dict[str, Any] | None = None
+    fair_share: dict[str, Any] | None = None  # kai-ray addition, written by the scheduler
+    usage: dict[str, float] | None = None  # kai-ray addition: normalised historical usage (time-based fair share)
+    usage_ledger: dict[str, Any] | None = None  # kai-ray addition: the scheduler's usage accounting (internal)
 
 
 class Queue(KubeModel):

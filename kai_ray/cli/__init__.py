@@ -6,6 +6,7 @@ Each command group lives in its own module and registers itself on ``app``; ``ma
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -27,6 +28,16 @@ class CliError(Exception):
         self.code = code
 
 
+def warn(message: str) -> None:
+    """A problem the command worked around (an unknown field, ignored): one line on stderr."""
+    print(f"kai-ray: warning: {message}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """Something skipped on purpose (a non-Ray document): one line on stderr."""
+    print(f"kai-ray: note: {message}", file=sys.stderr)
+
+
 def _register() -> None:
     from kai_ray.cli import commands  # noqa: F401  (imports every command module)
 
@@ -36,10 +47,28 @@ def _root() -> None:
     """KAI Scheduler semantics for Ray on Kubernetes: gang PodGroups, queues, fair share, preemption."""
 
 
+INTERNAL_ERROR = 70  # EX_SOFTWARE
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Run a command. Expected failures are one ``kai-ray: error:`` line; anything else is a bug, reported as one line
+    too (``KAI_RAY_DEBUG=1`` shows the traceback), so no command ever ends in a traceback."""
     _register()
     try:
         app(args=argv, prog_name="kai-ray")
     except CliError as exc:
         print(f"kai-ray: error: {exc}", file=sys.stderr)
         sys.exit(exc.code)
+    except KeyboardInterrupt:
+        print("kai-ray: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get("KAI_RAY_DEBUG"):
+            raise
+        where = "".join(str(exc).splitlines()[:1]) or type(exc).__name__
+        print(
+            f"kai-ray: internal error: {type(exc).__name__}: {where} (a bug: please report it; KAI_RAY_DEBUG=1 shows "
+            "the traceback)",
+            file=sys.stderr,
+        )
+        sys.exit(INTERNAL_ERROR)

@@ -38,20 +38,18 @@ def explain_cmd(
     """Explain a pod's or PodGroup's scheduling state from the cluster: pending reason, placement, preemptions."""
     if output not in ("text", "json"):
         raise CliError(f"--output: {output!r} is not 'text' or 'json'")
+    from kai_ray.cli.cluster import api_problem, connect
     from kai_ray.k8s.explain import ExplainError, explain_data, render
-    from kai_ray.k8s.rest import ApiError, Kube
+    from kai_ray.k8s.rest import ApiError
 
-    try:
-        kube = Kube.connect(kubeconfig, context, pool_size=2)
-    except Exception as exc:
-        raise CliError(f"--kubeconfig: cannot load cluster credentials: {exc}") from None
+    kube = connect(kubeconfig, context, pool_size=2)
     ns = namespace or _current_namespace(kubeconfig, context)
     try:
         data = explain_data(kube, ns, name)
     except ExplainError as exc:
         raise CliError(str(exc), code=1) from None
     except ApiError as exc:
-        raise CliError(f"cannot read from the cluster: {exc}", code=1) from None
+        raise api_problem(exc, f"reading {name!r} in namespace {ns}") from None
     finally:
         kube.close()
     typer.echo(json.dumps(data, indent=2, default=str) if output == "json" else render(data))

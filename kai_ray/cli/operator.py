@@ -59,6 +59,17 @@ def build_config(**opts: Any) -> OperatorConfig:
             kai_coexistence=opts["kai_coexistence"],
             default_priority=_priorities(opts["default_priority"]),
             max_gang_pods=opts["max_gang_pods"],
+            k_value=opts["k_value"],
+            usage_db=opts["usage_db"],
+            usage_db_url=opts["usage_db_url"] or "",
+            usage_window_size=opts["usage_window_size"],
+            usage_window_type=opts["usage_window_type"],
+            usage_half_life_period=opts["usage_half_life_period"] or "",
+            usage_tumbling_window_start_time=opts["usage_tumbling_window_start_time"] or "",
+            usage_cron_string=opts["usage_cron_string"] or "",
+            usage_fetch_interval=opts["usage_fetch_interval"],
+            usage_staleness_period=opts["usage_staleness_period"],
+            usage_extra_params=_pairs(opts["usage_extra_param"], "--usage-extra-param"),
         )
         if opts["identity"]:
             cfg.identity = opts["identity"]
@@ -83,6 +94,17 @@ def _priorities(values: list[str] | None) -> dict[str, str]:
         if not sep or not kind.strip():
             raise ConfigError(f"--default-priority: {value!r} is not KIND=CLASS (e.g. RayService=inference)")
         out[kind.strip()] = pclass.strip()
+    return out
+
+
+def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` (repeatable; the value may hold commas and ``=``) -> {key: value}."""
+    out: dict[str, str] = {}
+    for value in values or ():
+        key, sep, val = value.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag}: {value!r} is not KEY=VALUE")
+        out[key.strip()] = val
     return out
 
 
@@ -188,19 +210,48 @@ def _define(kind: str) -> None:
         max_gang_pods: Annotated[
             int, typer.Option(help="pods one gang may have; a Ray object asking for more is refused with a reason")
         ] = 10_000,
+        k_value: Annotated[
+            float, typer.Option(help="scheduler: weight of historical usage in the over-quota division (KAI's kValue)")
+        ] = 1.0,
+        usage_db: Annotated[
+            str,
+            typer.Option(
+                help="scheduler: time-based fair share usage source: none (off), internal (kai-ray keeps it in the "
+                "Queue status), prometheus (KAI's query)"
+            ),
+        ] = "none",
+        usage_db_url: Annotated[str | None, typer.Option(help="scheduler: Prometheus base URL (prometheus)")] = None,
+        usage_window_size: Annotated[str, typer.Option(help="scheduler: usage window (1w, 2d, 12h)")] = "1w",
+        usage_window_type: Annotated[str, typer.Option(help="scheduler: sliding, tumbling or cron")] = "sliding",
+        usage_half_life_period: Annotated[
+            str | None, typer.Option(help="scheduler: usage decay half-life (empty or 0: no decay)")
+        ] = None,
+        usage_tumbling_window_start_time: Annotated[
+            str | None, typer.Option(help="scheduler: RFC 3339 start of the tumbling windows")
+        ] = None,
+        usage_cron_string: Annotated[
+            str | None, typer.Option(help="scheduler: cron expression of the cron window's resets")
+        ] = None,
+        usage_fetch_interval: Annotated[
+            str, typer.Option(help="scheduler: how often usage is refreshed (and persisted)")
+        ] = "1m",
+        usage_staleness_period: Annotated[
+            str, typer.Option(help="scheduler: usage older than this is reported stale")
+        ] = "5m",
+        usage_extra_param: Annotated[
+            list[str] | None,
+            typer.Option(help="scheduler: prometheus query override KEY=VALUE (KAI's extraParams; repeatable)"),
+        ] = None,
         log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     ) -> None:
         opts = dict(locals())
         level = _log_level(log_level)
         config = build_config(**{**opts, "kind": kind})
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from kai_ray.cli.cluster import connect
         from kai_ray.k8s.kopf_app import run
-        from kai_ray.k8s.rest import Kube
 
-        try:
-            Kube.connect(config.kubeconfig, config.context, pool_size=1).close()
-        except Exception as exc:
-            raise CliError(f"--kubeconfig: cannot load cluster credentials: {exc}") from None
+        connect(config.kubeconfig, config.context, pool_size=1).close()
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         run(kind, config)
 
     command.__name__ = f"operator_{kind}"

@@ -10,10 +10,13 @@ from typing import Annotated
 import typer
 import yaml
 
-from kai_ray.api.loader import ManifestError, load_documents, parse_object
+from kai_ray.api.loader import SIM_SCENARIO, ManifestError, describe, load_documents, parse_object, what_is
 from kai_ray.api.ray import RayCluster, RayJob, RayService
-from kai_ray.cli import CliError, app
+from kai_ray.api.strict import invalid_quantities, unknown_fields
+from kai_ray.cli import CliError, app, note, warn
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group
+
+RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 
 
 def read_source(path: str) -> tuple[str, str]:
@@ -27,12 +30,27 @@ def read_source(path: str) -> tuple[str, str]:
 
 
 def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> list[dict[str, object]]:
+    """PodGroups for the Ray CRs in a manifest stream. Other documents (a Role, a Service) are skipped with a note;
+    unknown fields are warnings; a bad quantity, a bad Ray CR or a file that is not manifests at all is an error."""
     out: list[dict[str, object]] = []
+    skipped: list[str] = []
     try:
         for where, doc in load_documents(text, source):
+            kind = doc.get("kind") if isinstance(doc, dict) else None
+            if kind not in RAY_KINDS:
+                if not isinstance(doc, dict) or not kind:
+                    what = what_is(doc)
+                    hint = f"; `kai-ray simulate {source}` runs it" if what == SIM_SCENARIO else ""
+                    raise CliError(f"{where} is {what}, not a Kubernetes manifest{hint}")
+                skipped.append(f"{where} ({describe(doc)})")
+                continue
+            label = f"{where} ({describe(doc)})"
+            for unknown in unknown_fields(doc):
+                warn(f"{label}: {unknown}; ignored")
+            for bad in invalid_quantities(doc):
+                raise CliError(f"{label}: field {bad}")
             obj = parse_object(doc, where)
-            if not isinstance(obj, RayCluster | RayJob | RayService):
-                raise CliError(f"{where}: {type(obj).__name__} is not a Ray CR (RayCluster, RayJob or RayService)")
+            assert isinstance(obj, RayCluster | RayJob | RayService)
             try:
                 out.append(group(obj, config=config).to_dict())
             except GroupingError as exc:
@@ -40,7 +58,13 @@ def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> lis
     except ManifestError as exc:
         raise CliError(str(exc)) from None
     if not out:
+        if skipped:
+            more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+            first = f"{skipped[0]}{more} is not a Ray CR"
+            raise CliError(f"no Ray CR (RayCluster, RayJob or RayService) in {source}: {first}")
         raise CliError(f"{source}: no Ray CR found")
+    for label in skipped:
+        note(f"{label}: not a Ray CR; skipped")
     return out
 
 

@@ -16,20 +16,33 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, app, warn
 from kai_ray.cli.bench import bench
 from kai_ray.sim.engine import EngineOptions, SimResult
-from kai_ray.sim.scenario import ScenarioError, load_scenario
+from kai_ray.sim.scenario import Scenario, ScenarioError, load_scenario
 from kai_ray.sim.trace import TraceError
 
 TRACE_FORMATS = ("alibaba-v2023",)
 
 
+def load_scenario_or_fail(path: str | Path) -> Scenario:
+    """A scenario, its warnings (unknown fields) on stderr; a bad one is a CliError naming the field."""
+    try:
+        scn = load_scenario(path)
+    except ScenarioError as exc:
+        raise CliError(str(exc)) from None
+    for text in scn.warnings:
+        warn(text)
+    return scn
+
+
 def write_report_or_fail(res: SimResult, report: str, title: str) -> list[Path]:
-    from kai_ray.sim.report import write_report
+    from kai_ray.sim.report import PlotsUnavailable, write_report
 
     try:
         return write_report(res, report, title)
+    except PlotsUnavailable as exc:
+        raise CliError(f"--report: {exc}") from None
     except OSError as exc:
         raise CliError(f"--report: cannot write to {report!r}: {exc.strerror or exc}") from None
 
@@ -54,6 +67,10 @@ def _emit(doc: dict[str, Any], as_json: bool, console: Console, trace: bool) -> 
         for why, n in skipped.items():
             console.print(f"[dim]skipped {n} pods: {why}[/dim]")
     print_metrics(doc, console)
+    if "usage" in doc:
+        from kai_ray.sim.usage import print_usage
+
+        print_usage(doc["usage"], console)
     for err in doc["errors"][:10]:
         console.print(f"[red]simulator rejected a decision:[/red] {err}")
 
@@ -130,17 +147,25 @@ def simulate_cmd(
         int | None, typer.Option("--limit", help="Trace: read only the first N rows of the pod list")
     ] = None,
     period: Annotated[float, typer.Option("--period", help="Trace: scheduling period in seconds")] = 1.0,
+    policy: Annotated[
+        str, typer.Option("--policy", help="kai-ray, kai (KAI's semantics) or no-gang (pod by pod); scenarios only")
+    ] = "kai-ray",
 ) -> None:
     """Simulate a scenario (or replay a trace) with the real podgrouper and scheduler core, no cluster needed."""
     from kai_ray.sim.metrics import result_document
+    from kai_ray.sim.policy import POLICIES
     from kai_ray.sim.run import simulate
 
+    if policy not in POLICIES:
+        raise CliError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
     if placement is not None and placement not in ("binpack", "spread"):
         raise CliError(f"--placement: {placement!r} is not 'binpack' or 'spread'")
     console = Console(width=None if sys.stdout.isatty() else 110)
     if trace is not None:
         if scenario is not None:
             raise CliError("SCENARIO: give a scenario file or --trace, not both")
+        if policy != "kai-ray":
+            raise CliError("--policy: only for scenarios (a trace replays single-pod gangs)")
         t0 = time.perf_counter()
         res, extra = run_trace(
             trace, nodes, pods, placement, limit, period, progress=sys.stderr.isatty() or not as_json
@@ -154,14 +179,12 @@ def simulate_cmd(
         for opt, val in (("--nodes", nodes), ("--pods", pods), ("--limit", limit)):
             if val is not None:
                 raise CliError(f"{opt}: only used with --trace")
-        try:
-            scn = load_scenario(scenario)
-        except ScenarioError as exc:
-            raise CliError(str(exc)) from None
+        scn = load_scenario_or_fail(scenario)
         if placement:
             scn.config.placement_gpu = scn.config.placement_cpu = placement
-        res = simulate(scn)
+        res = simulate(scn, POLICIES[policy])
         extra = {"description": scn.description} if scn.description else {}
+        extra["policy"] = policy
         source = scenario
         title = Path(scenario).stem
     doc = result_document(res, source, extra)

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.bridge import parse_duration
+from kai_ray.api.duration import seconds
+from kai_ray.k8s.usage import CLIENT_TYPES, PrometheusClient
+from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, usage_params_from
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
@@ -42,17 +44,10 @@ def default_identity() -> str:
 
 def duration(value: str | float | int, name: str) -> float:
     """Seconds from a number or a Go duration string; raises ConfigError naming the setting."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
     try:
-        return float(text)
+        return seconds(value)
     except ValueError:
-        pass
-    parsed = parse_duration(text)
-    if parsed is None:
-        raise ConfigError(f"{name}: {value!r} is not a duration (e.g. 30s, 1m30s)")
-    return parsed
+        raise ConfigError(f"{name}: {value!r} is not a duration (e.g. 30s, 1m30s)") from None
 
 
 @dataclass
@@ -95,6 +90,18 @@ class OperatorConfig:
     drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
     max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
+    # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.usage); off unless usage_db is set
+    k_value: float = 1.0
+    usage_db: str = "none"  # none | internal (kai-ray's own, in Queue status) | prometheus (KAI's query)
+    usage_db_url: str = ""  # prometheus: base URL (KAI's connectionString)
+    usage_window_size: str = "1w"
+    usage_window_type: str = "sliding"  # sliding | tumbling | cron
+    usage_half_life_period: str = ""  # empty or 0: no decay
+    usage_tumbling_window_start_time: str = ""  # RFC 3339; empty: when accounting starts
+    usage_cron_string: str = ""
+    usage_fetch_interval: str = "1m"
+    usage_staleness_period: str = "5m"
+    usage_extra_params: dict[str, str] = field(default_factory=dict)  # prometheus: KAI's extraParams
 
     def validate(self) -> OperatorConfig:
         if self.placement_strategy not in ("binpack", "spread"):
@@ -130,7 +137,32 @@ class OperatorConfig:
             raise ConfigError(f"--max-gang-pods: {self.max_gang_pods} must be at least 1")
         if self.headroom_interval < 0:
             raise ConfigError(f"--headroom-interval: {self.headroom_interval} must not be negative")
+        self.usage_params()
         return self
+
+    def usage_params(self) -> UsageParams:
+        """The usage settings, validated; a bad one raises ConfigError naming its flag. Also checks ``--k-value``,
+        ``--usage-db`` and, for Prometheus, its URL and extra parameters."""
+        if not self.k_value >= 0:
+            raise ConfigError(f"--k-value: {self.k_value:g} must not be negative (0: usage has no effect)")
+        if self.usage_db not in CLIENT_TYPES:
+            raise ConfigError(f"--usage-db: {self.usage_db!r} is not one of {', '.join(CLIENT_TYPES)}")
+        raw = {key: getattr(self, f"usage_{attr}") for key, attr in PARAM_KEYS.items()}  # --usage-<attr>
+        try:
+            params = usage_params_from(raw, where="usage")
+        except UsageConfigError as exc:
+            key, _, message = str(exc).removeprefix("usage.").partition(":")
+            raise ConfigError(f"--usage-{PARAM_KEYS.get(key, key).replace('_', '-')}:{message}") from None
+        if self.usage_db == "prometheus":
+            if not self.usage_db_url.startswith(("http://", "https://")):
+                raise ConfigError(f"--usage-db-url: {self.usage_db_url!r} is not the http(s) URL of a Prometheus")
+            try:
+                PrometheusClient(self.usage_db_url, params, self.usage_extra_params)
+            except ValueError as exc:
+                raise ConfigError(f"--usage-extra-param: {str(exc).removeprefix('extraParams.')}") from None
+        elif self.usage_extra_params:
+            raise ConfigError("--usage-extra-param: only used with --usage-db=prometheus")
+        return params
 
     def lease(self, operator: str) -> tuple[str, str]:
         return (self.lease_name or f"kai-ray-{operator}", self.lease_namespace or default_namespace())

@@ -320,6 +320,7 @@ class ReclaimRecord:
     message: str
     seconds: float
     drains: list[DrainOutcome] = field(default_factory=list)
+    deferred: bool = False  # not done and not evicted instead: the next cycle decides again (a RayJob's suspend)
 
 
 class ElasticReclaimer:
@@ -354,6 +355,7 @@ class ElasticReclaimer:
         labels_of: Callable[[Any], Mapping[str, str] | None] | None = None,
         owner_of: Callable[[str, str], tuple[str, str] | None] | None = None,
         release: Callable[[Any], None] | None = None,
+        on_record: Callable[[ReclaimRecord], None] | None = None,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -366,6 +368,7 @@ class ElasticReclaimer:
         self.labels_of = labels_of
         self.owner_of = owner_of
         self.release = release
+        self.on_record = on_record  # e.g. the operator's metrics
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-ray-reclaim")
         self.records: list[ReclaimRecord] = []
         self._lock = threading.Lock()
@@ -436,6 +439,8 @@ class ElasticReclaimer:
         with self._lock:
             self.records.append(rec)
             del self.records[:-1000]
+        if self.on_record is not None:
+            self.on_record(rec)
 
     def _release(self, items: list[tuple[Any, Any]]) -> None:
         if self.release is None:
@@ -499,7 +504,14 @@ class ElasticReclaimer:
             out = SuspendOutcome(False, "Error", str(exc))
         self._record(
             ReclaimRecord(
-                "suspend", f"{namespace}/{name}", names, out.applied, out.code, out.message, time.monotonic() - t0
+                "suspend",
+                f"{namespace}/{name}",
+                names,
+                out.applied,
+                out.code,
+                out.message,
+                time.monotonic() - t0,
+                deferred=not out.applied and kind == "RayJob",
             )
         )
         if out.applied:

@@ -146,6 +146,13 @@ class Informer:
             except _Gone:
                 need_list = True
             except ApiError as exc:
+                if exc.unreachable:  # the operator's one retry loop says so and tells us when to go on
+                    self.kube.reachability.failed(exc)
+                    if not self.kube.reachability.wait(self._stop) and not self._stop.is_set():
+                        self._stop.wait(backoff)  # the client is closing: no prober to wait for
+                        backoff = min(backoff * 2, 30.0)
+                    need_list = True
+                    continue
                 if exc.status == 404 and self.missing_ok:
                     if not self.missing:
                         log.info("%s: resource not served (CRD not installed?); retrying quietly", self.name)

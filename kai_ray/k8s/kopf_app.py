@@ -12,6 +12,7 @@ engine's ``on.probe``, and stops it cleanly in ``on.cleanup`` on SIGTERM.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -67,13 +68,19 @@ def register(kind: str, config: OperatorConfig, registry: kopf.OperatorRegistry 
         return connection_info(config)
 
     @kopf.on.startup(registry=reg)
-    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.peering.standalone = True
         settings.scanning.disabled = True
         settings.posting.level = logging.WARNING
         settings.networking.request_timeout = 30
         engine = make_engine(kind, config)
         holder["engine"] = engine
+        # kopf scans the API once startup returns, retrying and logging on its own: wait here until the server
+        # answers, so an unreachable server is one retry loop with backoff (ours), not two
+        reach = engine.kube.reachability
+        if not await asyncio.to_thread(reach.check):
+            while not reach.up:
+                await asyncio.sleep(0.2)
         engine.start()
         log.info("kai-ray %s started (identity %s)", kind, config.identity)
 

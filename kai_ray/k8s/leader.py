@@ -99,7 +99,9 @@ class LeaderElector:
                 ok = self._try_acquire_or_renew()
                 last_error = ""
             except ApiError as exc:
-                if str(exc) != last_error:  # e.g. a missing namespace or RBAC: say so once, keep trying
+                if exc.unreachable:
+                    self.kube.reachability.failed(exc)  # logged there, once for the whole operator
+                elif str(exc) != last_error:  # e.g. a missing namespace or RBAC: say so once, keep trying
                     log.warning("lease %s/%s: %s", self.cfg.namespace, self.cfg.name, exc)
                 last_error = str(exc)
             except Exception:

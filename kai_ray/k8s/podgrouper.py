@@ -37,6 +37,7 @@ from kai_ray.api.loader import ManifestError, parse_object
 from kai_ray.api.meta import ObjectMeta, Pod
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayJob, RayService
+from kai_ray.api.strict import LAST_APPLIED, invalid_quantities, object_unknown_fields
 from kai_ray.k8s.cache import slim_pod
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder, object_ref
@@ -57,7 +58,7 @@ from kai_ray.k8s.grouping import (
 from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.isolate import Guard
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
-from kai_ray.k8s.metrics import Metrics
+from kai_ray.k8s.metrics import PodgrouperMetrics
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.workqueue import Dispatcher
 from kai_ray.podgrouper import (
@@ -87,6 +88,7 @@ class OwnerError(Exception):
 class PodgrouperOperator:
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
         self.config = config.validate()
+        self._owns_kube = kube is None
         self.kube = kube or Kube.connect(config.kubeconfig, config.context, pool_size=config.bind_workers + 24)
         base = PodgrouperConfig.kai_compatible() if config.kai_compatible_priorities else PodgrouperConfig()
         self.grouper_config = base.model_copy(
@@ -97,7 +99,7 @@ class PodgrouperOperator:
                 "max_gang_pods": config.max_gang_pods,
             }
         )
-        self.metrics = Metrics("podgrouper")
+        self.metrics = PodgrouperMetrics()
         self.queue = Dispatcher("podgrouper", config.bind_workers)
         self.writer = Dispatcher("podgrouper-events", 2)
         self.stamper = Dispatcher(
@@ -117,6 +119,7 @@ class PodgrouperOperator:
         self._orphans: dict[str, float] = {}  # pod key -> since when its owner chain cannot be followed
         self.owner_grace = OWNER_GRACE
         self._warned: dict[str, str] = {}  # Ray CR key -> admission warning given (once per distinct warning)
+        self._fields_checked: dict[str, tuple[Any, ...]] = {}  # Ray CR key -> the version whose fields were checked
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
@@ -185,6 +188,8 @@ class PodgrouperOperator:
         self.writer.stop()
         for inf in self.informers:
             inf.stop()
+        if self._owns_kube:
+            self.kube.reachability.close()
         self.metrics.close()
 
     def is_leader(self) -> bool:
@@ -267,6 +272,7 @@ class PodgrouperOperator:
                 self._reported.pop(f"{kind}/{key}", None)
                 self._warned.pop(f"{kind}/{key}", None)
                 self._orphans.pop(f"ray/{kind}/{key}", None)
+                self._fields_checked.pop(f"{kind}/{key}", None)
                 return
             self._enqueue(f"ray/{kind}/{key}")
 
@@ -610,6 +616,25 @@ class PodgrouperOperator:
         self._reported[ckey] = message
         self.events.emit(object_ref(obj, kind=kind), WARNING, "PodGroupError", message)
 
+    def _check_fields(self, kind: str, raw: dict[str, Any]) -> None:
+        """One Warning Event per version of a Ray CR naming its unknown fields (kept by the object, or pruned by the
+        API server but remembered by kubectl's last-applied annotation) and its unparsable quantities."""
+        meta = raw.get("metadata") or {}
+        ckey = f"{kind}/{meta.get('namespace')}/{meta.get('name')}"
+        version = (meta.get("uid"), meta.get("generation"), (meta.get("annotations") or {}).get(LAST_APPLIED))
+        if self._fields_checked.get(ckey) == version:
+            return
+        self._fields_checked[ckey] = version
+        ref = object_ref(raw, kind=kind)
+        unknown = object_unknown_fields(raw, kind)
+        if unknown:
+            self.metrics.findings.labels(kind).inc()
+            self.events.emit(ref, WARNING, "UnknownField", f"{'; '.join(map(str, unknown))}; ignored by kai-ray")
+        bad = invalid_quantities(raw, kind)
+        if bad:
+            self.metrics.findings.labels(kind).inc()
+            self.events.emit(ref, WARNING, "InvalidQuantity", "; ".join(map(str, bad)))
+
     def reconcile_ray(self, kind: str, key: str) -> None:
         raw = self._get_cached(self.ray[kind], key)
         if raw is None:
@@ -628,6 +653,7 @@ class PodgrouperOperator:
         chain = self.owner_chain(raw)
         if any(skip_requested(o.get("metadata") or {}) for o in chain):
             return
+        self._check_fields(kind, raw)
         desired = self._ray_group(kind, raw, chain, None)
         if desired is None:
             return

@@ -9,14 +9,19 @@ directly, reusing the official client's kubeconfig loading, TLS setup, token ref
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
 from kubernetes import client, config
+
+log = logging.getLogger(__name__)
 
 USER_AGENT = "kai-ray/0.1"
 JSON = "application/json"
@@ -28,7 +33,7 @@ class ApiError(Exception):
     """A non-2xx answer from the API server: ``status`` (HTTP code), ``reason`` and ``message`` from its Status."""
 
     def __init__(self, status: int, reason: str = "", message: str = "", body: Any = None) -> None:
-        super().__init__(f"{status} {reason}: {message}".strip())
+        super().__init__(message if status == UNREACHABLE else f"{status} {reason}: {message}".strip())
         self.status = status
         self.reason = reason
         self.message = message
@@ -52,6 +57,99 @@ class ApiError(Exception):
     def conflict(self) -> bool:
         return self.status == 409
 
+    @property
+    def unreachable(self) -> bool:
+        """No answer at all: the server is down, unreachable, or the connection broke."""
+        return self.status == UNREACHABLE
+
+
+UNREACHABLE = 0  # ApiError.status when no HTTP answer came back
+
+
+def connection_problem(host: str, exc: Exception) -> ApiError:
+    """A connection failure as one readable line: where, and what went wrong (not urllib3's repr)."""
+    text = str(exc)
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        text = text.split("Failed to establish a new connection: ", 1)[-1]
+        text = re.sub(r"^\[Errno -?\d+\] ", "", text).lower()
+    elif isinstance(exc, urllib3.exceptions.NameResolutionError):
+        text = f"cannot resolve {urllib3.util.parse_url(host).host}"
+    elif isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
+        text = "no connection within the timeout"
+    elif isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        text = "no answer within the timeout"
+    elif isinstance(exc, urllib3.exceptions.SSLError):
+        text = f"TLS: {text}"
+    elif isinstance(exc, urllib3.exceptions.ProtocolError):
+        text = f"connection broken ({exc.args[0] if exc.args else text})"
+    return ApiError(UNREACHABLE, "Unreachable", f"cannot reach the API server at {host}: {text}")
+
+
+class Reachability:
+    """Whether the API server answers, for one operator: the one place that retries with backoff and logs it.
+
+    Every loop that gets no answer at all (informers, the Lease) reports it here and waits, instead of each logging
+    its own retries; one prober asks ``/version`` with exponential backoff (0.5 s doubling to 30 s) and wakes them all
+    when the server answers again (any HTTP answer counts, even 401 or 403).
+    """
+
+    MAX_BACKOFF = 30.0
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._up = threading.Event()
+        self._up.set()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    @property
+    def up(self) -> bool:
+        return self._up.is_set()
+
+    def failed(self, exc: ApiError) -> None:
+        """A request got no answer: start the prober (once) if the server was thought up."""
+        with self._lock:
+            if not self._up.is_set() or self._closed.is_set():
+                return
+            self._up.clear()
+        log.warning("%s; retrying with backoff", exc)
+        threading.Thread(target=self._probe, name="kai-ray-reachability", daemon=True).start()
+
+    def check(self) -> bool:
+        """Ask once now (e.g. before starting work); False (and the prober started) when there is no answer."""
+        try:
+            self.kube.request("GET", "/version", timeout=10.0)
+        except ApiError as exc:
+            if exc.unreachable:
+                self.failed(exc)
+                return False
+        return True
+
+    def wait(self, stop: threading.Event, timeout: float | None = None) -> bool:
+        """Block until the server answers again (True), ``stop`` is set or ``timeout`` passes (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._up.wait(0.2):
+            if stop.is_set() or self._closed.is_set() or (deadline is not None and time.monotonic() > deadline):
+                return False
+        return True
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _probe(self) -> None:
+        backoff, since = 0.5, time.monotonic()
+        while not self._closed.wait(backoff):
+            try:
+                self.kube.request("GET", "/version", timeout=10.0)
+            except ApiError as exc:
+                if exc.unreachable:
+                    backoff = min(backoff * 2, self.MAX_BACKOFF)
+                    log.warning("%s; next try in %.0fs", exc, backoff)
+                    continue
+            log.warning("API server %s answers again after %.0fs", self.kube.host, time.monotonic() - since)
+            self._up.set()
+            return
+
 
 def _in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
@@ -67,6 +165,7 @@ class Kube:
         self.pool = api_client.rest_client.pool_manager
         self.timeout = timeout
         self._lock = threading.Lock()
+        self.reachability = Reachability(self)
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None, pool_size: int = 32) -> Kube:
@@ -80,6 +179,7 @@ class Kube:
         return cls(client.ApiClient(cfg))
 
     def close(self) -> None:
+        self.reachability.close()
         self.api_client.close()
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
@@ -119,7 +219,7 @@ class Kube:
                 preload_content=True,
             )
         except urllib3.exceptions.HTTPError as exc:
-            raise ApiError(0, "ConnectionError", str(exc)) from None
+            raise connection_problem(self.host, exc) from None
         if resp.status >= 400:
             raise ApiError.from_response(resp.status, resp.data)
         return json.loads(resp.data) if resp.data else None
@@ -136,7 +236,7 @@ class Kube:
                 preload_content=False,
             )
         except urllib3.exceptions.HTTPError as exc:
-            raise ApiError(0, "ConnectionError", str(exc)) from None
+            raise connection_problem(self.host, exc) from None
         if resp.status >= 400:
             data = resp.read()
             resp.release_conn()

@@ -31,22 +31,25 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.api.podgroup import PodGroup
+from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
+from kai_ray.bridge import parse_time
 from kai_ray.k8s import status as st
 from kai_ray.k8s.cache import PodEntry, SchedulerCache, SnapshotView, slim_pod
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.elastic import ElasticReclaimer, HeadroomPublisher, ray_owner
+from kai_ray.k8s.elastic import FALLBACK_CODES, ElasticReclaimer, HeadroomPublisher, ReclaimRecord, ray_owner
 from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder
 from kai_ray.k8s.informer import Informer, wait_all_synced
 from kai_ray.k8s.isolate import Guard, Quarantine
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
-from kai_ray.k8s.metrics import Metrics
+from kai_ray.k8s.metrics import SchedulerMetrics
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.resume import SuspendedGangs, is_virtual
+from kai_ray.k8s.usage import LEDGER_FIELD, capacity_of, make_source
 from kai_ray.k8s.workqueue import Dispatcher
 from kai_ray.podgrouper import PodgrouperConfig
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
-from kai_ray.scheduler.snapshot import SchedulerConfig
+from kai_ray.scheduler.snapshot import PodPhase, SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +85,11 @@ class SchedulerOperator:
 
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
         self.config = config.validate()
+        self._owns_kube = kube is None
         self.kube = kube or Kube.connect(
             config.kubeconfig, config.context, pool_size=config.bind_workers + config.write_workers + 12
         )
-        self.metrics = Metrics("scheduler")
+        self.metrics = SchedulerMetrics()
         self.cache = SchedulerCache(config, on_change=self.wake)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -108,6 +112,7 @@ class SchedulerOperator:
                 labels_of=self._cached_labels,
                 owner_of=self._cached_owner,
                 release=lambda p: self.cache.unmark_evicting(p.key),
+                on_record=self._count_reclaim,
             )
             self.eviction_interceptors.append(self.reclaimer)
         self.gangs: SuspendedGangs | None = None
@@ -135,6 +140,8 @@ class SchedulerOperator:
                 templates=self.gangs.probe_templates if self.gangs is not None else None,
             )
         self.informers = self._informers()
+        # time-based fair share: the usage source (None: off, KAI's default)
+        self.usage = make_source(config.usage_db, config.usage_params(), config.usage_db_url, config.usage_extra_params)
         self.elector: LeaderElector | None = None
         if config.leader_elect:
             name, ns = config.lease("scheduler")
@@ -152,6 +159,11 @@ class SchedulerOperator:
         self._status_written: dict[str, tuple[int, dict[str, Any]]] = {}  # PodGroup -> (resourceVersion, status)
         self._queue_written: dict[str, tuple[dict[str, Any], float]] = {}
         self._reported_invalid: dict[str, str] = {}
+        self._queue_fields_checked: dict[str, tuple[Any, ...]] = {}  # Queue -> the version whose fields were checked
+        self._gangs_binding: dict[str, list[Any]] = {}  # job -> [binds left, PodGroup uid, created, queue]
+        self._scheduled_once: dict[str, str] = {}  # job -> uid of the PodGroup whose time-to-schedule was observed
+        self._made_room: dict[str, str] = {}  # job -> the action that evicted for it (until it starts)
+        self._victim_queues: dict[str, str] = {}  # pod key -> queue, while a Ray-aware reclaim handles it
         self.last_cycle: float = 0.0
         self._last_cycle_seconds = 0.0
         self._last_report = 0.0
@@ -197,6 +209,8 @@ class SchedulerOperator:
             inf.start()
         self.binder.start()
         self.writer.start()
+        if self.usage is not None:
+            self.usage.start()
         self._loop_thread = threading.Thread(target=self._loop, name="scheduler-loop", daemon=True)
         self._loop_thread.start()
         if self.elector is not None:
@@ -216,10 +230,14 @@ class SchedulerOperator:
             self._loop_thread.join(10)
         self.binder.stop()
         self.writer.stop()
+        if self.usage is not None:
+            self.usage.stop()
         if self.reclaimer is not None:
             self.reclaimer.close(wait=False)
         for inf in self.informers:
             inf.stop()
+        if self._owns_kube:
+            self.kube.reachability.close()  # its prober, if the server was unreachable
         self.metrics.close()
 
     def _writes_may_go(self) -> bool:
@@ -274,6 +292,8 @@ class SchedulerOperator:
             self.gangs.clear()
         if self.headroom is not None:
             self.headroom.forget()
+        if self.usage is not None:
+            self.usage.forget()
         log.warning("no longer leader: scheduling stopped")
 
     # --- the loop -----------------------------------------------------------------------------------------------
@@ -285,6 +305,7 @@ class SchedulerOperator:
             placement_cpu=cfg.placement_strategy,
             queue_priority_in_quota_reclaim=cfg.queue_priority_reclaim,
             default_preemption_delay=cfg.preemption_delay,
+            k_value=cfg.k_value,
         )
 
     def _loop(self) -> None:
@@ -329,11 +350,19 @@ class SchedulerOperator:
         leading = self._leading.is_set()
         virtual = self.gangs.virtual_pods() if self.gangs is not None and leading else {}
         view = self.cache.build(self.core_config(), extra=virtual)
+        if self.usage is not None and leading:
+            with self.cache.lock:
+                statuses = {name: q.raw.get("status") or {} for name, q in self.cache.queues.items()}
+            view.snapshot.usage = self.usage.before_cycle(time.time(), statuses)
         t1 = time.perf_counter()
         result = self.quarantine.run(view.snapshot)
         t2 = time.perf_counter()
         t3 = t2
         if self._leading.is_set():
+            if self.usage is not None:
+                with self.cache.lock:
+                    capacity = capacity_of(self.cache.nodes)
+                self.usage.after_cycle(time.time(), capacity, result)
             self._dispatch_binds(view, result)
             self._dispatch_evictions(view, result)
             if virtual and self.gangs is not None:
@@ -362,6 +391,12 @@ class SchedulerOperator:
             m.phase_seconds.labels(phase).inc(dt)
         m.pending_pods.set(max(0, view.pending - len(result.binds)))
         m.inflight_binds.set(self.cache.inflight())
+        m.e2e_latency.set(1000 * (t4 - t0))
+        m.open_session_latency.set(1000 * result.stats.get("open_seconds", 0.0))
+        for action in view.snapshot.config.actions:
+            took = result.stats.get(f"{action}_seconds")
+            if took is not None:
+                m.action_latency.labels(action).set(1000 * took)
         return result
 
     # --- bindings -----------------------------------------------------------------------------------------------
@@ -380,14 +415,16 @@ class SchedulerOperator:
             return
         ok = self.cache.assume_many([(p.key, p.uid, node) for p, node, _ in wanted])
         work: list[tuple[str, Callable[[], None]]] = []
-        started: set[str] = set()
+        started: dict[str, int] = defaultdict(int)
         for (p, node, job), assumed in zip(wanted, ok, strict=True):
             if not assumed:
                 self.metrics.binds.labels("skipped").inc()  # already bound or in flight: never bind twice
                 continue
             if view.active_before.get(job, 0) == 0:
-                started.add(job)
+                started[job] += 1
             work.append((f"bind/{p.key}", partial(self._bind, p, node)))
+        for job, n in started.items():
+            self._gang_starting(job, n)
         self._last_bind_dispatch = time.monotonic()
         self.binder.submit_many(work, priority=BIND_PRIORITY)
         stamp: dict[str, str | None] = {c.LAST_START: _iso()}
@@ -398,9 +435,13 @@ class SchedulerOperator:
             self.cache.forget(p.key, p.uid)
             self.metrics.binds.labels("not_leader").inc()
             return
+        t0 = time.time()
+        if p.created:
+            self.metrics.task_scheduling_latency.observe(max(0.0, 1000 * (t0 - p.created)))
         try:
             self.kube.bind(p.namespace, p.name, p.uid, node)
         except ApiError as exc:
+            self._gang_bound(p.job_key, False)
             if exc.conflict:
                 # Already bound (or replaced by a pod with a new UID): the watch will tell us where; never retry.
                 self.metrics.binds.labels("conflict").inc()
@@ -411,8 +452,102 @@ class SchedulerOperator:
                 if not exc.not_found:
                     log.warning("bind %s -> %s failed: %s", p.key, node, exc)
             return
+        self.metrics.task_bind_latency.observe(1000 * (time.time() - t0))
         self.metrics.binds.labels("ok").inc()
+        self._gang_bound(p.job_key, True)
         self.events.emit(_pod_ref(p), NORMAL, "Scheduled", f"Successfully assigned {p.key} to {node}")
+
+    # --- per-queue metrics -------------------------------------------------------------------------------------
+
+    def _queue_of(self, job: str) -> str:
+        pg = self.cache.pgs.get(job)
+        return (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg is not None and pg.model is not None else ""
+
+    def _gang_starting(self, job: str, binds: int) -> None:
+        """A gang with no pod running got its bindings: count it (KAI's scheduled-by-action) and, the first time
+        for this PodGroup, time it from creation until every one of these bindings succeeded."""
+        self.metrics.podgroups_scheduled.inc(self._made_room.pop(job, "allocate"))
+        pg = self.cache.pgs.get(job)
+        created = parse_time((pg.raw.get("metadata") or {}).get("creationTimestamp")) if pg is not None else None
+        if pg is None or created is None:
+            return
+        queue = self._queue_of(job)
+        with self._status_lock:
+            if self._scheduled_once.get(job) != pg.uid:
+                self._gangs_binding[job] = [binds, pg.uid, created, queue]
+
+    def _gang_bound(self, job: str | None, ok: bool) -> None:
+        if job is None:
+            return
+        with self._status_lock:
+            entry = self._gangs_binding.get(job)
+            if entry is None:
+                return
+            if not ok:
+                del self._gangs_binding[job]  # the next cycle binds the gang again, and times it then
+                return
+            entry[0] -= 1
+            if entry[0] > 0:
+                return
+            del self._gangs_binding[job]
+            self._scheduled_once[job] = entry[1]
+        self.metrics.time_to_schedule.labels(entry[3]).observe(max(0.0, time.time() - entry[2]))
+
+    def _count_reclaim(self, rec: ReclaimRecord) -> None:
+        ns = rec.target.partition("/")[0]
+        queues = [self._victim_queues.pop(f"{ns}/{pod}", "") for pod in rec.pods]
+        queue = next((q for q in queues if q), "")
+        if rec.kind == "shrink":
+            fell_back = rec.code in FALLBACK_CODES or rec.code == "Error"
+            result = "ok" if rec.ok else ("fallback" if fell_back else "deferred")
+            self.metrics.elastic_shrinks.labels(queue, result).inc()
+        else:
+            self.metrics.suspends.labels(queue, "ok" if rec.ok else ("deferred" if rec.deferred else "fallback")).inc()
+
+    def _queue_metrics(self, view: SnapshotView, result: CycleResult, verdicts: dict[str, JobStatus]) -> None:
+        """KAI's per-queue gauges and kai-ray's pending counts; a parent queue's counts include its children's."""
+        m = self.metrics
+        with self.cache.lock:
+            entries = {name: q.model for name, q in self.cache.queues.items() if q.model is not None}
+        parents = {name: q.spec.parent_queue for name, q in entries.items()}
+        pending_groups: dict[str, int] = defaultdict(int)
+        pending_pods: dict[str, int] = defaultdict(int)
+        for job in view.snapshot.jobs:
+            waiting = sum(1 for pod in job.pods if pod.phase is PodPhase.PENDING)
+            verdict = verdicts.get(job.key)
+            gang_waiting = verdict is not None and not verdict.scheduled
+            seen: set[str] = set()
+            q: str | None = job.queue
+            while q and q in entries and q not in seen:
+                seen.add(q)
+                pending_pods[q] += waiting
+                pending_groups[q] += int(gang_waiting)
+                q = parents.get(q)
+        series = m.queue_series
+        for name, model in entries.items():
+            display = model.spec.display_name or ""
+            controller = (name, name, display)
+            scheduler = (display or name, name, display)
+            res = model.spec.resources
+            series.set(m.queue_info, controller, 1)
+            if res is not None:
+                series.set(m.queue_deserved_gpus, controller, res.gpu.quota)
+                series.set(
+                    m.queue_quota_cpu, controller, res.cpu.quota if res.cpu.quota == -1 else res.cpu.quota / 1000
+                )
+                mem = res.memory.quota
+                series.set(m.queue_quota_memory, controller, mem if mem == -1 else mem * 1e6)
+            qs = result.queues.get(name)
+            if qs is not None:
+                series.set(m.queue_allocated_gpus, controller, round(qs.allocated.get("gpu", 0.0), 4))
+                series.set(m.queue_allocated_cpu, controller, round(qs.allocated.get("cpu", 0.0) / 1000, 4))
+                series.set(m.queue_allocated_memory, controller, round(qs.allocated.get("memory", 0.0), 4))
+                series.set(m.fair_share_gpu, scheduler, qs.fair_share.get("gpu", 0.0))
+                series.set(m.fair_share_cpu, scheduler, qs.fair_share.get("cpu", 0.0) / 1000)
+                series.set(m.fair_share_memory, scheduler, qs.fair_share.get("memory", 0.0) / 1e9)
+            series.set(m.queue_pending_podgroups, (name,), pending_groups.get(name, 0))
+            series.set(m.queue_pending_pods, (name,), pending_pods.get(name, 0))
+        series.commit()
 
     # --- evictions ----------------------------------------------------------------------------------------------
 
@@ -427,9 +562,21 @@ class SchedulerOperator:
         by_job: dict[str, list[Evict]] = defaultdict(list)
         for _, e in victims:
             by_job[e.job].append(e)
+            queue = self._queue_of(e.job)
+            self.metrics.queue_evictions.labels(queue, e.action.value).inc()
+            pg = self.cache.pgs.get(e.job)
+            if pg is not None:
+                self.metrics.evicted_pods.labels(pg.name, pg.namespace, pg.uid, st.NODE_POOL, e.action.value).inc()
+            if e.preemptor:
+                self._made_room[e.preemptor] = e.action.value
         remaining = victims
+        if self.eviction_interceptors:
+            for p, e in victims:
+                self._victim_queues[p.key] = self._queue_of(e.job)
         for intercept in self.eviction_interceptors:
             remaining = intercept(remaining)
+        for p, _ in remaining:
+            self._victim_queues.pop(p.key, None)
         for p, e in remaining:
             self.binder.submit(f"evict/{p.key}", partial(self._evict, p, e), priority=EVICT_PRIORITY)
         now = _iso()
@@ -583,6 +730,14 @@ class SchedulerOperator:
             del self._verdicts[key]
             with self._status_lock:
                 self._status_written.pop(key, None)
+        with self._status_lock:
+            for key in [k for k in self._scheduled_once if k not in verdicts]:
+                del self._scheduled_once[key]
+        for key in [k for k in list(self._victim_queues) if k not in self.cache.pods]:
+            self._victim_queues.pop(key, None)  # a victim the reclaimer found already gone
+        for key in [k for k in self._made_room if k not in verdicts]:
+            del self._made_room[key]
+        self._queue_metrics(view, result, verdicts)
         self._report_findings(result)
         self._report_queues(result, bad_queues, now, iso)
 
@@ -689,10 +844,18 @@ class SchedulerOperator:
         for name, q in entries.items():
             if q.queue is not None and q.queue.parent:
                 children[q.queue.parent].append(name)
+        for name in [n for n in self._queue_fields_checked if n not in entries]:
+            del self._queue_fields_checked[name]
         for name, q in entries.items():
+            self._check_queue_fields(name, q.raw)
             qs = result.queues.get(name)
             body: dict[str, Any] = st.queue_status(qs, children.get(name, [])) if qs is not None else {}
             body.update(st.queue_validity(q.raw.get("status"), bad.get(name, []), iso))
+            if self.usage is not None:
+                top_level = q.queue is not None and not q.queue.parent
+                ledger = self.usage.ledger_status(name, top_level)
+                if ledger is not None:
+                    body[LEDGER_FIELD] = ledger
             compare = {k: v for k, v in body.items() if k != "conditions"}
             compare["valid"] = [
                 (cond["status"], cond["message"]) for cond in body["conditions"] if cond["type"] == "Valid"
@@ -710,6 +873,20 @@ class SchedulerOperator:
             if invalid_now:
                 self.events.emit(_queue_ref(q.raw), WARNING, "InvalidQueue", "; ".join(bad[name]))
                 self.metrics.findings.labels("Queue").inc()
+
+    def _check_queue_fields(self, name: str, raw: dict[str, Any]) -> None:
+        """One Warning Event per version of a Queue naming its unknown fields (kept by the object, or pruned by the
+        API server but remembered by kubectl's last-applied annotation)."""
+        meta = raw.get("metadata") or {}
+        version = (meta.get("uid"), meta.get("generation"), (meta.get("annotations") or {}).get(LAST_APPLIED))
+        if self._queue_fields_checked.get(name) == version:
+            return
+        self._queue_fields_checked[name] = version
+        unknown = object_unknown_fields(raw, "Queue")
+        if unknown:
+            self.metrics.findings.labels("Queue").inc()
+            text = f"{'; '.join(map(str, unknown))}; ignored by kai-ray"
+            self.events.emit(_queue_ref(raw), WARNING, "UnknownField", text)
 
     def _write_queue_status(self, name: str, body: dict[str, Any]) -> None:
         try:

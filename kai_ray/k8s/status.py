@@ -154,8 +154,19 @@ def queue_status(qs: QueueStatus, children: list[str]) -> dict[str, Any]:
         "allocatedNonPreemptible": resource_list(qs.allocated_non_preemptible),
         "requested": resource_list(qs.requested),
         "fairShare": resource_list(qs.fair_share),
+        "usage": usage_status(qs.usage),
         "childQueues": sorted(children),
     }
+
+
+def usage_status(usage: dict[str, float]) -> dict[str, float] | None:
+    """``QueueStatus.usage`` -> ``status.usage``: normalised historical usage (a share of the cluster's capacity over
+    the usage window, KAI's U') per resource name, 4 decimals (few rewrites); None when no usage is accounted, which
+    also clears one left from when the feature was on."""
+    if not usage:
+        return None
+    names = {"gpu": c.GPU_RESOURCE, "cpu": "cpu", "memory": "memory"}
+    return {names[k]: round(float(v), 4) for k, v in usage.items() if k in names}
 
 
 def queue_validity(current: dict[str, Any] | None, errors: list[str], now: str) -> dict[str, Any]:

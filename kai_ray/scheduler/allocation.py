@@ -15,11 +15,24 @@ from typing import Any
 import numpy as np
 
 from kai_ray.scheduler.decisions import Reason
+from kai_ray.scheduler.fragmentation import bestfit_term, fgd_group, fgd_term
 from kai_ray.scheduler.gang import member_key, skippable_member, tasks_to_allocate
 from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.queues import RES_NAMES
-from kai_ray.scheduler.session import CPU, EPS, GPU, MEM, PIPELINED, JobInfo, PodSet, Session, SubGroupSet, le
-from kai_ray.scheduler.topology import TopologyError, subset_nodes
+from kai_ray.scheduler.session import (
+    ACTIVE,
+    CPU,
+    EPS,
+    GPU,
+    MEM,
+    PIPELINED,
+    JobInfo,
+    PodSet,
+    Session,
+    SubGroupSet,
+    le,
+)
+from kai_ray.scheduler.topology import Request, TopologyError, subset_nodes
 
 INF = float("inf")
 
@@ -140,6 +153,7 @@ def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarra
             with np.errstate(divide="ignore"):
                 need = np.where(ses.gpu_mem > 0, ses.p_gpumem[p] / np.maximum(ses.gpu_mem, 1e-9), INF)
             mask = mask & (need <= 1.0 + EPS) & ((room + EPS >= need) | (free[GPU] >= 1.0 - EPS))
+            mask = mask & _node_quota_ok(ses, p, need)
         else:
             mask = mask & ((room + EPS >= g) | (free[GPU] >= 1.0 - EPS))
     elif g > 0:
@@ -151,48 +165,117 @@ def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarra
     return mask
 
 
-def _choose_node(ses: Session, p: int, cand: np.ndarray) -> int:
+def _node_quota_ok(ses: Session, p: int, need: np.ndarray) -> np.ndarray:
+    """KAI's per-node capacity check for gpu-memory pods: the GPU share the pod takes depends on the node's GPU
+    size, so the queue limit (and, when non-preemptible, the quota) is checked with that node's share."""
+    job = ses.jobs[ses.p_job[p]]
+    ok = np.ones(need.size, dtype=bool)
+    if job.queue < 0:
+        return ok
+    for q in ses.tree.nodes[job.queue].chain:
+        node = ses.tree.nodes[q]
+        if node.limit[GPU] != -1:
+            ok &= ses.q_alloc[q][GPU] + need <= node.limit[GPU] + EPS
+        if not job.preemptible and node.quota[GPU] != -1:
+            ok &= ses.q_alloc_np[q][GPU] + need <= node.quota[GPU] + EPS
+    return ok
+
+
+PLACEMENT_POLICIES = ("binpack", "spread", "bestfit", "fgd")  # KAI's two, then kai-ray's (see fragmentation.py)
+
+
+def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
+    """The placement policy's preference among candidate nodes, in [0, 9] (higher is better).
+
+    KAI's node-placement plugin: bin-pack prefers the node with the least non-allocated (idle + releasing)
+    amount of the pod's main resource (GPUs for GPU pods, CPU for CPU pods); spread the largest share of it."""
     g = ses.p_req[p][0]
     gpu_task = g > 0 or ses.p_frac[p] > 0 or ses.p_gpumem[p] > 0
     r = GPU if gpu_task else CPU
     strategy = ses.cfg.placement_gpu if gpu_task else ses.cfg.placement_cpu
-    free = ses.free[r]
+    if strategy == "bestfit":
+        return bestfit_term(ses, p, cand)
+    if strategy == "fgd":
+        return fgd_term(ses, p, cand)
+    nonalloc = ses.free[r] + ses.rel[r]
+    alloc = ses.alloc[r]
+    has = cand & (alloc > 0)
+    if not has.any():
+        return np.zeros(cand.size)
     if strategy == "spread":
-        alloc = ses.alloc[r]
         with np.errstate(divide="ignore", invalid="ignore"):
-            score = np.where(alloc > 0, free / np.where(alloc > 0, alloc, 1.0), 0.0)
-        return int(np.where(cand, score, -INF).argmax())
-    key = np.where(cand, free, INF)
-    if ses.p_frac[p] or ses.p_gpumem[p]:
-        # shared GPUs with room first, so fractions pack onto GPUs already in use
-        key = key + np.where(ses.frac_room > EPS, 0.0, 1e6)
-    return int(key.argmin())
+            return np.where(has, 9.0 * nonalloc / np.where(alloc > 0, alloc, 1.0), 0.0)
+    lo, hi = float(nonalloc[has].min()), float(nonalloc[has].max())
+    if hi - lo <= EPS:
+        return np.where(has, 9.0, 0.0)
+    return np.where(has, 9.0 * (1.0 - (nonalloc - lo) / (hi - lo)), 0.0)
 
 
-def _choose_group(ses: Session, p: int, node: int, pipelined: bool) -> str | None:
+def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray, bonus: np.ndarray | None = None) -> int:
+    """KAI's node order: the sum of plugin scores, each on its own scale so the order is lexicographic — a shared
+    GPU the fraction fits on (gpusharingorder), fitting idle resources rather than pipelining (nodeavailability),
+    a CPU-only node for a CPU-only pod (resourcetype), then the placement policy. Ties go to node-name order."""
+    score = np.where(fit, 1000.0, 0.0)
+    kai_policy = ses.cfg.placement_gpu in ("binpack", "spread")
+    if (ses.p_frac[p] or ses.p_gpumem[p]) and ses.cfg.gpu_sharing_order and kai_policy:
+        need: np.ndarray | float = ses.p_frac[p]
+        if ses.p_gpumem[p]:
+            with np.errstate(divide="ignore"):
+                need = np.where(ses.gpu_mem > 0, ses.p_gpumem[p] / np.maximum(ses.gpu_mem, 1e-9), INF)
+        score = score + np.where(ses.frac_room_shared + EPS >= need, 10000.0, 0.0)
+    elif ses.p_req[p][0] <= 0:
+        score = score + np.where(ses.cpu_only, 10.0, 0.0)
+    score = score + placement_term(ses, p, cand)
+    if bonus is not None:
+        score = score + bonus  # topology: the pod's preferred-level domain order
+    return int(np.where(cand, score, -INF).argmax())
+
+
+def _choose_group(ses: Session, p: int, node: int) -> tuple[str | None, bool]:
+    """The shared GPU for a fraction on ``node`` and whether it must wait for releasing shares (pipelined).
+
+    KAI's gpupack order: the most used shared GPU the fraction fits on, counting shares being released (a GPU
+    whose tenants are all leaving is a whole GPU again); else a whole idle GPU; else a whole releasing one."""
     f = ses.node_gpu_fraction(p, node)
-    best: tuple[float, str] | None = None
+    if ses.cfg.placement_gpu == "fgd" and ses.p_frac[p] and not ses.any_releasing:
+        target = fgd_group(ses, p, node)
+        if target is not None and target < 1.0 - EPS:
+            for name, (used, _rel) in sorted(ses.groups[node].items()):
+                if abs((1.0 - used) - target) <= 1e-9:
+                    return name, False
+        if ses.free[GPU, node] >= 1.0 - EPS:
+            return None, False
+    best: tuple[float, str, bool] | None = None
     for name, (used, rel) in sorted(ses.groups[node].items()):
-        room = 1.0 - used + (rel if pipelined else 0.0)
-        if room + EPS >= f and (best is None or used > best[0]):
-            best = (used, name)
-    return best[1] if best else None
+        if rel >= used - EPS:
+            continue
+        if 1.0 - used + rel + EPS >= f and (best is None or used > best[0]):
+            best = (used, name, 1.0 - used + EPS < f)
+    if best is not None:
+        return best[1], best[2]
+    return None, ses.free[GPU, node] < 1.0 - EPS
 
 
-def place_pod(ses: Session, p: int, allowed: np.ndarray | None) -> bool:
-    """Put one pending pod on the best node that fits (idle first, else pipelined onto releasing resources)."""
+def place_pod(
+    ses: Session, p: int, allowed: np.ndarray | None, pipeline_only: bool = False, bonus: np.ndarray | None = None
+) -> bool:
+    """Put one pending pod on the best node that fits (idle first, else pipelined onto releasing resources).
+
+    ``pipeline_only``: a what-if placement of the victim search (KAI's isPipelineOnly): idle and releasing room
+    count alike and the pod is pipelined."""
     base = ses.masks.mask(ses.pods[p])
     if allowed is not None:
         base = base & allowed
     fit = _fit_mask(ses, p, base, future=False)
-    cand = _fit_mask(ses, p, base, future=True) if ses.any_releasing else fit
+    cand = _fit_mask(ses, p, base, future=True) if ses.any_releasing or pipeline_only else fit
     if not cand.any():
         return False
-    node = _choose_node(ses, p, cand)
-    pipelined = not bool(fit[node])
+    node = _choose_node(ses, p, cand, fit, bonus)
+    pipelined = pipeline_only or not bool(fit[node])
     group = None
     if ses.p_frac[p] or ses.p_gpumem[p]:
-        group = _choose_group(ses, p, node, pipelined)
+        group, wait = _choose_group(ses, p, node)
+        pipelined = pipelined or wait
     ses.allocate(p, node, pipelined, group)
     return True
 
@@ -230,12 +313,15 @@ def place_batch(ses: Session, tasks: list[int], allowed: np.ndarray | None) -> i
     nn = mask.size
     # composite key: fullest first, ties by node order; exact in float64 for GPU counts and millicores
     key = np.where(mask, free[GPU if gpu_task else CPU] * (nn + 1) + ses.node_arange, np.inf)
-    if k < nn:
+    if k < nn and gpu_task:
         first = np.argpartition(key, k - 1)[:k]
         first = first[np.argsort(key[first], kind="stable")]
     else:
         first = np.argsort(key, kind="stable")
     order = [n for n in first.tolist() if mask[n]]
+    if not gpu_task:  # CPU-only nodes first (KAI's resourcetype plugin), each part still fullest first
+        cpu_only = ses.cpu_only
+        order = [n for n in order if cpu_only[n]] + [n for n in order if not cpu_only[n]]
     if not order:
         return 0
     pods_free = ses.pods_free
@@ -260,13 +346,15 @@ def place_batch(ses: Session, tasks: list[int], allowed: np.ndarray | None) -> i
 class GangPlacer:
     """One attempt to place a job's tasks; remembers the first pod that did not fit and where it failed."""
 
-    def __init__(self, ses: Session, job: JobInfo) -> None:
+    def __init__(self, ses: Session, job: JobInfo, pipeline_only: bool = False) -> None:
         self.ses = ses
         self.job = job
+        self.pipeline_only = pipeline_only
         self.failed_pod: int | None = None
         self.failed_allowed: np.ndarray | None = None
         self.placed_before_fail = 0
         self.topology_error: str | None = None
+        self.scores: dict[int, np.ndarray] = {}  # member id -> topology node scores (preferred level)
         self.shortfall: tuple[str | None, dict[str, float]] = (None, {})
 
     def run(self, tasks: list[int], allowed: np.ndarray | None = None) -> bool:
@@ -283,12 +371,42 @@ class GangPlacer:
             m += r[2]
         return (g, c, m)
 
+    def _request(self, tasks: list[int]) -> Request:
+        ses = self.ses
+        gpu = [ses.p_req[p][0] > 0 or bool(ses.p_frac[p]) or bool(ses.p_gpumem[p]) for p in tasks]
+        largest = None
+        if all(gpu) or not any(gpu):  # KAI counts copies of the largest pod only when the pods are alike
+            largest = tuple(max(ses.p_req[p][r] for p in tasks) for r in range(3))
+        frac = largest is not None and 0 < largest[0] < 1
+        return Request(self._need(tasks), len(tasks), largest, bool(frac))  # type: ignore[arg-type]
+
     def _subsets(self, member: PodSet | SubGroupSet, tasks: list[int], allowed: np.ndarray) -> list[np.ndarray]:
+        ses = self.ses
+        if member.topology is None:
+            return [allowed]
+        active = np.zeros(len(ses.nodes), dtype=bool)
+        st = ses.p_status
+        for ps in member.podsets():
+            for p in ps.pods:
+                if st[p] in ACTIVE and ses.p_node[p] >= 0:
+                    active[ses.p_node[p]] = True
         try:
-            return subset_nodes(self.ses, member.topology, self._need(tasks), allowed)
+            sets, scores = subset_nodes(ses, member.topology, self._request(tasks), allowed, active)
         except TopologyError as exc:
             self.topology_error = str(exc)
             return []
+        if scores is not None:
+            self.scores[id(member)] = scores
+        return sets
+
+    def _bonus(self, ps: PodSet) -> np.ndarray | None:
+        member: PodSet | SubGroupSet | None = ps
+        while member is not None:
+            got = self.scores.get(id(member))
+            if got is not None:
+                return got
+            member = member.parent
+        return None
 
     def _set(self, sgs: SubGroupSet, tasks: list[int], allowed: np.ndarray) -> bool:
         if not tasks:
@@ -320,10 +438,12 @@ class GangPlacer:
         for nodes in self._subsets(ps, tasks, allowed):
             cp = ses.checkpoint()
             ok = True
-            start = place_batch(ses, tasks, nodes) if len(tasks) > 1 else 0
+            bonus = self._bonus(ps)
+            batch = len(tasks) > 1 and not self.pipeline_only and bonus is None
+            start = place_batch(ses, tasks, nodes) if batch else 0
             for i in range(start, len(tasks)):
                 p = tasks[i]
-                if not place_pod(ses, p, nodes):
+                if not place_pod(ses, p, nodes, self.pipeline_only, bonus):
                     if self.failed_pod is None:
                         self.failed_pod = p
                         self.failed_allowed = nodes
@@ -363,6 +483,16 @@ def allocate_job(ses: Session, job: JobInfo, explain: bool = True) -> tuple[bool
     if pipelined:
         ses.convert_to_pipelined(job, since)
     return True, pipelined
+
+
+def place_tasks(
+    ses: Session, job: JobInfo, tasks: list[int], allowed: np.ndarray | None = None, pipeline_only: bool = False
+) -> bool:
+    """Place exactly ``tasks`` of the job, all or nothing, in the open statement (the victim search's what-if):
+    queue limits and quotas first, then the gang tree. Nothing is explained or undone here."""
+    if not tasks or capacity_failure(ses, job, tasks) is not None:
+        return False
+    return GangPlacer(ses, job, pipeline_only).run(tasks, allowed)
 
 
 def explain_fit_failure(ses: Session, job: JobInfo, tasks: list[int], placer: GangPlacer) -> None:

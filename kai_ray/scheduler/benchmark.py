@@ -220,3 +220,100 @@ def run_preemption_bench(
         "peak_rss_mb": peak_rss_mb(),
         "internal_errors": [f.message for f in res.findings if f.kind == "Cycle"],
     }
+
+
+def _bench_result(name: str, snap: Snapshot, action: str, **extra: Any) -> dict[str, Any]:
+    gc.collect()
+    t1 = time.perf_counter()
+    res = run_cycle(snap)
+    cycle = time.perf_counter() - t1
+    pending = [j.key for j in snap.jobs if any(p.phase is PodPhase.PENDING for p in j.pods)]
+    placed = sum(1 for k in pending if res.jobs.get(k) is not None and res.jobs[k].scheduled)
+    return {
+        "benchmark": name,
+        "nodes": len(snap.nodes),
+        **extra,
+        "pending_jobs": len(pending),
+        "placed_jobs": placed,
+        "binds": len(res.binds),
+        "evictions": len(res.evictions),
+        "moved": sum(1 for e in res.evictions if e.moved_to),
+        "decision_seconds": res.stats.get(f"{action}_seconds", 0.0),
+        "decision_cpu_seconds": res.stats.get(f"{action}_cpu_seconds", 0.0),
+        "cycle_seconds": cycle,
+        "cycle_cpu_seconds": res.stats.get("cycle_cpu_seconds", 0.0),
+        "open_seconds": res.stats.get("open_seconds", 0.0),
+        "peak_rss_mb": peak_rss_mb(),
+        "internal_errors": [f.message for f in res.findings if f.kind == "Cycle"],
+    }
+
+
+def consolidation_snapshot(nodes: int = 500, gpus_per_node: int = 8, pending: int = 20, seed: int = 0) -> Snapshot:
+    """A fragmented cluster: every node runs 1-, 2- and 4-GPU training pods and keeps one to three GPUs idle, so
+    whole-node jobs fit only if running pods are repacked."""
+    rnd = random.Random(seed)
+    ns = _nodes(nodes, gpus_per_node)
+    jobs: list[Job] = []
+    k = 0
+    for node in ns:
+        free = rnd.randint(1, 3)
+        left = gpus_per_node - free
+        while left > 0:
+            size = min(left, rnd.choice((1, 1, 2, 4)))
+            key = f"train-{k:06d}"
+            pod = Pod(f"bench/{key}-0", f"{key}-0", "bench", f"bench/{key}", Resources(size, 1000 * size, 4 * GIB))
+            pod.phase, pod.node, pod.start_time = PodPhase.RUNNING, node.name, 0.0
+            jobs.append(Job("bench", key, "bench-0", priority=50, pods=[pod], created_at=float(k)))
+            k += 1
+            left -= size
+    for j in range(pending):
+        key = f"whole-{j:04d}"
+        pod = Pod(f"bench/{key}-0", f"{key}-0", "bench", f"bench/{key}", Resources(gpus_per_node, 8000, 32 * GIB))
+        jobs.append(Job("bench", key, "bench-1", priority=50, pods=[pod], created_at=1e6 + j))
+    return Snapshot(ns, _queues(2), jobs, now=2e6, config=SchedulerConfig())
+
+
+def run_consolidation_bench(nodes: int = 500, gpus_per_node: int = 8, pending: int = 20) -> dict[str, Any]:
+    snap = consolidation_snapshot(nodes, gpus_per_node, pending)
+    return _bench_result("consolidation", snap, "consolidation", gpus_per_node=gpus_per_node)
+
+
+def reclaim_snapshot(nodes: int = 500, gpus_per_node: int = 8, queues: int = 50, seed: int = 0) -> Snapshot:
+    """A full cluster shared by ``queues`` leaf queues of equal quota: half run far over their quota with single-GPU
+    jobs, the other half run a little and each has a pending 4 x 1-GPU gang it is entitled to reclaim."""
+    rnd = random.Random(seed)
+    ns = _nodes(nodes, gpus_per_node)
+    total = nodes * gpus_per_node
+    quota = total // queues
+    qs = [Queue("bench", quota=Resources(-1, -1, -1))]
+    qs += [Queue(f"team-{i:02d}", parent="bench", quota=Resources(float(quota), -1, -1)) for i in range(queues)]
+    under = queues // 2
+    small = max(1, quota // 4)
+    share = [small] * under + [0] * (queues - under)
+    rest = total - small * under
+    for i in range(under, queues):
+        share[i] = rest // (queues - under) + (1 if i - under < rest % (queues - under) else 0)
+    slots = [n.name for n in ns for _ in range(gpus_per_node)]
+    rnd.shuffle(slots)
+    jobs: list[Job] = []
+    k = 0
+    for i, n in enumerate(share):
+        for _ in range(n):
+            key = f"run-{k:06d}"
+            jobs.append(
+                Job("bench", key, f"team-{i:02d}", priority=50, pods=[_running_pod(key, slots[k])], created_at=float(k))
+            )
+            k += 1
+    for i in range(under):
+        key = f"claim-{i:02d}"
+        pods = [
+            Pod(f"bench/{key}-{j}", f"{key}-{j}", "bench", f"bench/{key}", Resources(1, 1000, 4 * GIB))
+            for j in range(4)
+        ]
+        jobs.append(Job("bench", key, f"team-{i:02d}", priority=50, min_member=4, pods=pods, created_at=1e6 + i))
+    return Snapshot(ns, qs, jobs, now=2e6, config=SchedulerConfig())
+
+
+def run_reclaim_bench(nodes: int = 500, gpus_per_node: int = 8, queues: int = 50) -> dict[str, Any]:
+    snap = reclaim_snapshot(nodes, gpus_per_node, queues)
+    return _bench_result("reclaim", snap, "reclaim", gpus_per_node=gpus_per_node, queues=queues)

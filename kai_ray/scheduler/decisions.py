@@ -67,6 +67,7 @@ class Evict:
     elastic: bool = False  # True: surplus above the gang's min (shrink, do not kill the gang)
     whole_gang: bool = False  # True: the victim gang goes entirely
     message: str = ""
+    moved_to: str | None = None  # consolidation: the node where room is held for the re-created pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,9 @@ class QueueStatus:
     allocated: dict[str, float]
     allocated_non_preemptible: dict[str, float]
     requested: dict[str, float]
+    # normalised historical usage (KAI's U': decayed allocation over decayed capacity in the usage window), next to
+    # fair_share; empty when no usage is accounted (the feature is off), zeros for a queue that used nothing
+    usage: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -55,23 +55,28 @@ def tasks_to_allocate(ses: Session, job: JobInfo, skip: frozenset[str] = frozens
     return list(out)
 
 
-def _pending_sorted(ses: Session, ps: PodSet) -> list[int]:
-    st = ses.p_status
-    pods = ses.pods
-    cands = [p for p in ps.pods if st[p] == PENDING and not pods[p].gated]
+def _pending_sorted(ses: Session, ps: PodSet, pool: set[int] | None = None) -> list[int]:
+    if pool is None:
+        st = ses.p_status
+        pods = ses.pods
+        cands = [p for p in ps.pods if st[p] == PENDING and not pods[p].gated]
+    else:
+        cands = [p for p in ps.pods if p in pool]
     cands.sort(key=lambda p: task_key(ses, p))
     return cands
 
 
-def _collect_podset(ses: Session, job: JobInfo, ps: PodSet) -> list[int]:
+def _collect_podset(ses: Session, job: JobInfo, ps: PodSet, pool: set[int] | None = None) -> list[int]:
     if ps.n_active >= ps.min:
         if ps.n_active >= ps.max or job.n_active >= job.max_total:
             return []
-        return _pending_sorted(ses, ps)[:1]
-    return _pending_sorted(ses, ps)[: ps.min - ps.n_active]
+        return _pending_sorted(ses, ps, pool)[:1]
+    return _pending_sorted(ses, ps, pool)[: ps.min - ps.n_active]
 
 
-def _collect_set(ses: Session, job: JobInfo, sgs: SubGroupSet, skip: frozenset[str] = frozenset()) -> list[int]:
+def _collect_set(
+    ses: Session, job: JobInfo, sgs: SubGroupSet, skip: frozenset[str] = frozenset(), pool: set[int] | None = None
+) -> list[int]:
     k = sgs.k()
     children = _ordered(sgs.members)
     if not sgs.satisfied():
@@ -82,15 +87,24 @@ def _collect_set(ses: Session, job: JobInfo, sgs: SubGroupSet, skip: frozenset[s
             if child.satisfied():
                 continue
             if isinstance(child, SubGroupSet):
-                out.extend(_collect_set(ses, job, child, skip))
+                out.extend(_collect_set(ses, job, child, skip, pool))
             else:
-                out.extend(_collect_podset(ses, job, child))
+                out.extend(_collect_podset(ses, job, child, pool))
         return out
     for child in children:
-        tasks = _collect_set(ses, job, child) if isinstance(child, SubGroupSet) else _collect_podset(ses, job, child)
+        if isinstance(child, SubGroupSet):
+            tasks = _collect_set(ses, job, child, pool=pool)
+        else:
+            tasks = _collect_podset(ses, job, child, pool)
         if tasks:
             return tasks
     return []
+
+
+def tasks_to_replace(ses: Session, job: JobInfo, pool: set[int]) -> list[int]:
+    """The next allocation step of a victim job drawn from its just-evicted pods ``pool``: what KAI re-places when it
+    simulates evicting them (its virtually releasing tasks count as allocatable)."""
+    return _collect_set(ses, job, job.root, pool=pool)
 
 
 def skippable_member(ses: Session, job: JobInfo, pod: int, skip: frozenset[str]) -> str | None:

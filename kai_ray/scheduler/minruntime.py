@@ -9,7 +9,7 @@ victim towards the victim, then upwards; ``queue`` resolves like preempt. Config
 from __future__ import annotations
 
 from kai_ray.scheduler.session import JobInfo, Session
-from kai_ray.scheduler.victims import job_start
+from kai_ray.scheduler.solver import job_start
 
 
 def preempt_min_runtime(ses: Session, victim: JobInfo) -> float:

@@ -81,6 +81,11 @@ class GoHeap:
 # ---------------------------------------------------------------------- jobs
 
 
+def job_key(a: Any) -> tuple[int, int, float, str]:
+    """The total order behind :func:`job_less` as a sort key (smaller goes first)."""
+    return (-a.priority, a.elastic_state(), a.created_at, a.uid)
+
+
 def job_less(ses: Session) -> Callable[[JobInfo, JobInfo], bool]:
     def less(a: JobInfo, b: JobInfo) -> bool:
         if a.priority != b.priority:
@@ -226,34 +231,67 @@ class _QNode:
         self.parent: _QNode | None = None
 
 
-class JobsOrderByQueues:
-    """KAI's hierarchical job order: pick the best top-level queue, then its best child, ... then its best job."""
+_ZERO = (0.0, 0.0, 0.0)
 
-    def __init__(self, ses: Session, reverse: bool = False) -> None:
+
+class JobsOrderByQueues:
+    """KAI's hierarchical job order: pick the best top-level queue, then its best child, ... then its best job.
+
+    ``victims=True`` is KAI's victims queue: the order reversed (least deserving first), items are victim
+    representatives (anything with a job's ordering fields, a ``queue`` and an ``alloc`` vector), and a queue is
+    judged as if the representatives already popped from it, and its next one, were gone, so victims are taken
+    from the queues in turn as their shares shrink."""
+
+    def __init__(self, ses: Session, reverse: bool = False, victims: bool = False) -> None:
         self.ses = ses
         self.view = QueueView(ses)
-        self.reverse = reverse
+        self.reverse = reverse or victims
+        self.victims = victims
         self.in_quota_priority = ses.cfg.queue_priority_in_quota_reclaim
         jl = job_less(ses)
-        self._job_less = (lambda a, b: jl(b, a)) if reverse else jl
+        self._job_less = (lambda a, b: jl(b, a)) if self.reverse else jl
         self.roots = GoHeap(self._node_less)
         self.nodes: dict[int, _QNode] = {}
+        self.popped: dict[int, list[float]] = {}  # victims: leaf queue -> resources of the representatives popped
+        self.requests: dict[int, tuple[float, float, float]] = {}  # job idx -> request overriding its pending step
 
-    def _best_job(self, node: _QNode) -> JobInfo | None:
+    @staticmethod
+    def _best_leaf(node: _QNode) -> _QNode | None:
         while not node.is_leaf:
             if not node.children.items:
                 return None
             node = node.children.peek()
-        return node.children.peek() if node.children.items else None
+        return node
+
+    def _best_job(self, node: _QNode) -> JobInfo | None:
+        leaf = self._best_leaf(node)
+        return leaf.children.peek() if leaf is not None and leaf.children.items else None
+
+    def _request(self, job: JobInfo | None) -> tuple[float, float, float]:
+        if job is not None and job.idx in self.requests:
+            return self.requests[job.idx]
+        return job_request(self.ses, job)
+
+    def _victims_of(self, node: _QNode) -> tuple[float, float, float]:
+        leaf = self._best_leaf(node)
+        if leaf is None:
+            return _ZERO
+        done = self.popped.get(leaf.q, [0.0, 0.0, 0.0])
+        nxt = leaf.children.peek().alloc if leaf.children.items else _ZERO
+        return (done[0] + nxt[0], done[1] + nxt[1], done[2] + nxt[2])
 
     def _node_less(self, a: _QNode, b: _QNode) -> bool:
         if not a.children.items:
             return not self.reverse
         if not b.children.items:
             return self.reverse
+        if self.victims:
+            va, vb = self._victims_of(a), self._victims_of(b)
+            res = queue_cmp(self.view, a.q, b.q, _ZERO, _ZERO, self.in_quota_priority, va, vb) < 0
+            return not res
         ja, jb = self._best_job(a), self._best_job(b)
-        ses = self.ses
-        res = queue_cmp(self.view, a.q, b.q, job_request(ses, ja), job_request(ses, jb), self.in_quota_priority) < 0
+        ra, rb = self._request(ja), self._request(jb)
+        res = queue_cmp(self.view, a.q, b.q, ra, rb, self.in_quota_priority) < 0
         return not res if self.reverse else res
 
     def empty(self) -> bool:
@@ -275,6 +313,26 @@ class JobsOrderByQueues:
         if new:
             self._link(node)
         self._mark(node)
+
+    def extend(self, items: list[Any]) -> None:
+        """Push many items at once: a leaf queue's heap starts as its items sorted by the job order (a sorted list
+        is a valid heap), which costs one C-level sort instead of a Python comparison per heap step."""
+        by_queue: dict[int, list[Any]] = {}
+        for it in items:
+            if it.queue >= 0:
+                by_queue.setdefault(it.queue, []).append(it)
+        for q, lst in by_queue.items():
+            node = self.nodes.get(q)
+            if node is not None or len(lst) < 2:
+                for it in lst:
+                    self.push(it)
+                continue
+            lst.sort(key=job_key, reverse=self.reverse)
+            node = _QNode(q, GoHeap(self._job_less), True)
+            node.children.items = lst
+            self.nodes[q] = node
+            self._link(node)
+            self._mark(node)
 
     def _link(self, node: _QNode) -> None:
         tree = self.ses.tree
@@ -319,6 +377,10 @@ class JobsOrderByQueues:
         if node is None:
             return None
         job: JobInfo = node.children.pop()
+        if self.victims:
+            acc = self.popped.setdefault(node.q, [0.0, 0.0, 0.0])
+            for r in range(3):
+                acc[r] += job.alloc[r]  # type: ignore[attr-defined]
         self._after_pop(node)
         return job
 

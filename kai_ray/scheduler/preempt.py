@@ -3,6 +3,7 @@
 KAI's rules (``actions/preempt``): victims share the preemptor's leaf queue, are preemptible, have strictly lower
 priority, are running and past the queue's preempt min-runtime (else only their elastic surplus may go). A
 non-preemptible preemptor must also fit its queue's quota. Jobs still inside their preemption delay do not evict.
+The victims themselves are found by the scenario search in :mod:`solver`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.minruntime import preempt_min_runtime, protected
 from kai_ray.scheduler.pending import pending_jobs_in_order, record_eviction_failure
 from kai_ray.scheduler.session import JobInfo, Session
-from kai_ray.scheduler.victims import Solver, build_units
+from kai_ray.scheduler.solver import JobSolver, victim_jobs
 
 
 def preempt_action(ses: Session) -> None:
@@ -22,7 +23,11 @@ def preempt_action(ses: Session) -> None:
         if v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0:
             by_queue.setdefault(v.queue, []).append(v)
     failed: dict[object, JobInfo] = {}
+    budget = [ses.cfg.max_scenarios_per_action]
     for job in pending_jobs_in_order(ses, Action.PREEMPT):
+        if budget[0] <= 0:
+            record_eviction_failure(job, "preempt", "the victim search budget of this cycle is spent")
+            continue
         tasks = tasks_to_allocate(ses, job)
         key = (job.queue, job.priority, job.preemptible, gang_shape(ses, job, tasks))
         rep = failed.get(key)
@@ -30,11 +35,13 @@ def preempt_action(ses: Session) -> None:
             why = rep.fail_details.get("preempt", "no victims")
             record_eviction_failure(job, "preempt", f"{why} (as for {rep.key}, same shape)")
             continue
-        if not preempt_for(ses, job, by_queue.get(job.queue, [])):
+        if not preempt_for(ses, job, by_queue.get(job.queue, []), budget):
             failed[key] = job
 
 
-def preempt_for(ses: Session, job: JobInfo, candidates: list[JobInfo] | None = None) -> bool:
+def preempt_for(
+    ses: Session, job: JobInfo, candidates: list[JobInfo] | None = None, budget: list[int] | None = None
+) -> bool:
     tasks = tasks_to_allocate(ses, job)
     if not tasks:
         return False
@@ -53,8 +60,9 @@ def preempt_for(ses: Session, job: JobInfo, candidates: list[JobInfo] | None = N
         if protected(ses, v, preempt_min_runtime(ses, v)):
             surplus_only.add(v.idx)
         victims.append(v)
-    units = build_units(ses, victims, lambda _j: (), surplus_only)
-    solver = Solver(ses, job, units, Action.PREEMPT, Reason.PREEMPTED)
+    solver = JobSolver(
+        ses, job, victim_jobs(ses, victims, surplus_only), Action.PREEMPT, Reason.PREEMPTED, budget=budget
+    )
     if solver.solve():
         job.fail_reason = None
         return True

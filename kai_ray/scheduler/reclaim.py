@@ -1,9 +1,10 @@
 """The reclaim action: a queue under its fair share takes resources back from other queues' preemptible jobs.
 
 Victims come from every other leaf queue whose diverging ancestor passes KAI's victim filter, are preemptible,
-running, and past their reclaim min-runtime (else only elastic surplus). Victim queues are ranked most
-over-served first (over fair share, lower queue priority, larger dominant share), then KAI's reversed job order.
-The chosen set must pass :func:`reclaimable.validate` (KAI's strategies and the saturation anti-ping-pong rule).
+running, and past their reclaim min-runtime (else only elastic surplus). The scenario search (:mod:`solver`) takes
+them least deserving first, re-ranking the victim queues as their shares shrink; a scenario must pass
+:func:`reclaimable.validate` (KAI's strategies and the saturation anti-ping-pong rule), where victims that were
+re-placed elsewhere (consolidating reclaim, KAI's default) cost nothing.
 """
 
 from __future__ import annotations
@@ -12,24 +13,20 @@ from kai_ray.scheduler.allocation import gang_shape, quota_request
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.minruntime import protected, reclaim_min_runtime
-from kai_ray.scheduler.ordering import QueueView
 from kai_ray.scheduler.pending import pending_jobs_in_order, record_eviction_failure
 from kai_ray.scheduler.reclaimable import QueueState, can_reclaim, validate, victim_queue_allowed
 from kai_ray.scheduler.session import JobInfo, Session
-from kai_ray.scheduler.victims import Solver, Unit, build_units
-
-
-def victim_chunks(ses: Session, u: Unit) -> list[tuple[float, float, float]]:
-    """KAI's splitVictimTasks: a gang's core is costed as one block, elastic pods one by one."""
-    if u.core:
-        return [u.total]
-    return [ses.p_req[p] for p in u.pods]
+from kai_ray.scheduler.solver import JobSolver, Unit, split_victim_chunks, victim_jobs
 
 
 def reclaim_action(ses: Session) -> None:
     active = [v for v in ses.jobs if v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0]
     failed: dict[object, JobInfo] = {}
+    budget = [ses.cfg.max_scenarios_per_action]
     for job in pending_jobs_in_order(ses, Action.RECLAIM):
+        if budget[0] <= 0:
+            record_eviction_failure(job, "reclaim", "the victim search budget of this cycle is spent")
+            continue
         tasks = tasks_to_allocate(ses, job)
         key = (job.queue, job.preemptible, gang_shape(ses, job, tasks))
         rep = failed.get(key)
@@ -37,11 +34,13 @@ def reclaim_action(ses: Session) -> None:
             why = rep.fail_details.get("reclaim", "no victims")
             record_eviction_failure(job, "reclaim", f"{why} (as for {rep.key}, same shape)")
             continue
-        if not reclaim_for(ses, job, active):
+        if not reclaim_for(ses, job, active, budget):
             failed[key] = job
 
 
-def reclaim_for(ses: Session, job: JobInfo, candidates: list[JobInfo] | None = None) -> bool:
+def reclaim_for(
+    ses: Session, job: JobInfo, candidates: list[JobInfo] | None = None, budget: list[int] | None = None
+) -> bool:
     tasks = tasks_to_allocate(ses, job)
     if not tasks:
         return False
@@ -51,7 +50,6 @@ def reclaim_for(ses: Session, job: JobInfo, candidates: list[JobInfo] | None = N
         record_eviction_failure(job, "reclaim", why)
         return False
     st = QueueState(ses)
-    view = QueueView(ses)
     victims: list[JobInfo] = []
     surplus_only: set[int] = set()
     allowed: dict[int, bool] = {}
@@ -69,27 +67,21 @@ def reclaim_for(ses: Session, job: JobInfo, candidates: list[JobInfo] | None = N
     if not victims:
         record_eviction_failure(job, "reclaim", "no other queue has reclaimable preemptible jobs")
         return False
+    consolidating = ses.cfg.allow_consolidating_reclaim
 
-    def rank(v: JobInfo) -> tuple[object, ...]:
-        q = v.queue
-        node = ses.tree.nodes[q]
-        return (0 if view.over_utilized(q) else 1, node.priority, -view.drf(q), -node.created_at, node.name)
+    def validator(units: list[Unit], moved: set[int]) -> str | None:
+        chunks = split_victim_chunks(ses, units, moved if consolidating else set())
+        return validate(ses, st, job.queue, req, job.preemptible, chunks)
 
-    units = build_units(ses, victims, rank, surplus_only)
-
-    def chunks(chosen: list[Unit]) -> list[tuple[int, tuple[float, float, float]]]:
-        out: list[tuple[int, tuple[float, float, float]]] = []
-        for u in sorted(chosen, key=lambda u: u.key):
-            out.extend((u.job.queue, res) for res in victim_chunks(ses, u))
-        return out
-
-    def validator(chosen: list[Unit]) -> bool:
-        reason = validate(ses, st, job.queue, req, job.preemptible, chunks(chosen))
-        if reason is not None:
-            solver.failure = reason
-        return reason is None
-
-    solver = Solver(ses, job, units, Action.RECLAIM, Reason.RECLAIMED, validator=validator)
+    solver = JobSolver(
+        ses,
+        job,
+        victim_jobs(ses, victims, surplus_only),
+        Action.RECLAIM,
+        Reason.RECLAIMED,
+        validator=validator,
+        budget=budget,
+    )
     if solver.solve():
         job.fail_reason = None
         return True

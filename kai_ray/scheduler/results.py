@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from kai_ray.scheduler.decisions import Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
 from kai_ray.scheduler.queues import RES_NAMES
-from kai_ray.scheduler.session import ACTIVE, ALLOCATED, EVICTED, OP_ALLOC, PENDING, PIPELINED, JobInfo, Session
+from kai_ray.scheduler.session import (
+    ACTIVE,
+    ALLOCATED,
+    EVICTED,
+    MOVED,
+    OP_ALLOC,
+    OP_EVICT,
+    PENDING,
+    PIPELINED,
+    JobInfo,
+    Session,
+)
+from kai_ray.scheduler.snapshot import ZERO, Resources
 
 
 def _running_status(key: str) -> JobStatus:
@@ -18,6 +30,10 @@ def _running_status(key: str) -> JobStatus:
 
 def _as_dict(v: list[float] | tuple[float, ...]) -> dict[str, float]:
     return {k: float(x) for k, x in zip(RES_NAMES, v, strict=True)}
+
+
+def _usage(u: Resources | None) -> dict[str, float]:
+    return (u or ZERO).as_dict()
 
 
 def build_result(ses: Session) -> CycleResult:
@@ -66,8 +82,9 @@ def build_result(ses: Session) -> CycleResult:
             )
         )
         bound_jobs[job.idx] = bound_jobs.get(job.idx, 0) + 1
+    moved = ses.p_moved
     for op in ses.log:
-        if op[0] != OP_ALLOC and st[op[1]] == EVICTED and init[op[1]] in ACTIVE:
+        if op[0] == OP_EVICT and st[op[1]] in (EVICTED, MOVED) and init[op[1]] in ACTIVE:
             p = op[1]
             info = ses.evict_info[p]
             job = ses.jobs[ses.p_job[p]]
@@ -81,6 +98,7 @@ def build_result(ses: Session) -> CycleResult:
                     elastic=info.elastic,
                     whole_gang=info.whole_gang,
                     message=info.message,
+                    moved_to=ses.nodes[moved[p][0]].name if p in moved else None,
                 )
             )
     seen_evict: set[str] = set()
@@ -100,6 +118,7 @@ def build_result(ses: Session) -> CycleResult:
             allocated=_as_dict(ses.q_alloc[i]),
             allocated_non_preemptible=_as_dict(ses.q_alloc_np[i]),
             requested=_as_dict(ses.q_request[i]),
+            usage=_usage(ses.snapshot.usage.get(qn.name)) if ses.snapshot.usage is not None else {},
         )
     res.findings = list(ses.findings)
     res.stats = dict(ses.stats)

@@ -28,15 +28,19 @@ GPU, CPU, MEM = 0, 1, 2
 EPS = 1e-9
 
 # pod states inside a session
-PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED = range(8)
-ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED))
-STATUS_NAMES = ("Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored")
+PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED, STUCK, MOVED = range(10)
+ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED, MOVED))
+STATUS_NAMES = (
+    "Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored", "Stuck", "Moved",
+)  # fmt: skip
 
-OP_ALLOC, OP_EVICT, OP_RESERVE = 0, 1, 2
+OP_ALLOC, OP_EVICT, OP_MOVE, OP_UNEVICT = 0, 1, 2, 3
 _PHASES = {
     PodPhase.PENDING: PENDING,
     PodPhase.RUNNING: BOUND,
+    PodPhase.PIPELINED: PIPELINED,
     PodPhase.RELEASING: RELEASING,
+    PodPhase.STUCK_RELEASING: STUCK,
     PodPhase.SUCCEEDED: DONE,
     PodPhase.FAILED: DONE,
 }
@@ -205,11 +209,13 @@ class Session:
         self.tree: QueueTree = build_queue_tree(snapshot.queues)
         self.findings.extend(self.tree.findings)
         self.topologies = {t.name: t for t in snapshot.topologies}
+        self.topology_trees: dict[str, Any] = {}  # built on first use by topology.tree_of
         self._build_nodes(snapshot.nodes)
         self._build_jobs(snapshot.jobs)
         self._build_queue_accounting()
         self.log: list[tuple[Any, ...]] = []
         self.evict_info: dict[int, EvictInfo] = {}
+        self.p_moved: dict[int, tuple[int, str | None]] = {}  # moved pod -> (node, gpu group) of its copy
         self.stats: dict[str, float] = {}
 
     # ------------------------------------------------------------------ building
@@ -253,6 +259,10 @@ class Session:
         self.groups: list[dict[str, list[float]]] = [{} for _ in range(nn)]
         self.frac_room = np.zeros(nn)  # best idle room on an existing shared GPU
         self.frac_room_future = np.zeros(nn)  # same, counting releasing fractions as free
+        self.frac_room_shared = np.zeros(nn)  # future room on a shared GPU that keeps a running tenant
+        self.cpu_only = alloc[GPU] <= 0  # KAI's resourcetype plugin: CPU-only pods prefer CPU-only nodes
+        self.slot_dirty: set[int] = set()  # nodes whose per-GPU free shares changed (fragmentation model)
+        self.frag_cache: dict[str, Any] = {}
         self.any_releasing = False
         known = self.gpu_mem[self.gpu_mem > 0]
         self.min_gpu_mem = float(known.min()) if known.size else 0.0
@@ -402,7 +412,7 @@ class Session:
         self.p_job.append(info.idx)
         status = _PHASES[pod.phase]
         node = -1
-        if status in (BOUND, RELEASING):
+        if status in (BOUND, PIPELINED, RELEASING, STUCK):
             n = self.node_index.get(pod.node) if pod.node is not None else None
             if n is None:
                 msg = f"bound to unknown node {pod.node!r}; its resources are not counted"
@@ -464,7 +474,7 @@ class Session:
             elif status in ACTIVE:
                 ps.n_active += 1
                 info.n_active += 1
-            if status != DONE and not pod.gated:
+            if status not in (DONE, STUCK) and not pod.gated:
                 ps.n_alive += 1
         self.p_set.append(ps)
         self.p_status.append(status)
@@ -480,9 +490,16 @@ class Session:
                     g = min(1.0, gpumem / self.gpu_mem[node])
                     self.p_req[p] = (g, c, m)
                     self.p_frac[p] = g
-                self._occupy(p, node, pod.gpu_group, initial=True)
+                group, _ = self._occupy(p, node, pod.gpu_group, initial=True)
                 if status == RELEASING:
                     self._release(p)
+                elif status == PIPELINED and group is not None:
+                    # a shared GPU whose tenant is only pipelined has no bound reservation yet (KAI): the rest of
+                    # it can only be pipelined onto, so its idle room is held as if it were being released
+                    rec = self.groups[node][group]
+                    rec[1] += max(0.0, 1.0 - rec[0])
+                    rec[0] = 1.0
+                    self._refresh_frac(node)
             else:
                 self._init_nodes.append(node)
                 self._init_req.append((g, c, m))
@@ -531,9 +548,11 @@ class Session:
         best_f = 0.0
         for used, rel in self.groups[node].values():
             best = max(best, 1.0 - used)
-            best_f = max(best_f, 1.0 - used + rel)
+            if rel < used - EPS:  # a GPU whose tenants all leave is a whole releasing GPU (counted in rel)
+                best_f = max(best_f, 1.0 - used + rel)
         self.frac_room[node] = best
         self.frac_room_future[node] = best_f
+        self.frac_room_shared[node] = best_f
 
     def _group_rel_count(self, node: int, group: str) -> int:
         used, rel = self.groups[node][group]
@@ -541,6 +560,7 @@ class Session:
 
     def _occupy(self, p: int, node: int, group: str | None, initial: bool = False) -> tuple[str | None, bool]:
         """Put pod ``p``'s resources on ``node``; returns (gpu group, whether the group was created)."""
+        self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
         free = self.free
         created = False
@@ -570,6 +590,7 @@ class Session:
 
     def _vacate(self, p: int, created: bool) -> None:
         node = self.p_node[p]
+        self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
         free = self.free
         group = self.p_group[p]
@@ -640,9 +661,31 @@ class Session:
         log = self.log
         while len(log) > cp:
             op = log.pop()
-            if op[0] == OP_RESERVE:
+            if op[0] == OP_UNEVICT:
+                _, p, info = op
+                job = self.jobs[self.p_job[p]]
+                self.p_status[p] = EVICTED
+                self._release(p)
+                self.charge(job, self.p_req[p], -1.0)
+                ps = self.p_set[p]
+                assert ps is not None
+                ps.n_active -= 1
+                job.n_active -= 1
+                job.version += 1
+                self.evict_info[p] = info
+                continue
+            if op[0] == OP_MOVE:
                 _, p, node, group, created = op
-                self._unreserve(p, node, group, created)
+                self._unhold(p, node, group, created)
+                job = self.jobs[self.p_job[p]]
+                self.charge(job, self.p_req[p], -1.0)
+                self.p_status[p] = EVICTED
+                ps = self.p_set[p]
+                assert ps is not None
+                ps.n_active -= 1
+                job.n_active -= 1
+                job.version += 1
+                del self.p_moved[p]
             elif op[0] == OP_ALLOC:
                 _, p, created, prev_req = op
                 job = self.jobs[self.p_job[p]]
@@ -704,8 +747,11 @@ class Session:
         self.log.append((OP_EVICT, p, prev, self.evict_info.get(p)))
         self.evict_info[p] = info
 
-    def reserve(self, p: int, node: int, group: str | None) -> None:
-        """Hold room on ``node`` for a re-created copy of evicted pod ``p`` (consolidation); no decision."""
+    def move(self, p: int, node: int, group: str | None) -> None:
+        """Re-place evicted pod ``p`` on ``node`` (KAI's pipelined victim): its controller re-creates it, and the
+        room for the copy is held now so later decisions of the cycle do not take it. The pod stays charged to its
+        queue and counted in its gang, which keeps running."""
+        self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
         free = self.free
         created = False
@@ -725,9 +771,36 @@ class Session:
         free[CPU, node] -= c
         free[MEM, node] -= m
         self.pods_free[node] -= 1
-        self.log.append((OP_RESERVE, p, node, group, created))
+        job = self.jobs[self.p_job[p]]
+        self.charge(job, self.p_req[p], 1.0)
+        self.p_status[p] = MOVED
+        ps = self.p_set[p]
+        assert ps is not None
+        ps.n_active += 1
+        job.n_active += 1
+        job.version += 1
+        self.p_moved[p] = (node, group)
+        self.log.append((OP_MOVE, p, node, group, created))
 
-    def _unreserve(self, p: int, node: int, group: str | None, created: bool) -> None:
+    def unevict(self, p: int) -> None:
+        """Cancel the eviction of ``p`` within the statement (KAI: a victim re-placed where it already runs)."""
+        job = self.jobs[self.p_job[p]]
+        prev = self.p_status[p]
+        assert prev == EVICTED
+        info = self.evict_info.pop(p)
+        self._release(p, -1.0)
+        before = next(op[2] for op in reversed(self.log) if op[0] == OP_EVICT and op[1] == p)
+        self.p_status[p] = before
+        self.charge(job, self.p_req[p], 1.0)
+        ps = self.p_set[p]
+        assert ps is not None
+        ps.n_active += 1
+        job.n_active += 1
+        job.version += 1
+        self.log.append((OP_UNEVICT, p, info))
+
+    def _unhold(self, p: int, node: int, group: str | None, created: bool) -> None:
+        self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
         free = self.free
         if group is not None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kai_ray.scheduler.usage import UsageParams
+
 UNLIMITED = -1.0
 
 
@@ -51,7 +53,9 @@ ZERO = Resources()
 class PodPhase(str, Enum):  # noqa: UP042  (str() kept as before)
     PENDING = "Pending"
     RUNNING = "Running"  # bound to a node (includes ContainerCreating)
+    PIPELINED = "Pipelined"  # placed by an earlier cycle onto resources still being released; not bound yet
     RELEASING = "Releasing"  # terminating: still holds its node's resources
+    STUCK_RELEASING = "StuckInReleasing"  # terminating for too long: holds resources nobody may pipeline onto
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -200,6 +204,7 @@ class SchedulerConfig:
 
     placement_gpu: str = "binpack"  # binpack | spread
     placement_cpu: str = "binpack"
+    gpu_sharing_order: bool = True  # KAI's gpusharingorder plugin: fractions go first to nodes with a shared GPU
     actions: tuple[str, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
     queue_priority_in_quota_reclaim: bool = False  # kai-ray/KAI alpha: higher-priority queue reclaims in-quota
     default_preemption_delay: float = 0.0
@@ -212,6 +217,16 @@ class SchedulerConfig:
     default_priority: int = 50  # value of an unknown PriorityClass
     reclaim_min_runtime_resolve: str = "lca"  # lca | queue (KAI minruntime reclaimResolveMethod)
     max_preemptor_victim_units: int = 4096  # bound on victim units one preemptor may consider
+    max_scenarios_per_job: int = 512  # victim search budget: scenarios simulated for one pending job
+    max_scenarios_per_action: int = 8192  # ... and for all pending jobs of one action in one cycle
+    minimal_victims: bool = True  # kai-ray: drop a victim unit when the chosen scenario works without it
+    fewest_nodes: bool = True  # kai-ray: a gang that fits one node prefers single-node victim scenarios
+    prune_limit: int = 64  # victim sets larger than this are kept as found (pruning is quadratic)
+    preemptor_first: bool = False  # kai-ray option: in a victim scenario, place the pending job before victims
+    allow_consolidating_reclaim: bool = True  # KAI: a victim that can be re-placed elsewhere is moved, not killed
+    # KAI's usageDBConfig.usageParams: set, the adapter accounts each queue's usage into Snapshot.usage (time-based
+    # fair share); None (KAI's default) keeps every usage at 0. The core itself reads only k_value and the usage.
+    usage_params: UsageParams | None = None
 
 
 @dataclass(slots=True)
@@ -222,3 +237,5 @@ class Snapshot:
     now: float = 0.0
     topologies: list[Topology] = field(default_factory=list)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # queue name -> normalised historical usage (KAI's U'; absent: 0); None: no usage is accounted (feature off)
+    usage: dict[str, Resources] | None = None

@@ -133,6 +133,33 @@ class Cluster:
         elif was_busy and not busy:
             self.free_on_busy_nodes -= st.gpus - (st.used_gpu + gpu)
 
+    def fits_all(self, pods: list[Pod]) -> bool:
+        """Whether ``pods`` would all fit on the free capacity as it stands (first fit, largest GPU request first;
+        a fractional pod takes a whole idle GPU). Node selectors and affinity are not checked: this answers "is
+        there room", for reports, not "where" (that is the scheduler's job)."""
+        free = {
+            n: [st.gpus - st.devices_in_use(), st.cpu - st.cpu_used, st.memory - st.mem_used, st.max_pods - st.pods]
+            for n, st in self.state.items()
+        }
+        for pod in sorted(pods, key=lambda p: -p.request.gpu):
+            req = pod.request
+            gpu = 1.0 if 0 < req.gpu < 1 else req.gpu
+            for room in free.values():
+                if (
+                    room[0] + EPS >= gpu
+                    and room[1] + EPS * max(1.0, req.cpu) >= req.cpu
+                    and room[2] + EPS * max(1.0, req.memory) >= req.memory
+                    and room[3] >= 1
+                ):
+                    room[0] -= gpu
+                    room[1] -= req.cpu
+                    room[2] -= req.memory
+                    room[3] -= 1
+                    break
+            else:
+                return False
+        return True
+
     @property
     def free_gpus(self) -> float:
         return self.total_gpus - self.allocated_gpus

@@ -24,12 +24,13 @@ from typing import Any
 
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
-from kai_ray.scheduler.snapshot import Node, Pod, PodPhase, Queue, SchedulerConfig, Snapshot, Topology
+from kai_ray.scheduler.snapshot import ZERO, Node, Pod, PodPhase, Queue, Resources, SchedulerConfig, Snapshot, Topology
 from kai_ray.sim.cluster import Cluster
+from kai_ray.sim.usage import SimUsage, UsageRecord
 from kai_ray.sim.workloads import COMPLETED, NOT_ARRIVED, PENDING, RUNNING, RayWorkload, WorkloadBase
 
 # event kinds, in the order they are handled at the same instant
-COMPLETE, RELEASE, ARRIVE, SCALE, AUTOSCALE, CYCLE = range(6)
+COMPLETE, RELEASE, ARRIVE, SCALE, AUTOSCALE, CYCLE, WARM = range(7)
 EVENT_TYPES = ("bind", "evict", "preempt", "reclaim", "complete")
 
 
@@ -45,6 +46,12 @@ class EngineOptions:
     record_bind_events: bool = True
     max_findings: int = 50
     max_cycles: int = 1_000_000  # a bound on the loop: a scheduler that never settles stops the run with an error
+    # Ray-aware evictions (kai-ray): elastic victims shrink their worker group and the run goes on; whole gangs of
+    # these kinds are suspended. False (KAI, a plain scheduler): KubeRay recreates every evicted pod, and a running
+    # job that loses a pod restarts from its last checkpoint.
+    ray_aware: bool = True
+    suspend_kinds: tuple[str, ...] = ("RayJob",)  # kai-ray's --suspend-kinds default
+    track_idle: bool = False  # record windows where GPUs idle while workloads wait for GPUs
 
 
 @dataclass
@@ -67,6 +74,12 @@ class SimResult:
     findings: list[str] = field(default_factory=list)
     nodes: int = 0
     scales: list[tuple[float, str, str, int, int, float]] = field(default_factory=list)
+    idle_windows: list[dict[str, Any]] = field(default_factory=list)
+    useful_gpu_seconds: float = 0.0
+    gpu_quotas: dict[str, float] = field(default_factory=dict)  # leaf queue -> GPU quota (unlimited ones left out)
+    # (t, GPUs per workload held without doing work: restart cost, a gang below its minimum); with track_idle
+    held_samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    usage: UsageRecord | None = None  # time-based fair share: per-cycle fair share, allocation and usage
 
 
 def _tick(t: float, period: float, strictly_after: bool = False) -> float:
@@ -129,6 +142,14 @@ class Engine:
         )
         self.progress: Callable[[float, int, int], None] | None = None
         self._completed = 0
+        self.idle_windows: list[dict[str, Any]] = []
+        self._idle_open: dict[str, Any] | None = None
+        self.held_samples: list[tuple[float, dict[str, float]]] = []
+        # time-based fair share (config.usage_params): allocations per leaf queue feed the usage ledger
+        self.usage: SimUsage | None = None
+        if self.config.usage_params is not None:
+            self.usage = SimUsage(self.config.usage_params, self.config.k_value, queues, nodes)
+        self.queue_res: dict[str, Resources] = {}
 
     # ------------------------------------------------------------------ setup
     def add(self, w: WorkloadBase) -> None:
@@ -156,10 +177,23 @@ class Engine:
 
     def _sample(self, t: float) -> None:
         snap = {q: round(v, 9) for q, v in self.queue_alloc.items() if abs(v) > 1e-9}
-        if self.samples and self.samples[-1][0] == t:
-            self.samples[-1] = (t, snap)
-        elif not self.samples or self.samples[-1][1] != snap:
-            self.samples.append((t, snap))
+        self._append_sample(self.samples, t, snap)
+        if self.opt.track_idle:
+            held: dict[str, float] = {}
+            for w in self.active.values():
+                if w.job is None or (w.state == RUNNING and w.warmup_left - (t - w.last_update) <= 1e-9):
+                    continue
+                gpus = self._gpus_held(w)
+                if gpus > 0:
+                    held[w.key] = round(gpus, 9)
+            self._append_sample(self.held_samples, t, held)
+
+    @staticmethod
+    def _append_sample(samples: list[tuple[float, dict[str, float]]], t: float, snap: dict[str, float]) -> None:
+        if samples and samples[-1][0] == t:
+            samples[-1] = (t, snap)
+        elif not samples or samples[-1][1] != snap:
+            samples.append((t, snap))
 
     def _gpus_held(self, w: WorkloadBase) -> float:
         assert w.job is not None
@@ -173,12 +207,14 @@ class Engine:
         pod.start_time = t
         self.pods[pod.uid] = (w, pod)
         self.queue_alloc[w.queue] = self.queue_alloc.get(w.queue, 0.0) + pod.request.gpu
+        self.queue_res[w.queue] = self.queue_res.get(w.queue, ZERO) + pod.request
 
     def _unbind(self, w: WorkloadBase, pod: Pod) -> None:
         assert pod.node is not None
         self.cluster.unbind(pod, pod.node, pod.gpu_group)
         self.pods.pop(pod.uid, None)
         self.queue_alloc[w.queue] = self.queue_alloc.get(w.queue, 0.0) - pod.request.gpu
+        self.queue_res[w.queue] = self.queue_res.get(w.queue, ZERO) - pod.request
 
     def _refresh_pending(self, w: WorkloadBase) -> None:
         assert w.job is not None
@@ -209,7 +245,10 @@ class Engine:
         self._last_t = first
         until = self.opt.until
         while self._heap:
-            t = self._heap[0][0]
+            t, kind, _, payload = self._heap[0]
+            if self._obsolete(kind, payload):
+                heapq.heappop(self._heap)  # a superseded completion or cycle: time does not move for it
+                continue
             if until is not None and t > until:
                 break
             if self.cycles >= self.opt.max_cycles:
@@ -235,13 +274,19 @@ class Engine:
                     self._cycle_at = None
                     self._cycle(t)
             self._sample(t)
+            if self.usage is not None:
+                self.usage.observe(t, self.queue_res)
             if self._dirty and self._can_progress():
                 self._want_cycle(t, strictly_after=self._last_cycle == t)
             self._dirty = False
+            if self.opt.track_idle:
+                self._idle_check(t)
         end = self.now
         if until is not None:
             end = max(end, until) if not self._heap else until
             self._integrate(end)
+        if self.opt.track_idle:
+            self._idle_close(end)
         for w in self.workloads:
             if w.state == RUNNING:
                 w.advance(end, self._gpus_held(w))
@@ -263,7 +308,18 @@ class Engine:
             findings=list(self.findings),
             nodes=len(self.nodes),
             scales=self.scales,
+            idle_windows=self.idle_windows,
+            useful_gpu_seconds=sum(w.useful_gpu_seconds for w in self.workloads),
+            held_samples=self.held_samples,
+            gpu_quotas={q.name: q.quota.gpu for q in self.queues if q.name in self.leaf_queues and q.quota.gpu >= 0},
+            usage=self.usage.close(end) if self.usage is not None else None,
         )
+
+    def _obsolete(self, kind: int, payload: Any) -> bool:
+        if kind in (COMPLETE, WARM):
+            w, version = payload
+            return bool(version != w.version or w.state != RUNNING)
+        return kind == CYCLE and payload != self._cycle_at
 
     # ------------------------------------------------------------------ handlers
     def _arrive(self, w: WorkloadBase, t: float) -> None:
@@ -357,14 +413,7 @@ class Engine:
     def _cycle(self, t: float) -> None:
         if not self.with_pending:
             return
-        snap = Snapshot(
-            nodes=self.nodes,
-            queues=self.queues,
-            jobs=[w.job for w in self.active.values() if w.job is not None],
-            now=t,
-            topologies=self.topologies,
-            config=self.config,
-        )
+        snap = self.snapshot(t)
         self._last_cycle = t
         t0 = time.perf_counter()
         res = run_cycle(snap)
@@ -373,7 +422,21 @@ class Engine:
         for f in res.findings:
             self._finding(f"{f.kind} {f.name} {f.field}: {f.message}".replace("  ", " "))
         touched = self._apply(res, t)
+        if self.usage is not None:
+            self.usage.after_cycle(t, res)
         self._after_cycle(res, touched, t)
+
+    def snapshot(self, t: float) -> Snapshot:
+        """The world as the scheduler core sees it at ``t``: every node and queue, every arrived, unfinished job."""
+        return Snapshot(
+            nodes=self.nodes,
+            queues=self.queues,
+            jobs=[w.job for w in self.active.values() if w.job is not None],
+            now=t,
+            topologies=self.topologies,
+            config=self.config,
+            usage=self.usage.for_cycle(t) if self.usage is not None else None,
+        )
 
     def _apply(self, res: CycleResult, t: float) -> dict[str, WorkloadBase]:
         touched: dict[str, WorkloadBase] = {}
@@ -417,7 +480,7 @@ class Engine:
         for key, items in evicted.items():
             w = touched[key]
             w.evicted_pods += len(items)
-            w.replace_evicted(t, [(pod, e.elastic) for pod, e in items])
+            w.replace_evicted(t, [(pod, e.elastic and self.opt.ray_aware) for pod, e in items])
         return touched
 
     def _record(self, evicted: dict[str, list[tuple[Pod, Evict]]], binds: dict[str, list[Bind]], t: float) -> None:
@@ -429,6 +492,7 @@ class Engine:
             for action, evs in by_action.items():
                 typ = {Action.PREEMPT: "preempt", Action.RECLAIM: "reclaim"}.get(action, "evict")
                 first = evs[0]
+                outcome = self._outcome(w)
                 preemptor = None
                 if first.preemptor is not None and first.preemptor in self.active:
                     preemptor = self.active[first.preemptor].key
@@ -446,6 +510,8 @@ class Engine:
                     action=action.value,
                     preemptor=preemptor,
                     elastic=all(e.elastic for e in evs),
+                    whole_gang=any(e.whole_gang for e in evs),
+                    outcome=outcome,
                 )
         if not self.opt.record_bind_events:
             return
@@ -465,6 +531,17 @@ class Engine:
                 nodes=nodes,
             )
 
+    def _outcome(self, w: WorkloadBase) -> str:
+        """What an eviction did to its workload (called with the victims already gone, before the transition):
+        ``shrink`` (the run goes on with fewer workers), ``restart`` (Ray-unaware: the run restarts from its
+        checkpoint on the pods left), ``suspend`` (kai-ray suspends the owner of a lost gang until re-admitted),
+        ``stop`` (the gang is lost; its pods are recreated and wait) or ``cleanup`` (the workload was not running)."""
+        if w.state != RUNNING:
+            return "cleanup"
+        if w.min_satisfied():
+            return "shrink" if self.opt.ray_aware else "restart"
+        return "suspend" if self.opt.ray_aware and w.kind in self.opt.suspend_kinds else "stop"
+
     @staticmethod
     def _req_gpu(uid: str, items: list[tuple[Pod, Evict]]) -> float:
         for pod, _ in items:
@@ -479,9 +556,12 @@ class Engine:
     def _after_cycle(self, res: CycleResult, touched: dict[str, WorkloadBase], t: float) -> None:
         changed = bool(touched)
         for key, w in touched.items():
+            survived = key in self._evicted_now and w.state == RUNNING and w.min_satisfied()
+            if survived and not self.opt.ray_aware:
+                w.restart_in_place(t, self.opt.checkpoint_interval)
             self._transition(w, t)
             self._refresh_pending(w)
-            if key in self._evicted_now and w.state == RUNNING:
+            if survived and self.opt.ray_aware:
                 w.shrinks += 1
         for key, w in list(self.with_pending.items()):
             st = res.jobs.get(key)
@@ -489,6 +569,8 @@ class Engine:
                 continue
             if w.state == PENDING:
                 if not st.scheduled:
+                    if not w.pending_log or w.pending_log[-1][1] != st.reason.value:
+                        w.pending_log.append((t, st.reason.value, st.message))
                     w.pending_reason = st.reason.value
                     w.pending_message = st.message
                     w.last_pending_reason = st.reason.value
@@ -514,6 +596,52 @@ class Engine:
             wake = self._next_timer(t)
             if wake is not None:
                 self._want_cycle(wake, strictly_after=True)
+
+    # ------------------------------------------------------------------ idle GPUs while workloads wait
+    def _idle_check(self, t: float) -> None:
+        """Open, extend or close an idle window: GPUs are free while workloads wait for GPUs. For each waiting
+        workload: the GPUs of its next step (the pods its gang minimum lacks, else one elastic pod) and whether
+        that step would fit on the free capacity as it stands."""
+        waiting: dict[str, tuple[float, bool]] = {}
+        if self.cluster.free_gpus > 1e-9:
+            for w in self.with_pending.values():
+                if w.state == COMPLETED or w.job is None:
+                    continue
+                step = w.missing_pods()
+                need = sum(p.request.gpu for p in step)
+                if need > 0:
+                    waiting[w.key] = (need, self.cluster.fits_all(step))
+        cur = self._idle_open
+        if cur is not None and cur["waiting"] != waiting:
+            self._idle_close(t)
+            cur = None
+        if waiting and cur is None:
+            reasons = {w.key: w.pending_reason for w in self.with_pending.values() if w.key in waiting}
+            self._idle_open = {"from": t, "idle_gpus": self.cluster.free_gpus, "waiting": waiting, "reasons": reasons}
+        elif cur is not None:
+            cur["idle_gpus"] = max(cur["idle_gpus"], self.cluster.free_gpus)
+
+    def idle_latency(self) -> float:
+        """Idle spans no longer than this are latency, not idleness: elastic growth takes a cycle per step, a
+        pipelined bind waits a cycle for its victims, and the Ray autoscaler asks for a worker per period."""
+        return max(2 * self.opt.schedule_period, self.opt.autoscaler_period)
+
+    def _idle_close(self, t: float) -> None:
+        cur, self._idle_open = self._idle_open, None
+        if cur is None or t - cur["from"] <= self.idle_latency() + 1e-9:
+            return  # the scheduler's and the autoscaler's own latency, not an idle window
+        self.idle_windows.append(
+            {
+                "from": cur["from"],
+                "to": t,
+                "idle_gpus": round(cur["idle_gpus"], 6),
+                "fits": any(fits for _, fits in cur["waiting"].values()),
+                "waiting": [
+                    {"workload": k, "needs_gpus": need, "fits": fits, "pending_reason": cur["reasons"].get(k)}
+                    for k, (need, fits) in sorted(cur["waiting"].items())
+                ],
+            }
+        )
 
     def _transition(self, w: WorkloadBase, t: float) -> None:
         """After binds/evictions: start, restart, lose the gang, or change speed; (re)schedule completion."""
@@ -541,6 +669,8 @@ class Engine:
             eta = w.eta(t)
             if eta is not None:
                 self._push(eta, COMPLETE, (w, w.version))
+            if self.opt.track_idle and w.warmup_left > 0:
+                self._push(t + w.warmup_left, WARM, (w, w.version))  # a sample when the restart cost is paid
             self._arm_autoscaler(w, t)
 
     def _update_stale(self, touched: dict[str, WorkloadBase], t: float) -> None:
@@ -578,6 +708,8 @@ class Engine:
             grace = job.staleness_grace if job.staleness_grace is not None else cfg.default_staleness_grace
             if job.stale_since is not None and grace >= 0:
                 consider(job.stale_since + grace)
+        if self.usage is not None:
+            consider(self.usage.next_refresh(t))  # a new usage can move fair shares: reclaim may become possible
         if self._timers_possible:
             for w in self.active.values():
                 job = w.job

@@ -17,7 +17,14 @@ Definitions (also in ``docs/simulator.md``):
   eviction). Elastic evictions that leave the gang running are ``elastic_shrinks``.
 * **Wasted GPU-hours**: GPU time that did no useful work because of preemption: GPUs held while paying the restart
   cost, work lost since the last checkpoint (x the gang's GPUs), GPUs held by evicted pods while terminating, and
-  GPUs held by what is left of a broken gang until it runs again or is evicted.
+  GPUs held by what is left of a broken gang until it runs again or is evicted. ``lost_gpu_hours`` is the part
+  evictions caused; ``partial_gang_gpu_hours`` the part held by gangs below their minimum that had never run (only
+  a scheduler without gangs leaves those).
+* **Useful GPU rate**: like the allocation rate, counting only GPUs of running workloads past their restart cost.
+* **Idle windows**: spans longer than one scheduling period in which GPUs are free while workloads wait for GPUs,
+  with each waiting workload's next step (the pods its gang minimum lacks, else one elastic pod), whether it would
+  fit on the free capacity, and the core's pending reason (e.g. ``NonPreemptibleOverQuota``).
+  ``idle_while_fitting_seconds`` sums the windows in which some waiting step fits.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import math
 from typing import Any
 
 from kai_ray.sim.engine import SimResult
+from kai_ray.sim.usage import usage_document
 from kai_ray.sim.workloads import COMPLETED, RayWorkload, WorkloadBase
 
 
@@ -53,8 +61,11 @@ def compute_metrics(res: SimResult) -> dict[str, Any]:
     span = max(0.0, res.end - res.start)
     capacity = res.total_gpus * span
     by_type: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
     for e in res.events:
         by_type[e["type"]] = by_type.get(e["type"], 0) + 1
+        if "outcome" in e:
+            outcomes[e["outcome"]] = outcomes.get(e["outcome"], 0) + 1
     return {
         "workloads": len(res.workloads),
         "arrived": len(arrived),
@@ -66,6 +77,7 @@ def compute_metrics(res: SimResult) -> dict[str, Any]:
         "avg_queueing_delay_seconds": _r(_mean(delays)),
         "avg_pending_seconds": _r(_mean([w.pending_seconds for w in arrived])),
         "gpu_allocation_rate": _r(res.alloc_gpu_seconds / capacity if capacity > 0 else 0.0, 4),
+        "useful_gpu_rate": _r(res.useful_gpu_seconds / capacity if capacity > 0 else 0.0, 4),
         "gpu_fragmentation": _r(res.frag_gpu_seconds / span if span > 0 else 0.0, 4),
         "preemptions": sum(w.preemptions for w in res.workloads),
         "elastic_shrinks": sum(w.shrinks for w in res.workloads),
@@ -74,6 +86,10 @@ def compute_metrics(res: SimResult) -> dict[str, Any]:
         "reclaim_events": by_type.get("reclaim", 0),
         "evict_events": by_type.get("evict", 0),
         "wasted_gpu_hours": _r(sum(w.wasted_gpu_seconds for w in res.workloads) / 3600.0, 4),
+        "lost_gpu_hours": _r(sum(w.wasted_gpu_seconds - w.partial_gpu_seconds for w in res.workloads) / 3600.0, 4),
+        "partial_gang_gpu_hours": _r(sum(w.partial_gpu_seconds for w in res.workloads) / 3600.0, 4),
+        "idle_while_fitting_seconds": _r(sum(x["to"] - x["from"] for x in res.idle_windows if x["fits"])),
+        "outcomes": outcomes,
         "total_gpus": res.total_gpus,
         "start_seconds": _r(res.start),
         "end_seconds": _r(res.end),
@@ -86,6 +102,8 @@ def workload_doc(w: WorkloadBase) -> dict[str, Any]:
         "kind": w.kind,
         "queue": w.queue,
         "priority_class": w.priority_class,
+        "priority": w.job.priority if w.job is not None else None,
+        "preemptible": w.job.preemptible if w.job is not None else None,
         "podgroup": w.job.name if w.job is not None else None,
         "state": w.state,
         "arrived_at": _r(w.arrive_at) if arrived else None,
@@ -102,11 +120,14 @@ def workload_doc(w: WorkloadBase) -> dict[str, Any]:
         "pending_reason": w.pending_reason if w.state == "Pending" else None,
         "pending_message": w.pending_message if w.state == "Pending" else None,
         "last_pending_reason": w.last_pending_reason,
+        "pending_reasons": [{"t": _r(t), "reason": r, "message": m} for t, r, m in w.pending_log],
         "duration_seconds": w.duration,
         "work_done_seconds": _r(w.done),
         "gang_gpus": w.gang_gpus,
         "gang": w.gang_summary() if isinstance(w, RayWorkload) else None,
         "wasted_gpu_hours": _r(w.wasted_gpu_seconds / 3600.0, 4),
+        "lost_gpu_hours": _r((w.wasted_gpu_seconds - w.partial_gpu_seconds) / 3600.0, 4),
+        "useful_gpu_hours": _r(w.useful_gpu_seconds / 3600.0, 4),
     }
 
 
@@ -114,7 +135,12 @@ def result_document(res: SimResult, source: str, extra: dict[str, Any] | None = 
     return {
         "source": source,
         **(extra or {}),
-        "cluster": {"nodes": res.nodes, "gpus": res.total_gpus, "leaf_queues": res.queues},
+        "cluster": {
+            "nodes": res.nodes,
+            "gpus": res.total_gpus,
+            "leaf_queues": res.queues,
+            "gpu_quotas": res.gpu_quotas,
+        },
         "workloads": {w.key: workload_doc(w) for w in res.workloads},
         "events": [{k: (_r(v) if k == "t" else v) for k, v in e.items()} for e in res.events],
         "metrics": compute_metrics(res),
@@ -127,6 +153,8 @@ def result_document(res: SimResult, source: str, extra: dict[str, Any] | None = 
             {"t": _r(t), "workload": key, "group": grp, "replicas": n, "pods_removed": removed, "gpus_removed": gpus}
             for t, key, grp, n, removed, gpus in res.scales
         ],
+        "idle_windows": [{**x, "from": _r(x["from"]), "to": _r(x["to"])} for x in res.idle_windows],
         "errors": res.errors,
         "findings": res.findings,
+        **({"usage": usage_document(res.usage, res.start, res.end)} if res.usage is not None else {}),
     }

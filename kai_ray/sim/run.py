@@ -6,12 +6,15 @@ from pathlib import Path
 
 from kai_ray.bridge import node_from_api, queue_from_api
 from kai_ray.sim.engine import Engine, EngineOptions, SimResult
+from kai_ray.sim.policy import KAI_RAY, Policy
 from kai_ray.sim.scenario import Scenario, SimulationOptions, load_scenario
 from kai_ray.sim.workloads import RayWorkload
 
 
-def engine_options(sim: SimulationOptions) -> EngineOptions:
+def engine_options(sim: SimulationOptions, policy: Policy = KAI_RAY) -> EngineOptions:
     return EngineOptions(
+        ray_aware=policy.ray_aware,
+        track_idle=True,
         schedule_period=sim.schedule_period,
         restart_cost=sim.restart_cost,
         checkpoint_interval=sim.checkpoint_interval,
@@ -22,12 +25,13 @@ def engine_options(sim: SimulationOptions) -> EngineOptions:
     )
 
 
-def build_engine(scn: Scenario) -> Engine:
+def build_engine(scn: Scenario, policy: Policy = KAI_RAY) -> Engine:
     """The scenario's nodes and queues through the same bridge the operators use, and its Ray CRs as workloads."""
     problems: list[str] = []
     nodes = [node_from_api(n, problems) for n in scn.nodes]
     queues = [queue_from_api(q) for q in scn.queues]
-    opts = engine_options(scn.simulation)
+    opts = engine_options(scn.simulation, policy)
+    pg_config = policy.podgrouper(scn.podgrouper)
     engine = Engine(nodes, queues, scn.config, opts)
     for text in problems:
         engine.findings[text] = None
@@ -39,8 +43,9 @@ def build_engine(scn: Scenario) -> Engine:
             duration=w.duration,
             restart_cost=w.restart_cost if w.restart_cost is not None else opts.restart_cost,
             obj=w.obj.model_copy(deep=True),
-            pg_config=scn.podgrouper,
+            pg_config=pg_config,
             priority_classes=scn.priority_classes,
+            gang_scheduling=policy.gang_scheduling,
         )
         engine.add(rw)
         for step in w.scale:
@@ -48,8 +53,8 @@ def build_engine(scn: Scenario) -> Engine:
     return engine
 
 
-def simulate(scn: Scenario) -> SimResult:
-    return build_engine(scn).run()
+def simulate(scn: Scenario, policy: Policy = KAI_RAY) -> SimResult:
+    return build_engine(scn, policy).run()
 
 
 def simulate_file(path: str | Path) -> tuple[Scenario, SimResult]:

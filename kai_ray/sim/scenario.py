@@ -17,14 +17,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic.alias_generators import to_camel
 
 from kai_ray import constants as c
-from kai_ray.api.loader import ManifestError, field_path, load_documents, parse_object
+from kai_ray.api.duration import seconds
+from kai_ray.api.loader import ManifestError, describe, field_path, load_documents, parse_object, what_is
 from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
-from kai_ray.bridge import parse_duration
+from kai_ray.api.strict import did_you_mean, invalid_quantities, unknown_fields
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
 from kai_ray.scheduler.snapshot import SchedulerConfig
+from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
 
 MAX_NODES = 100_000  # per node entry: the simulator holds every node in memory
 
@@ -35,15 +37,7 @@ class ScenarioError(ValueError):
 
 def _seconds(value: Any) -> Any:
     """Seconds as a number, or a Go duration string ("90s", "1h30m")."""
-    if isinstance(value, str):
-        parsed = parse_duration(value)
-        if parsed is None:
-            try:
-                return float(value)
-            except ValueError:
-                raise ValueError(f"{value!r} is not a number of seconds or a duration like '90s' or '1h30m'") from None
-        return parsed
-    return value
+    return seconds(value) if isinstance(value, str) else value
 
 
 def _quantity(value: Any) -> Any:
@@ -178,6 +172,8 @@ def _config_model() -> type[BaseModel]:
     fields: dict[str, Any] = {}
     defaults = SchedulerConfig()
     for f in dataclasses.fields(SchedulerConfig):
+        if f.name == "usage_params":
+            continue  # KAI's usageParams mapping, parsed by usage_params_from
         typ = hints[f.name]
         default = getattr(defaults, f.name)
         if typ is float:
@@ -209,6 +205,16 @@ def scheduler_config(raw: dict[str, Any] | None) -> SchedulerConfig:
             raise ValueError(f"placementStrategy.{sorted(unknown)[0]}: unknown resource (gpu or cpu)")
         for res, value in strategy.items():
             data[f"placement_{res}"] = value
+    usage = None
+    for key in ("usageParams", "usage_params"):
+        if key in data:
+            raw = data.pop(key)
+            if raw is not None and not isinstance(raw, dict):
+                raise ValueError("usageParams: expected a mapping like {windowSize: 1d, halfLifePeriod: 6h}")
+            try:
+                usage = usage_params_from(raw or {})
+            except UsageConfigError as exc:
+                raise ValueError(str(exc)) from None
     model = SchedulerOptions.model_validate(data)
     values = model.model_dump()
     for key in ("placement_gpu", "placement_cpu"):
@@ -219,7 +225,9 @@ def scheduler_config(raw: dict[str, Any] | None) -> SchedulerConfig:
         if action not in known_actions:
             raise ValueError(f"actions[{i}]: {action!r} is not one of {', '.join(known_actions)}")
     values["actions"] = tuple(values["actions"])
-    return SchedulerConfig(**values)
+    if values["k_value"] < 0:
+        raise ValueError(f"kValue: {values['k_value']:g} must not be negative (0 turns time-based fair share off)")
+    return SchedulerConfig(**values, usage_params=usage)
 
 
 class ScenarioFile(_Strict):
@@ -261,14 +269,37 @@ class Scenario:
     podgrouper: PodgrouperConfig
     source: str
     description: str | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)  # unknown fields, ignored (one line each)
 
 
-def _first_error(exc: ValidationError, prefix: str = "") -> str:
+def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     err = exc.errors()[0]
     loc = field_path(tuple(err["loc"]))
     msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        known = _known_keys(model, tuple(err["loc"])[:-1]) if model is not None else set()
+        hint = did_you_mean(str(err["loc"][-1]), known) if known else None
+        msg = "unknown field" + (f" (did you mean {hint}?)" if hint else "")
     where = ".".join(p for p in (prefix, loc) if p)
     return f"{where or '(root)'}: {msg}"
+
+
+def _known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> set[str]:
+    """The keys a strict section accepts at ``loc`` (camelCase, as written in scenario files)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", {})
+        field = next((f for name, f in fields.items() if part in (name, f.alias)), None)
+        if field is None:
+            return set()
+        current = field.annotation
+        while typing.get_origin(current) is not None:  # list[X], X | None -> X
+            args = [a for a in typing.get_args(current) if a is not type(None)]
+            current = args[-1] if args else None
+    fields = getattr(current, "model_fields", None)
+    return {f.alias or name for name, f in fields.items()} if fields else set()
 
 
 def _read(path: Path, what: str) -> str:
@@ -278,11 +309,13 @@ def _read(path: Path, what: str) -> str:
         raise ScenarioError(f"{what}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
 
 
-def _queue_from_entry(entry: QueueEntry, where: str) -> Queue:
+def _queue_from_entry(entry: QueueEntry, where: str, warnings: list[str]) -> Queue:
     if entry.kind is not None or entry.spec is not None or entry.metadata is not None:
         doc = {k: v for k, v in entry.model_dump(by_alias=True, exclude_none=True).items()}
         doc.setdefault("apiVersion", "scheduling.run.ai/v2")
         doc.setdefault("kind", "Queue")
+        for unknown in unknown_fields(doc, "Queue"):
+            warnings.append(f"{where}: {unknown}; ignored")
         try:
             obj = parse_object(doc, where)
         except ManifestError as exc:
@@ -300,10 +333,12 @@ def _queue_from_entry(entry: QueueEntry, where: str) -> Queue:
         spec = QueueSpec.model_validate(spec_fields)
     except ValidationError as exc:
         raise ScenarioError(_first_error(exc, where)) from None
+    for unknown in unknown_fields({"spec": spec_fields}, "Queue"):
+        warnings.append(f"{where}: {unknown}; ignored")
     return Queue(metadata=ObjectMeta(name=entry.name), spec=spec)
 
 
-def _load_queues(entries: list[QueueEntry], base: Path, source: str) -> list[Queue]:
+def _load_queues(entries: list[QueueEntry], base: Path, source: str, warnings: list[str]) -> list[Queue]:
     queues: list[Queue] = []
     for i, entry in enumerate(entries):
         where = f"{source}: queues[{i}]"
@@ -315,6 +350,8 @@ def _load_queues(entries: list[QueueEntry], base: Path, source: str) -> list[Que
             text = _read(path, f"{where}.path")
             try:
                 for label, doc in load_documents(text, str(entry.path)):
+                    for unknown in unknown_fields(doc, "Queue" if isinstance(doc, dict) else None):
+                        warnings.append(f"{where}.path: {label} ({describe(doc)}): {unknown}; ignored")
                     obj = parse_object(doc, label)
                     if not isinstance(obj, Queue):
                         raise ScenarioError(f"{where}.path: {label} is a {type(obj).__name__}, not a Queue")
@@ -322,7 +359,7 @@ def _load_queues(entries: list[QueueEntry], base: Path, source: str) -> list[Que
             except ManifestError as exc:
                 raise ScenarioError(f"{where}.path: {exc}") from None
         else:
-            queues.append(_queue_from_entry(entry, where))
+            queues.append(_queue_from_entry(entry, where, warnings))
     if not queues:
         queues = [
             Queue.model_validate(
@@ -350,7 +387,9 @@ def _load_queues(entries: list[QueueEntry], base: Path, source: str) -> list[Que
     return queues
 
 
-def _load_workload(spec: WorkloadSpec, i: int, base: Path, source: str, pg_config: PodgrouperConfig) -> Workload:
+def _load_workload(
+    spec: WorkloadSpec, i: int, base: Path, source: str, pg_config: PodgrouperConfig, warnings: list[str]
+) -> Workload:
     where = f"{source}: workloads[{i}]"
     if spec.path is not None:
         text = _read(base / spec.path, f"{where}.path")
@@ -364,6 +403,11 @@ def _load_workload(spec: WorkloadSpec, i: int, base: Path, source: str, pg_confi
         field = f"{where}.path"
     else:
         label, doc, field = f"{where}.manifest", spec.manifest, f"{where}.manifest"
+    if isinstance(doc, dict) and doc.get("kind") in ("RayCluster", "RayJob", "RayService"):
+        for unknown in unknown_fields(doc):
+            warnings.append(f"{field}: {unknown}; ignored")
+        for bad in invalid_quantities(doc):
+            raise ScenarioError(f"{field}: {bad}")
     try:
         obj = parse_object(doc, label)
     except ManifestError as exc:
@@ -403,16 +447,16 @@ def _load_workload(spec: WorkloadSpec, i: int, base: Path, source: str, pg_confi
 def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = None) -> Scenario:
     """A decoded scenario document -> a validated :class:`Scenario`, or ScenarioError naming the field."""
     base = base or Path(".")
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{source}: expected a mapping with nodes, queues, workloads, config")
+    if not isinstance(data, dict) or data.get("kind") or ("jobs" in data and "nodes" in data):
+        raise ScenarioError(_not_a_scenario(source, [data]))
     try:
         raw = ScenarioFile.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(f"{source}: {_first_error(exc)}") from None
+        raise ScenarioError(f"{source}: {_first_error(exc, model=ScenarioFile)}") from None
     try:
         config = scheduler_config(raw.config)
     except ValidationError as exc:
-        raise ScenarioError(f"{source}: {_first_error(exc, 'config')}") from None
+        raise ScenarioError(f"{source}: {_first_error(exc, 'config', SchedulerOptions)}") from None
     except ValueError as exc:
         raise ScenarioError(f"{source}: config.{exc}") from None
     nodes: list[dict[str, Any]] = []
@@ -424,9 +468,10 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
                 raise ScenarioError(f"{source}: nodes[{i}].name: duplicate node name {name!r}")
             names.add(name)
             nodes.append(node)
-    queues = _load_queues(raw.queues, base, source)
+    warnings: list[str] = []
+    queues = _load_queues(raw.queues, base, source, warnings)
     pg_config = PodgrouperConfig(priority_classes=dict(raw.priority_classes))
-    workloads = [_load_workload(w, i, base, source, pg_config) for i, w in enumerate(raw.workloads)]
+    workloads = [_load_workload(w, i, base, source, pg_config, warnings) for i, w in enumerate(raw.workloads)]
     keys: set[str] = set()
     leaves = {q.name for q in queues} - {q.spec.parent_queue for q in queues if q.spec.parent_queue}
     for i, w in enumerate(workloads):
@@ -448,7 +493,20 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         podgrouper=pg_config,
         source=source,
         description=raw.description,
+        warnings=warnings,
     )
+
+
+def _not_a_scenario(source: str, docs: list[Any]) -> str:
+    """A file of another kind says what it is, and what reads it."""
+    if len(docs) == 1:
+        what = what_is(docs[0])
+    else:
+        shown = ", ".join(describe(d) for d in docs[:3]) + (", ..." if len(docs) > 3 else "")
+        what = f"{len(docs)} Kubernetes manifests ({shown})"
+    ray = any(isinstance(d, dict) and d.get("kind") in ("RayCluster", "RayJob", "RayService") for d in docs)
+    hint = f"; `kai-ray podgroup -f {source}` shows the PodGroups kai-ray would make" if ray else ""
+    return f"{source} is {what}, not a simulator scenario (nodes, queues, workloads; see docs/simulator.md){hint}"
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -459,6 +517,8 @@ def load_scenario(path: str | Path) -> Scenario:
         docs = list(load_documents(text, str(path)))
     except ManifestError as exc:
         raise ScenarioError(str(exc)) from None
+    if len(docs) > 1 and all(isinstance(d, dict) and d.get("kind") for _, d in docs):
+        raise ScenarioError(_not_a_scenario(str(path), [d for _, d in docs]))
     if len(docs) != 1:
         raise ScenarioError(f"{path}: expected one YAML document, found {len(docs)}")
     return parse_scenario(docs[0][1], str(path), path.parent)

@@ -17,7 +17,7 @@ from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.ray import RayCluster, RayJob, RayObject
 from kai_ray.bridge import job_from_podgroup, pod_from_api
 from kai_ray.podgrouper import PodgrouperConfig, cluster_name, expand_pods, group, stamp
-from kai_ray.scheduler.snapshot import Job, Pod, PodPhase
+from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, SubGroup
 
 NOT_ARRIVED, PENDING, RUNNING, COMPLETED = "NotArrived", "Pending", "Running", "Completed"
 
@@ -50,7 +50,10 @@ class WorkloadBase:
     pending_reason: str | None = None
     pending_message: str | None = None
     last_pending_reason: str | None = None
+    pending_log: list[tuple[float, str, str]] = field(default_factory=list)  # (t, reason, message) as it changes
     wasted_gpu_seconds: float = 0.0
+    partial_gpu_seconds: float = 0.0  # part of wasted: GPUs held by a gang below its minimum that never ran yet
+    useful_gpu_seconds: float = 0.0  # GPUs held while running past the restart cost (doing work)
     intervals: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, state)
     preempted_at: list[float] = field(default_factory=list)
     version: int = 0  # bumps whenever a scheduled completion becomes stale
@@ -85,20 +88,26 @@ class WorkloadBase:
     def running_pods_any(self) -> bool:
         return self.job is not None and any(p.phase is PodPhase.RUNNING for p in self.job.pods)
 
+    def gang(self) -> Gang:
+        """The workload's real gang minimum (what it needs to run), whatever the scheduler is shown."""
+        assert self.job is not None
+        return Gang(self.job.min_member, self.job.min_subgroup, self.job.subgroups)
+
     def min_satisfied(self) -> bool:
         job = self.job
         if job is None:
             return False
-        if not job.subgroups:
-            return sum(1 for p in job.pods if p.phase is PodPhase.RUNNING) >= max(job.min_member, 1)
+        gang = self.gang()
+        if not gang.subgroups:
+            return sum(1 for p in job.pods if p.phase is PodPhase.RUNNING) >= max(gang.min_member, 1)
         running: dict[str, int] = {}
         for p in job.pods:
             if p.phase is PodPhase.RUNNING and p.subgroup is not None:
                 running[p.subgroup] = running.get(p.subgroup, 0) + 1
         children: dict[str | None, list[str]] = {}
-        for sg in job.subgroups:
+        for sg in gang.subgroups:
             children.setdefault(sg.parent or None, []).append(sg.name)
-        by_name = {sg.name: sg for sg in job.subgroups}
+        by_name = {sg.name: sg for sg in gang.subgroups}
 
         def ok(name: str) -> bool:
             kids = children.get(name)
@@ -110,8 +119,27 @@ class WorkloadBase:
 
         top = children.get(None, [])
         got = sum(1 for k in top if ok(k))
-        need = job.min_subgroup if job.min_subgroup is not None else len(top)
+        need = gang.min_subgroup if gang.min_subgroup is not None else len(top)
         return got >= need
+
+    def missing_pods(self) -> list[Pod]:
+        """Pending pods of the next step: those the gang minimum still lacks, else one elastic pod."""
+        job = self.job
+        assert job is not None
+        pending = [p for p in job.pods if p.phase is PodPhase.PENDING]
+        if not pending or self.min_satisfied():
+            return sorted(pending, key=lambda p: p.request.gpu)[:1]
+        gang = self.gang()
+        if not gang.subgroups:
+            running = sum(1 for p in job.pods if p.phase is PodPhase.RUNNING)
+            return pending[: max(gang.min_member, 1) - running]
+        out: list[Pod] = []
+        for sg in gang.subgroups:
+            running = sum(1 for p in job.pods if p.phase is PodPhase.RUNNING and p.subgroup == sg.name)
+            lack = (sg.min_member or 0) - running
+            if lack > 0:
+                out.extend([p for p in pending if p.subgroup == sg.name][:lack])
+        return out
 
     def advance(self, t: float, gpus_held: float) -> None:
         """Account progress from ``last_update`` to ``t`` (restart cost first, then work at ``rate``).
@@ -122,9 +150,12 @@ class WorkloadBase:
             warm = min(dt, self.warmup_left)
             self.warmup_left -= warm
             self.wasted_gpu_seconds += warm * gpus_held
+            self.useful_gpu_seconds += (dt - warm) * gpus_held
             self.done += (dt - warm) * self.rate
         elif dt > 0 and self.state == PENDING:
             self.wasted_gpu_seconds += dt * gpus_held  # what is left of a broken gang does no work
+            if not self.preemptions:
+                self.partial_gpu_seconds += dt * gpus_held  # a gang that never ran holds part of its pods
         self.last_update = t
 
     def eta(self, t: float) -> float | None:
@@ -159,9 +190,29 @@ class WorkloadBase:
         """On losing the gang: work since the last checkpoint is lost (none when checkpoints are continuous)."""
         if checkpoint_interval > 0:
             kept = math.floor(self.done / checkpoint_interval + 1e-9) * checkpoint_interval
-            self.wasted_gpu_seconds += (self.done - kept) * self.gang_gpus
+            lost = (self.done - kept) * self.gang_gpus  # work at any size costs the gang minimum's GPU time
+            self.wasted_gpu_seconds += lost
+            self.useful_gpu_seconds -= lost
             self.done = kept
         self.warmup_left = 0.0
+
+    def restart_in_place(self, t: float, checkpoint_interval: float) -> None:
+        """A Ray-unaware eviction of pods the run needed: Ray sees workers die, and the job restarts from its last
+        checkpoint on the pods it still has, paying its restart cost (it stays Running for the scheduler)."""
+        self.preemptions += 1
+        self.preempted_at.append(t)
+        self.lose_work(checkpoint_interval)
+        self.restarts += 1
+        self.warmup_left = self.restart_cost
+
+
+@dataclass(frozen=True)
+class Gang:
+    """A gang minimum: the PodGroup's minMember, minSubGroup and subgroups."""
+
+    min_member: int
+    min_subgroup: int | None
+    subgroups: list[SubGroup]
 
 
 def _fresh(template: Pod, name: str, t: float) -> Pod:
@@ -195,6 +246,8 @@ class RayWorkload(WorkloadBase):
     _min_workers: int = 0
     _aggressive: bool = False
     scripted: bool = False  # scale steps come from the scenario; the simple autoscaler policy stays out
+    gang_scheduling: bool = True  # False: the scheduler is shown each pod as its own gang of one (head first)
+    _gang: Gang | None = None  # the real gang minimum, kept when the scheduler is shown another
 
     def _spec(self):  # type: ignore[no-untyped-def]
         obj = self.obj
@@ -234,9 +287,21 @@ class RayWorkload(WorkloadBase):
         fresh = job_from_podgroup(pg, [], self.priority_classes, self.problems)
         for f in ("min_member", "min_subgroup", "subgroups", "max_member", "topology", "priority", "preemptibility"):
             setattr(self.job, f, getattr(fresh, f))
+        self._gang = Gang(fresh.min_member, fresh.min_subgroup, fresh.subgroups)
+        if not self.gang_scheduling:
+            self.job.min_member, self.job.min_subgroup = 1, None
+            self.job.subgroups = [
+                dataclasses.replace(sg, min_member=int(sg.name == c.RAY_HEAD_GROUP))
+                if sg.min_member is not None
+                else sg
+                for sg in fresh.subgroups
+            ]
         self._min_workers = sum(
             sg.min_member or 0 for sg in fresh.subgroups if sg.name not in (c.RAY_HEAD_GROUP, c.SUBMITTER_SUBGROUP)
         )
+
+    def gang(self) -> Gang:
+        return self._gang if self._gang is not None else super().gang()
 
     def create(self, t: float) -> Job:
         obj = self.obj
@@ -275,8 +340,7 @@ class RayWorkload(WorkloadBase):
         return job
 
     def _gang_gpus(self) -> float:
-        assert self.job is not None
-        mins = {sg.name: sg.min_member or 0 for sg in self.job.subgroups}
+        mins = {sg.name: sg.min_member or 0 for sg in self.gang().subgroups}
         total = 0.0
         for _grp, tpl in self._templates.items():
             sg = tpl.subgroup
@@ -350,9 +414,8 @@ class RayWorkload(WorkloadBase):
         self._reconcile(t)
 
     def _floor(self, grp: str) -> int:
-        assert self.job is not None
         tpl = self._templates[grp]
-        for sg in self.job.subgroups:
+        for sg in self.gang().subgroups:
             if sg.name == tpl.subgroup:
                 return sg.min_member or 0
         return 0
@@ -426,7 +489,7 @@ class RayWorkload(WorkloadBase):
         out: list[dict[str, object]] = []
         if self.job is None:
             return out
-        mins = {sg.name: sg.min_member or 0 for sg in self.job.subgroups}
+        mins = {sg.name: sg.min_member or 0 for sg in self.gang().subgroups}
         for grp, tpl in self._templates.items():
             if grp == c.RAY_HEAD_GROUP:
                 lo, hi = 1, 1

@@ -239,6 +239,10 @@ def test_inference_preempts_training_and_training_comes_back(
         60,
     )
     assert suspended["spec"]["suspend"] is True
+    wait_until(
+        "the suspend to be counted for the training queue",
+        lambda: sched.metrics.value("kai_ray_suspends_total", {"queue_name": training_q, "result": "ok"}) >= 1,
+    )
 
     # While suspended, KubeRay creates nothing for the RayJob (the recreate loop that pod deletion starts).
     seen: set[str] = set()

@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
 from tests.podgrouper.raydocs import cluster_spec, ray_doc, worker
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+DEMO = ROOT / "kai_ray" / "sim" / "demo" / "scenario.yaml"
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -61,9 +66,11 @@ def test_errors_are_one_line_naming_document_and_field():
     assert "not a Ray CR" in _err(
         yaml.safe_dump({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"}})
     )
-    assert "unsupported apiVersion/kind" in _err("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert "(ConfigMap x) is not a Ray CR" in _err("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert "unsupported apiVersion/kind 'ray.io/v9'/'RayJob'" in _err("apiVersion: ray.io/v9\nkind: RayJob\n")
     assert "invalid YAML" in _err("a: [\n")
-    assert "document 2" in _err(yaml.safe_dump_all([ray_doc("RayCluster", cluster_spec()), "just a string"]))
+    line = _err(yaml.safe_dump_all([ray_doc("RayCluster", cluster_spec()), "just a string"]))
+    assert "document 2 is a YAML str" in line
     assert "no Ray CR" in _err("")
 
 
@@ -74,3 +81,37 @@ def test_missing_file_and_bad_output_option(tmp_path):
     f.write_text(yaml.safe_dump(ray_doc("RayCluster", cluster_spec())))
     bad = run("podgroup", "-f", str(f), "-o", "xml")
     assert bad.returncode != 0 and "--output" in bad.stderr
+
+
+def test_other_documents_are_skipped_with_a_note():
+    """The project's own example holds a RayCluster, a Role and a RoleBinding: the RayCluster is grouped."""
+    out = run("podgroup", "-f", str(EXAMPLES / "raycluster-kai-autoscaler.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert [p["kind"] for p in yaml.safe_load_all(out.stdout)] == ["PodGroup"]
+    assert out.stderr.splitlines() == [
+        f"kai-ray: note: {EXAMPLES / 'raycluster-kai-autoscaler.yaml'} document {n} ({kind}): not a Ray CR; skipped"
+        for n, kind in ((2, "Role elastic-kai-kai-ray-autoscaler"), (3, "RoleBinding elastic-kai-kai-ray-autoscaler"))
+    ]
+
+
+def test_unknown_fields_warn_with_a_suggestion_and_bad_quantities_fail():
+    doc = ray_doc("RayCluster", cluster_spec(worker("w", 2)), name="typo")
+    spec = doc["spec"]
+    spec["workerGroupSpec"] = spec.pop("workerGroupSpecs")
+    out = run("podgroup", "-f", "-", stdin=yaml.safe_dump(doc))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip() == (
+        "kai-ray: warning: <stdin> document 1 (RayCluster typo): unknown field spec.workerGroupSpec "
+        "(did you mean workerGroupSpecs?); ignored"
+    )
+    doc = ray_doc("RayCluster", cluster_spec(worker("w", 2)), name="eight")
+    ctr = doc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    ctr["resources"] = {"limits": {"nvidia.com/gpu": "eight"}}
+    line = _err(yaml.safe_dump(doc))
+    assert "spec.workerGroupSpecs[0].template.spec.containers[0].resources.limits[nvidia.com/gpu]" in line
+    assert "'eight' is not a quantity" in line
+
+
+def test_a_scenario_file_says_what_it_is():
+    line = _err(DEMO.read_text())
+    assert "is a kai-ray simulator scenario, not a Kubernetes manifest" in line and "kai-ray simulate" in line

@@ -4,7 +4,8 @@ KAI ships ``cmd/fairshare-simulator`` (an HTTP server on ``:port``, all interfac
 127.0.0.1, so instead of running that server we build a tiny wrapper (our code, generated below) that links the
 same KAI package the simulator and the scheduler use, ``plugins/proportion/resource_division``, reads queue trees
 as JSON on stdin and prints fair shares: the division is KAI's code, only the I/O differs. Level by level it
-calls ``SetResourcesShare`` exactly like the proportion plugin's ``setFairShareForQueues``.
+calls ``SetResourcesShare`` exactly like the proportion plugin's ``setFairShareForQueues``; a queue's historical
+usage (time-based fair share), when given, is set on its resource shares as the plugin does from the usage DB.
 
 Source of KAI, in order: the Go module proxy at the tags listed in ``CANDIDATES`` (through
 ``kai_ray.controlplane.build``'s cache directory), or a local checkout named by ``KAI_SCHEDULER_SRC``. The first
@@ -29,6 +30,8 @@ CANDIDATES = [
     ("github.com/NVIDIA/KAI-scheduler", "v0.12.0"),
 ]
 
+WRAPPER = "usage1"  # bump when MAIN_GO changes: the built wrapper is cached under this name
+
 MAIN_GO = """package main
 
 import (
@@ -44,6 +47,7 @@ type tree struct {
 \tTotal  rs.ResourceQuantities `json:"total"`
 \tKValue float64               `json:"kValue"`
 \tQueues []rs.QueueOverrides   `json:"queues"`
+\tUsage  map[string][3]float64 `json:"usage"`
 }
 
 func divide(total rs.ResourceQuantities, k float64, level map[common_info.QueueID]*rs.QueueAttributes,
@@ -71,6 +75,9 @@ func main() {
 \t\tall := map[common_info.QueueID]*rs.QueueAttributes{}
 \t\tfor i := range t.Queues {
 \t\t\tqa := t.Queues[i].ToQueueAttributes()
+\t\t\tif u, ok := t.Usage[string(qa.UID)]; ok {
+\t\t\t\tqa.GPU.Usage, qa.CPU.Usage, qa.Memory.Usage = u[0], u[1], u[2]
+\t\t\t}
 \t\t\tall[qa.UID] = qa
 \t\t}
 \t\ttop := map[common_info.QueueID]*rs.QueueAttributes{}
@@ -132,7 +139,7 @@ def ensure_oracle() -> Path:
         attempts.append((mod_line.split()[1], "v0.0.0-local", Path(src).resolve()))
     for module, version, local in attempts:
         tag = "local" if local is not None else version
-        out = cache_root() / "bin" / f"fairshare-oracle-{tag}-{go_version()}" / "fairshare-oracle"
+        out = cache_root() / "bin" / f"fairshare-oracle-{tag}-{WRAPPER}-{go_version()}" / "fairshare-oracle"
         if out.exists() and local is None:
             return out
         try:

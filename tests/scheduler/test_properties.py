@@ -149,6 +149,12 @@ def test_invariants(snap: Snapshot) -> None:
             u[0] += p.request.gpu
             u[1] += p.request.cpu
             u[2] += 1
+    for e in res.evictions:
+        if e.moved_to and pods[e.pod].gpu_fraction is None:  # a moved (consolidated) pod's copy holds its new node
+            u = used[e.moved_to]
+            u[0] += pods[e.pod].request.gpu
+            u[1] += pods[e.pod].request.cpu
+            u[2] += 1
     for b in res.binds:
         assert pods[b.pod].phase is PodPhase.PENDING
         u = used[b.node]
@@ -175,6 +181,7 @@ def test_invariants(snap: Snapshot) -> None:
     for key, j in jobs.items():
         alive = sum(1 for p in j.pods if (p.phase is PodPhase.RUNNING and p.uid not in evicted))
         alive += sum(1 for b in res.binds if b.job == key)
+        alive += sum(1 for e in res.evictions if e.job == key and e.moved_to)  # re-created on its new node
         was_alive = sum(1 for p in j.pods if p.phase is PodPhase.RUNNING)
         if any(p.uid in evicted for p in j.pods) and was_alive >= j.min_member:
             assert alive == 0 or alive >= j.min_member, (key, alive, j.min_member)

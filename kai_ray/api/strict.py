@@ -1,0 +1,381 @@
+"""Strict reading of user manifests: unknown fields (with a "did you mean") and unparsable quantities, by path.
+
+Why a second look after the models: the models keep every field they do not know (``extra="allow"``) so that a round
+trip never loses someone's data; that same leniency would let a typo'd ``workerGroupSpec`` or ``minReplica`` pass
+silently. The field names below are KubeRay v1.6.1's (plus ``NEWER_KUBERAY``) and KAI's CRD schemas (a test checks
+them against the CRDs), for the parts of a Ray CR or Queue that kai-ray reads or that change what runs: the specs,
+the pod template, containers and their resources. Deeper parts (volumes, probes, affinity) are the API server's.
+
+An unknown field is a warning (the object is still used, the field ignored); an unparsable quantity is an error,
+since a pod's size cannot be guessed. On a real cluster the API server prunes unknown fields before any controller
+sees them; kubectl's ``last-applied-configuration`` annotation still holds what the user wrote, so the operators
+check it too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic.alias_generators import to_camel
+
+from kai_ray.api.errors import FieldError
+from kai_ray.api.quantity import QuantityError, parse_quantity
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+_OBJECT = {"apiVersion", "kind", "metadata", "spec", "status"}
+_OBJECT_META = {
+    "annotations",
+    "creationTimestamp",
+    "deletionGracePeriodSeconds",
+    "deletionTimestamp",
+    "finalizers",
+    "generateName",
+    "generation",
+    "labels",
+    "managedFields",
+    "name",
+    "namespace",
+    "ownerReferences",
+    "resourceVersion",
+    "selfLink",
+    "uid",
+}
+
+# type -> (known field names, {field: child type}); a child type ending in "[]" is a list of that type
+SCHEMA: dict[str, tuple[frozenset[str], dict[str, str]]] = {
+    "RayCluster": (frozenset(_OBJECT), {"metadata": "ObjectMeta", "spec": "RayClusterSpec"}),
+    "RayJob": (frozenset(_OBJECT), {"metadata": "ObjectMeta", "spec": "RayJobSpec"}),
+    "RayService": (frozenset(_OBJECT), {"metadata": "ObjectMeta", "spec": "RayServiceSpec"}),
+    "Queue": (frozenset(_OBJECT), {"metadata": "ObjectMeta", "spec": "QueueSpec"}),
+    "ObjectMeta": (frozenset(_OBJECT_META), {}),
+    "RayClusterSpec": (
+        frozenset(
+            {
+                "authOptions",
+                "autoscalerOptions",
+                "enableInTreeAutoscaling",
+                "gcsFaultToleranceOptions",
+                "headGroupSpec",
+                "headServiceAnnotations",
+                "managedBy",
+                "rayVersion",
+                "suspend",
+                "upgradeStrategy",
+                "workerGroupSpecs",
+            }
+        ),
+        {
+            "headGroupSpec": "HeadGroupSpec",
+            "workerGroupSpecs": "WorkerGroupSpec[]",
+            "autoscalerOptions": "AutoscalerOptions",
+        },
+    ),
+    "HeadGroupSpec": (
+        frozenset({"enableIngress", "headService", "labels", "rayStartParams", "resources", "serviceType", "template"}),
+        {"template": "PodTemplateSpec"},
+    ),
+    "WorkerGroupSpec": (
+        frozenset(
+            {
+                "groupName",
+                "idleTimeoutSeconds",
+                "labels",
+                "maxReplicas",
+                "minReplicas",
+                "numOfHosts",
+                "rayStartParams",
+                "replicas",
+                "resources",
+                "scaleStrategy",
+                "suspend",
+                "template",
+            }
+        ),
+        {"template": "PodTemplateSpec", "scaleStrategy": "ScaleStrategy"},
+    ),
+    "ScaleStrategy": (frozenset({"workersToDelete"}), {}),
+    "AutoscalerOptions": (
+        frozenset(
+            {
+                "args",  # KubeRay >= 1.7 (as NEWER_KUBERAY says)
+                "command",  # KubeRay >= 1.7
+                "env",
+                "envFrom",
+                "idleTimeoutSeconds",
+                "image",
+                "imagePullPolicy",
+                "resources",
+                "securityContext",
+                "upscalingMode",
+                "version",
+                "volumeMounts",
+            }
+        ),
+        {"resources": "ResourceRequirements"},
+    ),
+    "RayJobSpec": (
+        frozenset(
+            {
+                "activeDeadlineSeconds",
+                "backoffLimit",
+                "clusterSelector",
+                "deletionStrategy",
+                "entrypoint",
+                "entrypointNumCpus",
+                "entrypointNumGpus",
+                "entrypointResources",
+                "jobId",
+                "managedBy",
+                "metadata",
+                "preRunningDeadlineSeconds",
+                "rayClusterSpec",
+                "runtimeEnvYAML",
+                "shutdownAfterJobFinishes",
+                "submissionMode",
+                "submitterConfig",
+                "submitterPodTemplate",
+                "suspend",
+                "ttlSecondsAfterFinished",
+            }
+        ),
+        {"rayClusterSpec": "RayClusterSpec", "submitterPodTemplate": "PodTemplateSpec"},
+    ),
+    "RayServiceSpec": (
+        frozenset(
+            {
+                "deploymentUnhealthySecondThreshold",
+                "excludeHeadPodFromServeSvc",
+                "managedBy",
+                "rayClusterConfig",
+                "rayClusterDeletionDelaySeconds",
+                "serveConfigV2",
+                "serveService",
+                "serviceUnhealthySecondThreshold",
+                "upgradeStrategy",
+            }
+        ),
+        {"rayClusterConfig": "RayClusterSpec"},
+    ),
+    "PodTemplateSpec": (frozenset({"metadata", "spec"}), {"metadata": "TemplateMeta", "spec": "PodSpec"}),
+    "TemplateMeta": (frozenset({"annotations", "finalizers", "labels", "name", "namespace"}), {}),
+    "PodSpec": (
+        frozenset(
+            {
+                "activeDeadlineSeconds",
+                "affinity",
+                "automountServiceAccountToken",
+                "containers",
+                "dnsConfig",
+                "dnsPolicy",
+                "enableServiceLinks",
+                "ephemeralContainers",
+                "hostAliases",
+                "hostIPC",
+                "hostNetwork",
+                "hostPID",
+                "hostUsers",
+                "hostname",
+                "hostnameOverride",
+                "imagePullSecrets",
+                "initContainers",
+                "nodeName",
+                "nodeSelector",
+                "os",
+                "overhead",
+                "preemptionPolicy",
+                "priority",
+                "priorityClassName",
+                "readinessGates",
+                "resourceClaims",
+                "resources",
+                "restartPolicy",
+                "runtimeClassName",
+                "schedulerName",
+                "schedulingGates",
+                "securityContext",
+                "serviceAccount",
+                "serviceAccountName",
+                "setHostnameAsFQDN",
+                "shareProcessNamespace",
+                "subdomain",
+                "terminationGracePeriodSeconds",
+                "tolerations",
+                "topologySpreadConstraints",
+                "volumes",
+                "workloadRef",
+            }
+        ),
+        {"containers": "Container[]", "initContainers": "Container[]", "resources": "ResourceRequirements"},
+    ),
+    "Container": (
+        frozenset(
+            {
+                "args",
+                "command",
+                "env",
+                "envFrom",
+                "image",
+                "imagePullPolicy",
+                "lifecycle",
+                "livenessProbe",
+                "name",
+                "ports",
+                "readinessProbe",
+                "resizePolicy",
+                "resources",
+                "restartPolicy",
+                "restartPolicyRules",
+                "securityContext",
+                "startupProbe",
+                "stdin",
+                "stdinOnce",
+                "terminationMessagePath",
+                "terminationMessagePolicy",
+                "tty",
+                "volumeDevices",
+                "volumeMounts",
+                "workingDir",
+            }
+        ),
+        {"resources": "ResourceRequirements"},
+    ),
+    "ResourceRequirements": (frozenset({"claims", "limits", "requests"}), {}),
+    "QueueSpec": (
+        frozenset({"displayName", "parentQueue", "preemptMinRuntime", "priority", "reclaimMinRuntime", "resources"}),
+        {"resources": "QueueResources"},
+    ),
+    "QueueResources": (
+        frozenset({"cpu", "gpu", "memory"}),
+        {"cpu": "QueueResource", "gpu": "QueueResource", "memory": "QueueResource"},
+    ),
+    "QueueResource": (frozenset({"limit", "overQuotaWeight", "quota"}), {}),
+}
+CHECKED_KINDS = ("RayCluster", "RayJob", "RayService", "Queue")
+NEWER_KUBERAY = {"AutoscalerOptions": {"command", "args"}}  # known fields newer than the pinned KubeRay CRDs
+
+
+@dataclass(frozen=True)
+class UnknownField:
+    field: str  # dotted path, e.g. "spec.workerGroupSpec"
+    suggestion: str | None  # the known field it most likely meant
+
+    def __str__(self) -> str:
+        hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
+        return f"unknown field {self.field}{hint}"
+
+
+def did_you_mean(name: str, known: frozenset[str] | set[str]) -> str | None:
+    """The known field a typo most likely meant: same letters in another case, snake_case for camelCase, or close."""
+    lowered = {k.lower(): k for k in known}
+    for candidate in (name.lower(), to_camel(name).lower(), name.replace("-", "").lower()):
+        if candidate in lowered:
+            return lowered[candidate]
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    close = difflib.get_close_matches(name.lower(), sorted(lowered), n=1, cutoff=0.75)
+    return lowered[close[0]] if close else None
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _walk(doc: Any, typ: str, path: str, out: list[UnknownField]) -> None:
+    if not isinstance(doc, dict):
+        return
+    known, children = SCHEMA[typ]
+    for key, value in doc.items():
+        key = str(key)
+        if key not in known:
+            out.append(UnknownField(_join(path, key), did_you_mean(key, known)))
+            continue
+        child = children.get(key)
+        if child is None:
+            continue
+        if child.endswith("[]"):
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    _walk(item, child[:-2], f"{_join(path, key)}[{i}]", out)
+        else:
+            _walk(value, child, _join(path, key), out)
+
+
+def unknown_fields(doc: Any, kind: str | None = None) -> list[UnknownField]:
+    """Unknown fields of a Ray CR or Queue manifest (``kind`` defaults to the document's own); [] for other kinds."""
+    kind = kind or (str(doc.get("kind", "")) if isinstance(doc, dict) else "")
+    if kind not in CHECKED_KINDS:
+        return []
+    out: list[UnknownField] = []
+    _walk(doc, kind, "", out)
+    return out
+
+
+def last_applied_unknown_fields(obj: dict[str, Any], kind: str | None = None) -> list[UnknownField]:
+    """Unknown fields in what ``kubectl apply`` was given (the API server prunes them from the object itself)."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    text = ((meta or {}).get("annotations") or {}).get(LAST_APPLIED)
+    if not text:
+        return []
+    try:
+        applied = json.loads(text)
+    except ValueError:
+        return []
+    return unknown_fields(applied, kind or str(obj.get("kind", "")))
+
+
+def object_unknown_fields(obj: dict[str, Any], kind: str | None = None) -> list[UnknownField]:
+    """Unknown fields of a live object: its own, plus those kubectl's last-applied annotation remembers."""
+    seen: dict[str, UnknownField] = {}
+    for f in [*unknown_fields(obj, kind), *last_applied_unknown_fields(obj, kind)]:
+        seen.setdefault(f.field, f)
+    return list(seen.values())
+
+
+def _templates(doc: dict[str, Any], kind: str) -> list[tuple[str, Any]]:
+    raw_spec = doc.get("spec")
+    spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
+    cluster: Any
+    cluster_path, cluster = "spec", spec
+    out: list[tuple[str, Any]] = []
+    if kind == "RayJob":
+        cluster_path, cluster = "spec.rayClusterSpec", spec.get("rayClusterSpec")
+        out.append(("spec.submitterPodTemplate", spec.get("submitterPodTemplate")))
+    elif kind == "RayService":
+        cluster_path, cluster = "spec.rayClusterConfig", spec.get("rayClusterConfig")
+    if isinstance(cluster, dict):
+        head = cluster.get("headGroupSpec")
+        if isinstance(head, dict):
+            out.append((f"{cluster_path}.headGroupSpec.template", head.get("template")))
+        for i, wg in enumerate(cluster.get("workerGroupSpecs") or []):
+            if isinstance(wg, dict):
+                out.append((f"{cluster_path}.workerGroupSpecs[{i}].template", wg.get("template")))
+    return out
+
+
+def invalid_quantities(doc: Any, kind: str | None = None) -> list[FieldError]:
+    """Container requests and limits in a Ray CR's pod templates that are not Kubernetes quantities."""
+    if not isinstance(doc, dict):
+        return []
+    kind = kind or str(doc.get("kind", ""))
+    errors: list[FieldError] = []
+    for path, template in _templates(doc, kind):
+        pod = template.get("spec") if isinstance(template, dict) else None
+        if not isinstance(pod, dict):
+            continue
+        for list_name in ("containers", "initContainers"):
+            for i, ctr in enumerate(pod.get(list_name) or []):
+                resources = ctr.get("resources") if isinstance(ctr, dict) else None
+                for part in ("requests", "limits"):
+                    values = resources.get(part) if isinstance(resources, dict) else None
+                    for name, value in (values or {}).items() if isinstance(values, dict) else ():
+                        try:
+                            parse_quantity(value)
+                        except QuantityError:
+                            where = f"{path}.spec.{list_name}[{i}].resources.{part}[{name}]"
+                            errors.append(FieldError(where, f"{value!r} is not a quantity (e.g. 8, 500m, 16Gi)"))
+    return errors

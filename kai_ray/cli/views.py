@@ -1,0 +1,275 @@
+"""``kai-ray queues`` and ``kai-ray pending``: the queue tree and the pending workloads, from a cluster or a scenario.
+
+Both read the same two things: what exists now (a snapshot) and what the last scheduling cycle said (fair share,
+allocated, requested; why each workload waits). Against a cluster they come from one list of each kind and the status
+the scheduler wrote (:mod:`kai_ray.k8s.visibility`); against a scenario, from the simulator at ``--at``
+(:mod:`kai_ray.sim.visibility`). Rows are built by :mod:`kai_ray.scheduler.visibility`; this module only renders.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from kai_ray.cli import CliError, app
+from kai_ray.scheduler.snapshot import Snapshot
+from kai_ray.scheduler.visibility import LastCycle, PendingRow, QueueRow, pending_rows, queue_rows
+
+OUTPUTS = ("text", "json", "yaml")
+RESOURCE_UNITS = {"gpu": "GPUs", "cpu": "cores", "memory": "GiB"}
+
+ScenarioOpt = Annotated[
+    str | None, typer.Option("--scenario", help="a simulator scenario file instead of the cluster (with --at)")
+]
+AtOpt = Annotated[str | None, typer.Option("--at", help="with --scenario: the simulated time, e.g. 30m or 1800")]
+KubeconfigOpt = Annotated[str | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG)")]
+ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context")]
+OutputOpt = Annotated[str, typer.Option("-o", "--output", help="text, json or yaml")]
+SchedulerOpt = Annotated[str, typer.Option(help="cluster: the schedulerName whose pods are scheduled")]
+
+
+class Source:
+    """Where the rows come from, loaded once: (snapshot, last cycle, queue display names, PodGroup owners)."""
+
+    def __init__(self, snapshot: Snapshot, last: LastCycle, names: dict[str, str], owners: dict[str, str], label: str):
+        self.snapshot = snapshot
+        self.last = last
+        self.names = names
+        self.owners = owners
+        self.label = label
+        self.at: float | None = None
+
+
+def _load(scenario: str | None, at: str | None, kubeconfig: str | None, context: str | None, scheduler: str) -> Source:
+    if scenario is None:
+        if at is not None:
+            raise CliError("--at: only with --scenario (a cluster is shown as it is now)")
+        return _cluster(kubeconfig, context, scheduler)
+    for flag, value in (("--kubeconfig", kubeconfig), ("--context", context)):
+        if value is not None:
+            raise CliError(f"{flag}: not used with --scenario")
+    if at is None:
+        raise CliError("--at: required with --scenario (the simulated time to look at, e.g. 30m or 1800)")
+    from kai_ray.api.duration import seconds
+    from kai_ray.cli.simulate import load_scenario_or_fail
+    from kai_ray.sim.visibility import scenario_view
+
+    try:
+        when = seconds(at)
+    except ValueError as exc:
+        raise CliError(f"--at: {exc}") from None
+    if when < 0:
+        raise CliError(f"--at: {at!r} is before the simulation starts")
+    view = scenario_view(load_scenario_or_fail(scenario), when)
+    src = Source(view.snapshot, view.last, view.display_names, view.owners, f"{scenario} at {_clock(when)}")
+    src.at = when
+    return src
+
+
+def _cluster(kubeconfig: str | None, context: str | None, scheduler: str) -> Source:
+    from kai_ray.cli.cluster import api_problem, connect
+    from kai_ray.k8s.rest import ApiError
+    from kai_ray.k8s.visibility import cluster_view
+
+    kube = connect(kubeconfig, context)
+    try:
+        view = cluster_view(kube, scheduler_name=scheduler)
+    except ApiError as exc:
+        if exc.not_found:
+            raise CliError(
+                "the cluster does not serve scheduling.run.ai Queues/PodGroups (install the kai-ray chart's CRDs)",
+                code=1,
+            ) from None
+        raise api_problem(exc, "listing nodes, pods, Queues and PodGroups") from None
+    finally:
+        kube.close()
+    return Source(view.snapshot, view.last, view.display_names, view.owners, kube.host)
+
+
+def _check_output(output: str) -> None:
+    if output not in OUTPUTS:
+        raise CliError(f"--output: {output!r} is not one of {', '.join(OUTPUTS)}")
+
+
+def _emit(doc: dict[str, Any], output: str) -> None:
+    if output == "json":
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        typer.echo(yaml.safe_dump(doc, sort_keys=False).rstrip())
+
+
+def _console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+
+
+def _print_table(console: Console, table: Table) -> Console:
+    """Print a table whole: piped output widens past 120 columns rather than cut a queue or workload name."""
+    if not console.is_terminal:
+        needed = console.measure(table, options=console.options.update_width(10_000)).maximum
+        if needed > console.width:
+            console = Console(width=needed, highlight=False, file=console.file)
+    console.print(table)
+    return console
+
+
+def _clock(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m" if s % 3600 // 60 else f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def _amount(resource: str, value: float | None) -> str:
+    """Core units as a person reads them: GPUs, cores, GiB; -1 (unlimited) as ∞."""
+    if value is None:
+        return "-"
+    if value == -1:
+        return "∞"
+    if resource == "cpu":
+        value /= 1000.0
+    elif resource == "memory":
+        value /= 2**30
+    return f"{round(value, 2):g}"
+
+
+def _tree_names(rows: list[QueueRow]) -> list[str]:
+    """Queue names drawn as a tree: ``├─``/``└─`` under each parent."""
+    last_child = {row.children[-1] for row in rows if row.children}
+    open_levels: list[bool] = []  # per depth: does a later sibling follow (draw a │)
+    out = []
+    for row in rows:
+        del open_levels[row.depth :]
+        if row.depth == 0:
+            out.append(row.name)
+        else:
+            is_last = row.name in last_child
+            lead = "".join("│  " if more else "   " for more in open_levels[1:])
+            out.append(f"{lead}{'└─' if is_last else '├─'} {row.name}")
+        open_levels.append(row.depth > 0 and row.name not in last_child)
+    return out
+
+
+# (header, cell) per column; a new QueueRow field (e.g. time-based usage) is one more entry here
+QueueColumn = tuple[str, Callable[[QueueRow, str], str]]
+QUEUE_COLUMNS: list[QueueColumn] = [
+    ("PRIO", lambda r, res: str(r.priority)),
+    ("QUOTA", lambda r, res: _amount(res, r.quota[res])),
+    ("LIMIT", lambda r, res: _amount(res, r.limit[res])),
+    ("WEIGHT", lambda r, res: f"{r.weight[res]:g}"),
+    ("FAIR\nSHARE", lambda r, res: _amount(res, r.fair_share[res] if r.fair_share else None)),
+    ("ALLOCATED", lambda r, res: _amount(res, r.allocated[res] if r.allocated else None)),
+    ("REQUESTED", lambda r, res: _amount(res, r.requested[res] if r.requested else None)),
+    ("RUNNING", lambda r, res: str(r.running_podgroups)),
+    ("PENDING", lambda r, res: str(r.pending_podgroups)),
+    ("PENDING\nPODS", lambda r, res: str(r.pending_pods)),
+]
+
+
+@app.command("queues")
+def queues_cmd(
+    scenario: ScenarioOpt = None,
+    at: AtOpt = None,
+    resource: Annotated[str, typer.Option("--resource", "-r", help="gpu, cpu or memory (text output)")] = "gpu",
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    scheduler_name: SchedulerOpt = "kai-scheduler",
+    output: OutputOpt = "text",
+) -> None:
+    """The queue tree: quota, limit, weight, priority, fair share, allocated, requested and pending counts."""
+    _check_output(output)
+    if resource not in RESOURCE_UNITS:
+        raise CliError(f"--resource: {resource!r} is not gpu, cpu or memory")
+    src = _load(scenario, at, kubeconfig, context, scheduler_name)
+    rows = queue_rows(src.snapshot, src.last, src.names)
+    if output != "text":
+        _emit({"source": src.label, "at": src.at, "units": UNITS_NOTE, "queues": [asdict(r) for r in rows]}, output)
+        return
+    console = _console()
+    if not rows:
+        console.print(f"no queues ({src.label})")
+        return
+    table = Table(
+        title=f"Queues ({RESOURCE_UNITS[resource]}) - {src.label}", header_style="bold", box=None, padding=(0, 1)
+    )
+    table.add_column("QUEUE", no_wrap=True)
+    for header, _ in QUEUE_COLUMNS:
+        table.add_column(header, justify="right", no_wrap=True)
+    for name, row in zip(_tree_names(rows), rows, strict=True):
+        label = f"{name} ({row.display_name})" if row.display_name else name
+        table.add_row(label, *(cell(row, resource) for _, cell in QUEUE_COLUMNS))
+    _print_table(console, table)
+
+
+UNITS_NOTE = "gpu: GPUs, cpu: millicores, memory: bytes; -1: unlimited"
+
+
+@app.command("pending")
+def pending_cmd(
+    queue: Annotated[str | None, typer.Option("-q", "--queue", help="only this queue and its children")] = None,
+    namespace: Annotated[str | None, typer.Option("-n", "--namespace", help="only PodGroups in this namespace")] = None,
+    scenario: ScenarioOpt = None,
+    at: AtOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    scheduler_name: SchedulerOpt = "kai-scheduler",
+    output: OutputOpt = "text",
+) -> None:
+    """Pending workloads in the order the scheduler will try them, with the blocking reason from the last cycle."""
+    _check_output(output)
+    src = _load(scenario, at, kubeconfig, context, scheduler_name)
+    if queue is not None and queue not in {q.name for q in src.snapshot.queues}:
+        known = ", ".join(sorted(q.name for q in src.snapshot.queues)) or "none"
+        raise CliError(f"--queue: no queue {queue!r} (queues: {known})")
+    rows = [r for r in pending_rows(src.snapshot, src.last, queue, src.owners) if namespace in (None, r.namespace)]
+    if output != "text":
+        _emit({"source": src.label, "at": src.at, "units": UNITS_NOTE, "pending": [asdict(r) for r in rows]}, output)
+        return
+    console = _console()
+    where = f" in queue {queue}" if queue else ""
+    if not rows:
+        console.print(f"nothing pending{where} ({src.label})")
+        return
+    table = Table(title=f"Pending{where} - {src.label}", header_style="bold", box=None, padding=(0, 1))
+    for header in ("#", "QUEUE", "WORKLOAD", "PRIORITY", "PODS", "GPUS", "AGE", "REASON (last cycle)"):
+        table.add_column(header, no_wrap=True, justify="right" if header in ("#", "PODS", "GPUS", "AGE") else "left")
+    for r in rows:
+        table.add_row(*_pending_cells(r))
+    console = _print_table(console, table)
+    for r in rows:
+        if r.message:
+            console.print(f"[bold]{r.position or '-'}[/bold] {r.namespace}/{r.name}: {r.message}", soft_wrap=False)
+
+
+def _pending_cells(r: PendingRow) -> list[str]:
+    pos = "-" if r.position is None else str(r.position)
+    queue = r.queue if r.queue_position is None else f"{r.queue} #{r.queue_position}"
+    workload = f"{r.namespace}/{r.name}"
+    if r.owner and "/" in r.owner:
+        workload += f" ({r.owner})"
+    return [
+        pos,
+        queue,
+        workload,
+        f"{r.priority_class or '-'} ({r.priority})",
+        f"{r.pending_pods}/{r.min_member}",
+        _amount("gpu", r.requested["gpu"]),
+        _age(r.age_seconds),
+        r.reason,
+    ]
