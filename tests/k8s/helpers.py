@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path
+from kai_ray.k8s.testbed import queue_body as queue_body  # the tests' Queues are the reliability runs' Queues
 
 T = TypeVar("T")
 
