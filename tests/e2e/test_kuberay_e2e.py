@@ -74,6 +74,26 @@ def _podgroup_of(kube: Kube, ns: str, owner_kind: str, owner_name: str) -> dict[
     return None
 
 
+def _diagnosis(kube: Kube, namespace: str, job: str) -> str:
+    """What a failed wait leaves to read: pods, the RayJob's status, PodGroups, RayClusters and recent Events."""
+    pods = [
+        (
+            p["metadata"]["name"],
+            p["spec"].get("nodeName"),
+            (p["metadata"].get("annotations") or {}).get("pod-group-name"),
+        )
+        for p in kube.get(pods_path(namespace))["items"]
+    ]
+    job_now = kube.get(ray_path("RayJob", namespace, job))
+    pgs = [(g["metadata"]["name"], g.get("status")) for g in kube.get(podgroups_path(namespace))["items"]]
+    clusters = [(c["metadata"]["name"], c.get("status")) for c in kube.get(ray_path("RayCluster", namespace))["items"]]
+    evs = [(e.get("reason"), e["involvedObject"].get("name"), e.get("message")) for e in events(kube, namespace)][-15:]
+    return (
+        f"pods={pods}\njob spec suspend={job_now['spec'].get('suspend')} status={job_now.get('status')}\n"
+        f"podgroups={pgs}\nrayclusters={clusters}\nevents={evs}"
+    )
+
+
 class GarbageCollector:
     """What kube-controller-manager's garbage collector does here, for the objects of this test's namespace: pods
     whose controlling RayCluster is gone, and RayClusters whose RayService or RayJob is gone (or being deleted), are
@@ -170,11 +190,16 @@ def test_inference_preempts_training_and_training_comes_back(
         del job["spec"]["shutdownAfterJobFinishes"]
     kube.create(ray_path("RayJob", namespace), job)
     name = job["metadata"]["name"]
-    training = wait_until(
-        "KubeRay to create the training pods and kai-ray to bind all 5",
-        lambda: (lambda ps: ps if len(ps) == 5 and len(_bound(ps)) == 5 else None)(_ray_pods(kube, namespace, name)),
-        120,
-    )
+    try:
+        training = wait_until(
+            "KubeRay to create the training pods and kai-ray to bind all 5",
+            lambda: (lambda ps: ps if len(ps) == 5 and len(_bound(ps)) == 5 else None)(
+                _ray_pods(kube, namespace, name)
+            ),
+            120,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnosis(kube, namespace, name)}") from None
     assert all(p["spec"]["schedulerName"] == "kai-scheduler" for p in training)
     assert all(p["metadata"]["labels"].get("kai.scheduler/queue") == training_q for p in training)
     train_pg = wait_until("the RayJob's PodGroup", lambda: _podgroup_of(kube, namespace, "RayJob", name))
@@ -269,17 +294,8 @@ def test_inference_preempts_training_and_training_comes_back(
             lambda: len(_bound(_ray_pods(kube, namespace, name))) == 5,
             120,
         )
-    except AssertionError:
-        pods = [
-            (p["metadata"]["name"], p["spec"].get("nodeName"), p["metadata"].get("labels", {}).get("ray.io/cluster"))
-            for p in kube.get(pods_path(namespace))["items"]
-        ]
-        job_now = kube.get(ray_path("RayJob", namespace, name))
-        pgs = [(g["metadata"]["name"], g.get("status")) for g in kube.get(podgroups_path(namespace))["items"]]
-        raise AssertionError(
-            f"pods={pods}\njob status={job_now.get('status')}\njob spec suspend="
-            f"{job_now['spec'].get('suspend')}\npodgroups={pgs}"
-        ) from None
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnosis(kube, namespace, name)}") from None
     print(f"training bound whole again {time.monotonic() - t_back:.1f} s after the RayService was deleted")
     job_now = kube.get(ray_path("RayJob", namespace, name))
     assert not job_now["spec"].get("suspend")
