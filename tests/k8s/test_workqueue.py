@@ -151,7 +151,7 @@ def _work(i: int) -> object:
 
 
 TestSchedule = ScheduleMachine.TestCase
-TestSchedule.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+TestSchedule.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
 
 
 @given(st.floats(0.001, 5.0), st.floats(1.0, 100.0), st.integers(1, 3000))
