@@ -15,7 +15,7 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.duration import parse_duration
 from kai_ray.api.meta import Pod as ApiPod
-from kai_ray.api.podgroup import PodGroup, TopologyConstraint
+from kai_ray.api.podgroup import PodGroup, TopologyConstraint, leaf_min_member
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue as ApiQueue
 from kai_ray.scheduler import snapshot as s
@@ -161,6 +161,7 @@ def job_from_podgroup(
     except (ValueError, AttributeError):
         if problems is not None:
             problems.append(f"PodGroup {meta.name} annotations[{c.SUBGROUP_MAX}]: not a JSON map of integers")
+    parents = {sg.parent for sg in spec.sub_groups or [] if sg.parent}
     max_member: int | None = None
     raw_max = meta.annotations.get(c.MAX_MEMBER)
     if raw_max is not None:
@@ -186,7 +187,7 @@ def job_from_podgroup(
         subgroups=[
             s.SubGroup(
                 name=sg.name,
-                min_member=sg.min_member,
+                min_member=leaf_min_member(sg, sg.name in parents),
                 min_subgroup=sg.min_sub_group,
                 parent=sg.parent,
                 max_member=sub_max.get(sg.name),

@@ -80,7 +80,10 @@ class PodGroup(KubeModel):
     status: PodGroupStatus | None = None
 
     def validate_spec(self) -> list[FieldError]:
-        """KAI's PodGroup webhook: exclusivity, DNS subgroup names, leaves carry minMember, parents exist, no cycles."""
+        """KAI's PodGroup webhook: exclusivity, DNS subgroup names, parents exist, no cycles.
+
+        A leaf subgroup without ``minMember`` is not an error here: it reads as 0 (:func:`leaf_min_member`), which is
+        how KAI v0.12's CRD stores a zero (minimum 1, Go ``omitempty``) and how kai-ray writes one there."""
         errors: list[FieldError] = []
         spec = self.spec
         if spec.min_member is not None and spec.min_sub_group is not None:
@@ -110,9 +113,6 @@ class PodGroup(KubeModel):
                 if sg.parent not in names:
                     errors.append(FieldError(f"spec.subGroups[{i}].parent", f"parent {sg.parent!r} not found"))
                 children.setdefault(sg.parent, []).append(sg.name)
-        for i, sg in enumerate(groups):
-            if sg.name not in children and sg.min_member is None:
-                errors.append(FieldError(f"spec.subGroups[{i}].minMember", "required on a leaf subgroup"))
         parent_of = {sg.name: sg.parent for sg in groups}
         for i, sg in enumerate(groups):
             seen = {sg.name}
@@ -124,3 +124,11 @@ class PodGroup(KubeModel):
                 seen.add(p)
                 p = parent_of[p]
         return errors
+
+
+def leaf_min_member(sg: SubGroup, has_children: bool) -> int | None:
+    """A subgroup's ``minMember`` as the scheduler reads it: a leaf without one counts 0 (KAI v0.12 stores a zero by
+    omitting it: its CRD says minimum 1 and its Go field is ``omitempty``); a parent's stays unset."""
+    if sg.min_member is None and not has_children and sg.min_sub_group is None:
+        return 0
+    return sg.min_member

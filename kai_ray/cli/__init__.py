@@ -1,7 +1,8 @@
 """The ``kai-ray`` command line: typer commands that compose the library; no logic of their own.
 
 Each command group lives in its own module and registers itself on ``app``; ``main`` turns every expected error
-(:class:`CliError`) into one line on stderr and a non-zero exit instead of a traceback.
+(:class:`CliError`, and a module of an extra that is not installed) into one line on stderr and a non-zero exit
+instead of a traceback.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def main(argv: list[str] | None = None) -> None:
         print("kai-ray: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:
+        missing = _missing_extra(exc)
+        if missing is not None:
+            print(f"kai-ray: error: {missing}", file=sys.stderr)
+            sys.exit(2)
         if os.environ.get("KAI_RAY_DEBUG"):
             raise
         where = "".join(str(exc).splitlines()[:1]) or type(exc).__name__
@@ -72,3 +77,12 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(INTERNAL_ERROR)
+
+
+def _missing_extra(exc: Exception) -> Exception | None:
+    """A module of one of kai-ray's extras that is not installed, as the error that names the extra."""
+    from kai_ray.extras import MissingExtra, missing_extra
+
+    if isinstance(exc, MissingExtra):
+        return exc
+    return missing_extra(exc) if isinstance(exc, ModuleNotFoundError) else None

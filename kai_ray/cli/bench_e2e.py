@@ -28,6 +28,9 @@ def e2e(
         raise CliError("--raw-pods, --workers and --timeout must be positive")
     if pods > nodes * gpus_per_node:
         raise CliError(f"--pods: {pods} single-GPU pods cannot all fit on {nodes} x {gpus_per_node} GPUs")
+    from kai_ray.extras import require
+
+    require("cryptography", "kopf", "prometheus_client", purpose="kai-ray bench e2e")
     from kai_ray.controlplane.harness import ControlPlaneError
     from kai_ray.k8s.bench import E2EConfig, run_e2e
     from kai_ray.k8s.rest import ApiError

@@ -201,4 +201,4 @@ def demo_cmd(
     if paths:
         console.print(f"Plots written to {target}/ ({', '.join(p.name for p in paths)})")
     elif plots_note:
-        console.print(plots_note)
+        console.print(plots_note, markup=False)  # keeps the [plots] of the pip command

@@ -30,6 +30,10 @@ HELM_VERSION = "v4.2.4"
 KUBERAY_VERSION = "v1.6.1"  # v1.7.0 is answered 403 "not available" by the module proxy here
 
 KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
+# KAI Scheduler's module, for its CRDs only (downloaded, never built). v0.12.0 is the one version the module proxy
+# here serves: v0.10.0, v0.12.1, v0.13.0, v0.14.0 and the later github.com/kai-scheduler path are answered 403.
+KAI_MODULE = "github.com/NVIDIA/KAI-scheduler"
+KAI_VERSION = "v0.12.0"
 KWOK_MODULE = "sigs.k8s.io/kwok"
 
 

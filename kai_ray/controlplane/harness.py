@@ -73,8 +73,31 @@ def repo_root() -> Path:
 
 
 def our_crd_dir() -> Path:
-    """kai-ray's CRDs (Queue, PodGroup), shipped in the Helm chart."""
-    return repo_root() / "helm" / "kai-ray" / "crds"
+    """kai-ray's CRDs (Queue, PodGroup), shipped in the Helm chart: the harness is test tooling and runs from a
+    checkout (``KAI_RAY_CRD_DIR`` points elsewhere)."""
+    path = Path(os.environ.get("KAI_RAY_CRD_DIR") or repo_root() / "helm" / "kai-ray" / "crds")
+    if not path.is_dir():
+        raise ControlPlaneError(
+            f"kai-ray's CRDs are not at {path}: run from a kai-ray checkout (helm/kai-ray/crds) or set KAI_RAY_CRD_DIR"
+        )
+    return path
+
+
+def _kai_crd(name: str) -> Path:
+    path = build.module_dir(build.KAI_MODULE, build.KAI_VERSION) / "deployments" / "kai-scheduler" / "crds" / name
+    if not path.is_file():
+        raise ControlPlaneError(f"KAI module {build.KAI_VERSION} lacks {path}")
+    return path
+
+
+def kai_crd_files() -> list[Path]:
+    """KAI Scheduler's own Queue and PodGroup CRDs, from its Go module (downloaded through the proxy, never built)."""
+    return [_kai_crd(f"scheduling.run.ai_{plural}.yaml") for plural in ("queues", "podgroups")]
+
+
+def kai_config_crd_file() -> Path:
+    """KAI's operator ``Config`` CRD (``kai.scheduler/v1``), where a KAI install records its scheduler name."""
+    return _kai_crd("kai.scheduler_configs.yaml")
 
 
 @lru_cache(maxsize=1)

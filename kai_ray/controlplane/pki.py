@@ -3,6 +3,9 @@
 Why our own: there is no kubeadm or openssl dependency here, and each control plane gets fresh keys so a leaked test
 kubeconfig is worthless once the run ends. ECDSA for TLS (fast to generate); RSA for the service-account key because
 that is what kube-apiserver documents for ``--service-account-key-file``.
+
+``cryptography`` is test tooling (the ``testing`` extra), imported only when a control plane starts, so the runtime
+install (and the operator image) does not carry it.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ import datetime as dt
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kai_ray.extras import missing_extra
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 SERVING_IPS = ("127.0.0.1", "10.0.0.1")
 SERVING_DNS = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
@@ -32,6 +36,8 @@ class Pki:
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
     )
@@ -45,6 +51,13 @@ def _write(path: Path, data: bytes) -> Path:
 
 def generate(directory: Path, days: int = 7) -> Pki:
     """Write a CA, a serving cert (SANs 127.0.0.1, localhost, 10.0.0.1) and an RSA SA key pair into ``directory``."""
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, rsa
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    except ModuleNotFoundError as exc:
+        raise (missing_extra(exc, "the test control plane's PKI") or exc) from None
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=days)

@@ -8,6 +8,8 @@
 - :func:`skip_requested`: ``kai.scheduler/skip-podgrouper: "true"`` as a label or annotation, unless kai-ray's own
   podgrouper wrote it (KAI-coexistence mode marks what it groups so that KAI's podgrouper leaves it alone; those marks
   carry :data:`SKIP_MARKED_BY` and are not a request to skip kai-ray).
+- :func:`without_zero_min_member`: the PodGroup as KAI v0.12's CRD can store it (its ``minMember`` minimum is 1; a
+  zero is stored by leaving the field out, which KAI's ``omitempty`` Go field and our reader both read as 0).
 - :func:`own_group_name`: the PodGroup a pod belongs to when it is its own top owner (a pod without an owner the
   podgrouper follows): ``pg-<name>-<uid>``, a name fixed by the pod alone, so the scheduler can admit such a pod as
   soon as that PodGroup exists instead of waiting for the ``pod-group-name`` stamp (which still follows, for KAI).
@@ -189,3 +191,25 @@ def update_body(existing_raw: dict[str, Any], desired: PodGroup) -> dict[str, An
     body["apiVersion"] = "scheduling.run.ai/v2alpha2"
     body["kind"] = "PodGroup"
     return body
+
+
+def without_zero_min_member(pg: PodGroup) -> PodGroup:
+    """``pg`` with every ``minMember: 0`` (the PodGroup's and its subgroups') left out; ``pg`` itself is unchanged."""
+    spec = pg.spec
+    if spec.min_member != 0 and not any(sg.min_member == 0 for sg in spec.sub_groups or []):
+        return pg
+    out = pg.model_copy(deep=True)
+    if out.spec.min_member == 0:
+        out.spec.min_member = None
+    for sg in out.spec.sub_groups or []:
+        if sg.min_member == 0:
+            sg.min_member = None
+    return out
+
+
+def refuses_zero_min_member(exc: Exception) -> bool:
+    """Whether an API error is a CRD schema refusing ``minMember: 0`` (KAI v0.12: "should be greater than or equal
+    to 1")."""
+    status = getattr(exc, "status", None)
+    message = str(getattr(exc, "message", "") or exc)
+    return status == 422 and "minMember" in message and "greater than or equal to 1" in message

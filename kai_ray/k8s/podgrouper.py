@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -50,15 +51,18 @@ from kai_ray.k8s.grouping import (
     has_skip_marks,
     merge_existing,
     own_group_name,
+    refuses_zero_min_member,
     single_pod_group,
     skip_marks,
     skip_requested,
     update_body,
+    without_zero_min_member,
 )
 from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.isolate import Guard
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import PodgrouperMetrics
+from kai_ray.k8s.pruning import PruneGuard, strip
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.workqueue import Dispatcher
 from kai_ray.podgrouper import (
@@ -121,6 +125,8 @@ class PodgrouperOperator:
         self._warned: dict[str, str] = {}  # Ray CR key -> admission warning given (once per distinct warning)
         self._fields_checked: dict[str, tuple[Any, ...]] = {}  # Ray CR key -> the version whose fields were checked
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
+        self._omit_zero_min = False  # the installed PodGroup CRD refuses minMember 0 (KAI v0.12): omit it
+        self.pruned = PruneGuard()
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
         self.ray: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
@@ -679,15 +685,20 @@ class PodgrouperOperator:
     # --- writes -------------------------------------------------------------------------------------------------
 
     def apply(self, desired: PodGroup, existing_raw: dict[str, Any] | None = None) -> PodGroup:
-        """Create the PodGroup, or update it keeping what KAI keeps. Returns what is now stored."""
+        """Create the PodGroup, or update it keeping what KAI keeps. Returns what is now stored.
+
+        What is written is what the installed CRD stores (:meth:`_storable`): a ``minMember`` of 0 is omitted once
+        the CRD has refused it (KAI v0.12's minimum is 1), and fields its schema prunes are no longer sent, so an
+        update never chases a field the server drops."""
         ns = desired.metadata.namespace or ""
         name = desired.metadata.name or ""
         key = f"{ns}/{name}"
+        desired = self._storable(desired)
         existing_raw = existing_raw if existing_raw is not None else self._get_pg(key)
         if existing_raw is None:
             self._last_group_write = time.monotonic()
             try:
-                created = self.kube.create(podgroups_path(ns), desired.to_dict())
+                created = self._write_pg(desired, lambda pg: self.kube.create(podgroups_path(ns), pg.to_dict()))
                 self._remember(key, created)
                 self.metrics.podgroups.labels("created").inc()
                 return desired
@@ -702,10 +713,43 @@ class PodgrouperOperator:
         merged = merge_existing(existing, desired, self.grouper_config)
         if not differs(existing, merged):
             return existing
-        updated = self.kube.replace(podgroups_path(ns, name), update_body(existing_raw, merged))
+        updated = self._write_pg(
+            merged, lambda pg: self.kube.replace(podgroups_path(ns, name), update_body(existing_raw, pg))
+        )
         self._remember(key, updated)
         self.metrics.podgroups.labels("updated").inc()
         return merged
+
+    def _storable(self, pg: PodGroup) -> PodGroup:
+        """``pg`` as the installed CRD stores it (see :meth:`apply`)."""
+        if self._omit_zero_min:
+            pg = without_zero_min_member(pg)
+        pruned = self.pruned.known("PodGroup")
+        if pruned:
+            pg = PodGroup.model_validate(strip(pg.to_dict(), pruned))
+        return pg
+
+    def _write_pg(self, pg: PodGroup, write: Callable[[PodGroup], Any]) -> dict[str, Any]:
+        """One create or replace. A CRD that refuses ``minMember: 0`` switches the podgrouper to omitting it (logged
+        once) and the write is retried so; what the answer lacks of the spec that was sent is recorded as pruned."""
+        try:
+            stored: dict[str, Any] = write(pg)
+        except ApiError as exc:
+            lean = without_zero_min_member(pg)
+            if lean is pg or not refuses_zero_min_member(exc):
+                raise
+            if not self._omit_zero_min:
+                self._omit_zero_min = True
+                log.warning(
+                    "the installed PodGroup CRD refuses minMember 0 (%s), as KAI v0.12's does (minimum 1): kai-ray "
+                    "now leaves a zero minMember out, which that CRD stores as 0. Install kai-ray's CRDs "
+                    "(helm/kai-ray/crds) to write it explicitly.",
+                    exc.message,
+                )
+            pg = lean
+            stored = write(pg)
+        self.pruned.check("PodGroup", {"spec": pg.to_dict()["spec"]}, stored, f"PodGroup {pg.metadata.name}")
+        return stored
 
     def _remember(self, key: str, obj: dict[str, Any]) -> None:
         with self._local_lock:

@@ -42,6 +42,7 @@ from kai_ray.k8s.informer import Informer, wait_all_synced
 from kai_ray.k8s.isolate import Guard, Quarantine
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import SchedulerMetrics
+from kai_ray.k8s.pruning import PruneGuard
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.resume import SuspendedGangs, is_virtual
 from kai_ray.k8s.usage import LEDGER_FIELD, capacity_of, make_source
@@ -157,6 +158,7 @@ class SchedulerOperator:
         self._status_lock = threading.Lock()
         self._status_pending: dict[str, dict[str, Any]] = {}
         self._status_written: dict[str, tuple[int, dict[str, Any]]] = {}  # PodGroup -> (resourceVersion, status)
+        self.pruned = PruneGuard()  # status fields the installed CRDs do not store (KAI's: Queue status.fairShare)
         self._queue_written: dict[str, tuple[dict[str, Any], float]] = {}
         self._reported_invalid: dict[str, str] = {}
         self._queue_fields_checked: dict[str, tuple[Any, ...]] = {}  # Queue -> the version whose fields were checked
@@ -678,14 +680,17 @@ class SchedulerOperator:
             by_type.update({cond["type"]: cond for cond in pending["conditions"]})
             pending["conditions"] = sorted(by_type.values(), key=lambda cond: str(cond.get("type")))
         ns, _, name = job.partition("/")
+        sent = self.pruned.strip("PodGroup", {"status": pending})
         try:
-            updated = self.kube.merge_patch(podgroups_path(ns, name) + "/status", {"status": pending})
+            updated = self.kube.merge_patch(podgroups_path(ns, name) + "/status", sent)
             self.metrics.status_writes.labels("podgroup", "ok").inc()
         except ApiError as exc:
             self.metrics.status_writes.labels("podgroup", "error").inc()
             if not exc.not_found:
                 log.info("status of PodGroup %s: %s", job, exc)
             return
+        if self.pruned.check("PodGroup", sent, updated, f"PodGroup {job}"):
+            self._report_pruned(_pg_ref(updated), "PodGroup")
         with self._status_lock:
             self._status_written[job] = (_rv(updated), dict(updated.get("status") or {}))
 
@@ -856,6 +861,7 @@ class SchedulerOperator:
                 ledger = self.usage.ledger_status(name, top_level)
                 if ledger is not None:
                     body[LEDGER_FIELD] = ledger
+            body = self.pruned.strip("Queue", {"status": body})["status"]
             compare = {k: v for k, v in body.items() if k != "conditions"}
             compare["valid"] = [
                 (cond["status"], cond["message"]) for cond in body["conditions"] if cond["type"] == "Valid"
@@ -889,13 +895,28 @@ class SchedulerOperator:
             self.events.emit(_queue_ref(raw), WARNING, "UnknownField", text)
 
     def _write_queue_status(self, name: str, body: dict[str, Any]) -> None:
+        sent = {"status": body}
         try:
-            self.kube.merge_patch(queues_path(name) + "/status", {"status": body})
+            stored = self.kube.merge_patch(queues_path(name) + "/status", sent)
             self.metrics.status_writes.labels("queue", "ok").inc()
         except ApiError as exc:
             self.metrics.status_writes.labels("queue", "error").inc()
             if not exc.not_found:
                 log.info("status of Queue %s: %s", name, exc)
+            return
+        if self.pruned.check("Queue", sent, stored, f"Queue {name}"):
+            self._report_pruned(_queue_ref(stored), "Queue")
+
+    def _report_pruned(self, ref: dict[str, Any], kind: str) -> None:
+        """One Warning Event on the object where a field was first seen pruned (the log line is the guard's)."""
+        fields = ", ".join(sorted(self.pruned.known(kind)))
+        self.events.emit(
+            ref,
+            WARNING,
+            "StatusFieldsNotStored",
+            f"the installed {kind} CRD does not store {fields}; kai-ray no longer writes them "
+            "(install kai-ray's CRDs from helm/kai-ray/crds to keep them)",
+        )
 
 
 def _condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kai_ray.scheduler.allocation import gang_shape
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import tasks_to_allocate
-from kai_ray.scheduler.pending import pending_jobs_in_order, record_eviction_failure
+from kai_ray.scheduler.pending import FailedJobs, pending_jobs_in_order, record_eviction_failure
 from kai_ray.scheduler.session import EPS, GPU, JobInfo, Session
 from kai_ray.scheduler.solver import JobSolver, Unit, victim_jobs
 
@@ -23,20 +22,20 @@ def consolidation_action(ses: Session) -> None:
     cfg = ses.cfg
     if cfg.placement_gpu == "spread" or cfg.placement_cpu == "spread" or cfg.max_consolidation_preemptees == 0:
         return
-    failed: dict[object, JobInfo] = {}
+    failed = FailedJobs(ses)
     budget = [cfg.max_scenarios_per_action]
+    victims = [v for v in ses.jobs if v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0]
     for job in pending_jobs_in_order(ses, Action.CONSOLIDATION, preemptible_only=True):
         if budget[0] <= 0:
             record_eviction_failure(job, "consolidation", "the victim search budget of this cycle is spent")
             continue
-        key = gang_shape(ses, job, tasks_to_allocate(ses, job))
-        rep = failed.get(key)
+        rep = failed.not_easier_than(job)
         if rep is not None:
             why = rep.fail_details.get("consolidation", "cannot repack")
-            record_eviction_failure(job, "consolidation", f"{why} (as for {rep.key}, same shape)")
+            record_eviction_failure(job, "consolidation", f"{why} (as for {rep.key}, which is no harder)")
             continue
-        if not consolidate_for(ses, job, budget):
-            failed[key] = job
+        if not consolidate_for(ses, job, budget, victims):
+            failed.record(job)
 
 
 def available_gpus(ses: Session) -> float:
@@ -49,7 +48,9 @@ def available_gpus(ses: Session) -> float:
     return total
 
 
-def consolidate_for(ses: Session, job: JobInfo, budget: list[int] | None = None) -> bool:
+def consolidate_for(
+    ses: Session, job: JobInfo, budget: list[int] | None = None, candidates: list[JobInfo] | None = None
+) -> bool:
     tasks = tasks_to_allocate(ses, job)
     if not tasks:
         return False
@@ -57,10 +58,9 @@ def consolidate_for(ses: Session, job: JobInfo, budget: list[int] | None = None)
     if need > EPS and available_gpus(ses) + EPS < need:
         record_eviction_failure(job, "consolidation", "not enough idle GPUs in the cluster to repack for it")
         return False  # moving pods cannot create capacity that does not exist
+    pool = candidates if candidates is not None else ses.jobs
     victims = [
-        v
-        for v in ses.jobs
-        if v.idx != job.idx and v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0
+        v for v in pool if v.idx != job.idx and v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0
     ]
     limit = ses.cfg.max_consolidation_preemptees
 

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.minruntime import preemption_delay, within_preemption_delay
 from kai_ray.scheduler.ordering import JobsOrderByQueues
-from kai_ray.scheduler.session import JobInfo, Session
+from kai_ray.scheduler.placement import signature
+from kai_ray.scheduler.session import PENDING, JobInfo, Session
 
 
 def pending_jobs_in_order(ses: Session, action: Action, preemptible_only: bool = False) -> Iterator[JobInfo]:
@@ -46,3 +47,62 @@ def record_eviction_failure(job: JobInfo, action: str, why: str) -> None:
     details[action] = why
     msg = job.fail_message
     job.fail(job.fail_reason, f"{msg}; {action}: {why}", details)
+
+
+Vec = tuple[float, float, float]
+
+
+def _le(a: Vec, b: Vec) -> bool:
+    return a[0] <= b[0] + 1e-9 and a[1] <= b[1] + 1e-9 and a[2] <= b[2] + 1e-9
+
+
+class FailedJobs:
+    """KAI's scheduling signatures (``MinimalJobRepresentatives``): per set of scheduling constraints, the smallest
+    job an eviction action failed for. A later job with the same constraints is tried only if it is easier (fewer
+    pending pods, or smaller pods), so a saturated cluster with thousands of pending pods costs one search per kind
+    of job, not one per job."""
+
+    def __init__(self, ses: Session) -> None:
+        self.ses = ses
+        self.reps: dict[object, tuple[JobInfo, list[Vec]]] = {}
+
+    def _key(self, job: JobInfo) -> tuple[object, list[Vec]]:
+        ses = self.ses
+        st = ses.p_status
+        pending = [p for p in job.pods if st[p] == PENDING and not ses.pods[p].gated]
+        sig = (
+            job.spec.topology,
+            tuple(sorted({(signature(ses.pods[p]), repr(getattr(ses.p_set[p], "topology", None))) for p in pending})),
+        )
+        return sig, sorted(ses.p_req[p] for p in pending)
+
+    def not_easier_than(self, job: JobInfo) -> JobInfo | None:
+        """The failed job that ``job`` is no easier than (skip it), or None (try it)."""
+        sig, mine = self._key(job)
+        rep = self.reps.get(sig)
+        if rep is None:
+            return None
+        other, theirs = rep
+        if not mine or not theirs:
+            return other
+        if len(theirs) > len(mine):
+            return None
+        for i, r in enumerate(mine):
+            if i >= len(theirs):
+                return other
+            if _le(r, theirs[i]):
+                if _le(theirs[i], r):
+                    continue
+                return None
+        return other
+
+    def record(self, job: JobInfo) -> None:
+        sig, mine = self._key(job)
+        rep = self.reps.get(sig)
+        if rep is not None:
+            theirs = rep[1]
+            if not mine or not theirs or len(mine) > len(theirs):
+                return
+            if not all(_le(a, b) for a, b in zip(mine, theirs, strict=False)):
+                return
+        self.reps[sig] = (job, mine)

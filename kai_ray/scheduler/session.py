@@ -262,7 +262,7 @@ class Session:
         self.frac_room_shared = np.zeros(nn)  # future room on a shared GPU that keeps a running tenant
         self.cpu_only = alloc[GPU] <= 0  # KAI's resourcetype plugin: CPU-only pods prefer CPU-only nodes
         self.slot_dirty: set[int] = set()  # nodes whose per-GPU free shares changed (fragmentation model)
-        self.frag_cache: dict[str, Any] = {}
+        self.memo: dict[str, Any] = {}  # derived data kept for the cycle (fragmentation model, victim steps)
         self.any_releasing = False
         known = self.gpu_mem[self.gpu_mem > 0]
         self.min_gpu_mem = float(known.min()) if known.size else 0.0
@@ -271,6 +271,7 @@ class Session:
         self.capacity = [float(ready_alloc[r].sum()) for r in range(3)]
 
     def _build_jobs(self, jobs: list[Job]) -> None:
+        self._queues_seen: dict[str, tuple[int, tuple[Reason, str] | None]] = {}
         self.jobs: list[JobInfo] = []
         self.job_index: dict[str, int] = {}
         self.pods: list[Pod] = []
@@ -320,6 +321,12 @@ class Session:
         del self._init_nodes, self._init_req, self._init_rel
 
     def _queue_for(self, key: str, queue: str) -> tuple[int, tuple[Reason, str] | None]:
+        hit = self._queues_seen.get(queue)
+        if hit is None:
+            hit = self._queues_seen[queue] = self._resolve_queue(queue)
+        return hit
+
+    def _resolve_queue(self, queue: str) -> tuple[int, tuple[Reason, str] | None]:
         q = self.tree.get(queue)
         if q is None:
             if queue in self.tree.invalid:
@@ -398,7 +405,7 @@ class Session:
                     pend[0] += req[0]
                     pend[1] += req[1]
                     pend[2] += req[2]
-        info.ready = _ready(root, self)
+        info.ready = simple.n_alive >= simple.min if simple is not None else _ready(root, self)
         info.init_active = act
         info.init_pending = pend
 

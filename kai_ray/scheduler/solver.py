@@ -34,6 +34,7 @@ from kai_ray.scheduler.allocation import _choose_group, _choose_node, _fit_mask,
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.gang import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
 from kai_ray.scheduler.ordering import JobsOrderByQueues, job_key
+from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.session import (
     ACTIVE,
     ALLOCATED,
@@ -117,46 +118,59 @@ def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None
     """The eviction steps of each candidate (running, nothing placed this cycle); ``surplus_only`` jobs (protected
     by a min-runtime) offer only the steps that keep their gang alive."""
     out: list[VictimJob] = []
-    st = ses.p_status
     info = EvictInfo(Action.PREEMPT, Reason.PREEMPTED, None, "", False, False)
+    cache: dict[int, tuple[int, bool, VictimJob | None]] = ses.memo.setdefault("victims", {})
     for job in jobs:
-        active = [p for p in job.pods if st[p] in (BOUND, ALLOCATED, PIPELINED)]
-        if not active or len(active) != job.n_active:
-            continue  # moved pods are not evicted again in the same cycle
-        vj = VictimJob(job)
-        names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
-        vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
-        if not job.has_surplus():  # the common case: one step, the whole gang
-            if surplus_only is None or job.idx not in surplus_only:
-                vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
-                vj.cores.append(True)
-                vj.states.append(job.elastic_state())
-                act = job.init_active
-                vj.allocs.append((act[0], act[1], act[2]))
-                out.append(vj)
+        protect = surplus_only is not None and job.idx in surplus_only
+        hit = cache.get(job.idx)
+        if hit is not None and hit[0] == job.version and hit[1] == protect:
+            if hit[2] is not None:
+                out.append(hit[2])
             continue
-        cp = ses.checkpoint()
-        while job.n_active > 0:
-            pods, keeps = tasks_to_evict(ses, job)
-            if not pods:
-                break
-            if not keeps and surplus_only is not None and job.idx in surplus_only:
-                break
-            g = c = m = 0.0
-            for p in job.pods:
-                if st[p] in ACTIVE:
-                    r = ses.p_req[p]
-                    g, c, m = g + r[0], c + r[1], m + r[2]
-            vj.states.append(job.elastic_state())
-            vj.allocs.append((g, c, m))
-            vj.steps.append(pods)
-            vj.cores.append(not keeps)
-            for p in pods:
-                ses.evict(p, info)
-        ses.rollback(cp)
-        if vj.steps:
-            out.append(vj)
+        before = len(out)
+        _victim_job(ses, job, protect, info, out)
+        cache[job.idx] = (job.version, protect, out[-1] if len(out) > before else None)
     return out
+
+
+def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out: list[VictimJob]) -> None:
+    st = ses.p_status
+    active = [p for p in job.pods if st[p] in (BOUND, ALLOCATED, PIPELINED)]
+    if not active or len(active) != job.n_active:
+        return  # moved pods are not evicted again in the same cycle
+    vj = VictimJob(job)
+    names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
+    vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
+    if not job.has_surplus():  # the common case: one step, the whole gang
+        if not protect:
+            vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
+            vj.cores.append(True)
+            vj.states.append(job.elastic_state())
+            vj.allocs.append(_sum_req(ses, active))
+            out.append(vj)
+        return
+    cp = ses.checkpoint()
+    while job.n_active > 0:
+        pods, keeps = tasks_to_evict(ses, job)
+        if not pods or (not keeps and protect):
+            break
+        vj.states.append(job.elastic_state())
+        vj.allocs.append(_sum_req(ses, [p for p in job.pods if st[p] in ACTIVE]))
+        vj.steps.append(pods)
+        vj.cores.append(not keeps)
+        for p in pods:
+            ses.evict(p, info)
+    ses.rollback(cp)
+    if vj.steps:
+        out.append(vj)
+
+
+def _sum_req(ses: Session, pods: list[int]) -> Vec:
+    g = c = m = 0.0
+    for p in pods:
+        r = ses.p_req[p]
+        g, c, m = g + r[0], c + r[1], m + r[2]
+    return (g, c, m)
 
 
 # ---------------------------------------------------------------------- scenarios
@@ -183,6 +197,90 @@ class Scenario:
 Validator = Callable[[list[Unit], set[int]], str | None]
 
 NODE_LOCAL, MULTI_NODE = "NodeLocalGreedy", "MultiNodeGang"
+
+
+class _Accum:
+    """Victims accumulated for one probe and what KAI's filters and generators read of them, kept incrementally:
+    victim GPUs per node, the victim jobs on each node, and (multi-node generator) the potential units on each node
+    in the order they came."""
+
+    def __init__(self, solver: JobSolver, tasks: list[int]) -> None:
+        ses = solver.ses
+        self.solver = solver
+        self.need = sorted((ses.p_req[p][0] for p in tasks), reverse=True)
+        self.gpus: dict[int, float] = {}  # node -> GPUs the victims free there
+        self.jobs_on: dict[int, set[int]] = {}  # node -> victim jobs with a pod there
+        self.potential_on: dict[int, list[Unit]] = {}
+        self.potential_gpu: dict[int, float] = {}
+        self.first_seen: dict[int, int] = {}
+        self.order: dict[tuple[int, int], int] = {}
+        self.selectors = [ses.masks.mask(ses.pods[p]) for p in tasks if signature(ses.pods[p]) != _NO_SIGNATURE]
+        self.touched: set[int] = set()
+        self._seen_pods = 0
+
+    def add(self, u: Unit, index: int | None = None) -> None:
+        ses = self.solver.ses
+        node_of = self.solver._node_of_pod
+        for p in u.pods:
+            n = node_of[p]
+            if index is not None:
+                self._seen_pods += 1
+            if n < 0:
+                continue
+            g = ses.p_req[p][0]
+            self.gpus[n] = self.gpus.get(n, 0.0) + g
+            self.jobs_on.setdefault(n, set()).add(u.vj.job.idx)
+            self.touched.add(n)
+            if index is not None:
+                self.first_seen.setdefault(n, self._seen_pods)
+                lst = self.potential_on.setdefault(n, [])
+                if not lst or lst[-1] is not u:
+                    lst.append(u)
+                self.potential_gpu[n] = self.potential_gpu.get(n, 0.0) + g
+        if index is not None:
+            self.order[u.key] = index
+
+    def valid(self) -> bool:
+        """KAI's accumulated-scenario filters: every pod with a node selector has a node among the usable ones, and
+        the idle, releasing and victims' GPUs of the best nodes can hold the pending GPU requests."""
+        solver = self.solver
+        if self.selectors:
+            allowed = solver.feasible.copy()
+            if self.touched:
+                allowed[list(self.touched)] = True
+            if not all((m & allowed).any() for m in self.selectors):
+                return False
+        need = self.need
+        if not need or need[0] <= 0:
+            return True
+        room = solver._gpu_room
+        caps = [float(room[n]) + g for n, g in self.gpus.items()]
+        taken = 0
+        for n in solver._room_order():
+            if taken >= len(need):
+                break
+            if n in self.gpus:
+                continue
+            caps.append(float(room[n]))
+            taken += 1
+        caps.sort(reverse=True)
+        holders = caps[: len(need)]
+        used = [0.0] * len(holders)
+        for req in need:
+            if req <= 0:
+                return True
+            for i, total in enumerate(holders):
+                if total + EPS < req:
+                    break
+                if total - used[i] + EPS >= req:
+                    used[i] += req
+                    break
+            else:
+                return False
+        return True
+
+
+_NO_SIGNATURE: tuple[tuple[object, ...], ...] = ((), (), ())
 
 
 class JobSolver:
@@ -221,6 +319,7 @@ class JobSolver:
         self._gpu_room = gpu_room.copy()
         self._seq_index: dict[tuple[int, int], int] = {}
         self._pending: dict[int, list[JobInfo]] | None = None
+        self._room_sorted: list[int] | None = None
 
     # -- budget
     def exhausted(self) -> bool:
@@ -253,65 +352,41 @@ class JobSolver:
             if rep.step + 1 < len(rep.vj.steps):
                 order.push(_Rep(rep.vj, rep.step + 1))  # type: ignore[arg-type]
 
-    # -- the cheap filter: can idle + releasing + victims' GPUs hold the pending GPU requests at all?
-    def _gpus_can_hold(self, tasks: list[int], units: list[Unit]) -> bool:
-        ses = self.ses
-        need = sorted((ses.p_req[p][0] for p in tasks), reverse=True)
-        if not need or need[0] <= 0:
-            return True
-        cap = dict(enumerate(self._gpu_room.tolist()))
-        for u in units:
-            for p in u.pods:
-                n = self._node_of_pod[p]
-                if n >= 0:
-                    cap[n] = cap.get(n, 0.0) + ses.p_req[p][0]
-        holders = sorted(cap.items(), key=lambda kv: -kv[1])[: len(need)]
-        used = [0.0] * len(holders)
-        for req in need:
-            if req <= 0:
-                return True
-            for i, (_, total) in enumerate(holders):
-                if total + EPS < req:
-                    break
-                if total - used[i] + EPS >= req:
-                    used[i] += req
-                    break
-            else:
-                return False
-        return True
+    # -- the accumulated victims and KAI's cheap filters over them, kept incrementally
+    def _room_order(self) -> list[int]:
+        if self._room_sorted is None:
+            room = self._gpu_room
+            self._room_sorted = sorted(range(room.size), key=lambda n: -room[n])
+        return self._room_sorted
 
-    def _selectors_can_hold(self, tasks: list[int], units: list[Unit]) -> bool:
-        ses = self.ses
-        allowed = self.feasible.copy()
-        for u in units:
-            for p in u.pods:
-                if self._node_of_pod[p] >= 0:
-                    allowed[self._node_of_pod[p]] = True
-        return all((ses.masks.mask(ses.pods[p]) & allowed).any() for p in tasks)
+    def _accum(self, tasks: list[int], recorded: list[Unit]) -> _Accum:
+        acc = _Accum(self, tasks)
+        for u in recorded:
+            acc.add(u)
+        return acc
 
-    def _valid(self, tasks: list[int], units: list[Unit]) -> bool:
-        return self._selectors_can_hold(tasks, units) and self._gpus_can_hold(tasks, units)
-
-    # -- generators
-    def _accumulated(self, tasks: list[int], recorded: list[Unit]) -> Iterator[list[Unit]]:
+    def _accumulated(self, tasks: list[int], recorded: list[Unit]) -> Iterator[tuple[list[Unit], _Accum]]:
+        """KAI's accumulated scenario builder: victims added one unit at a time, least deserving first (recorded
+        ones skipped), each valid accumulation yielded."""
         skip = {u.key for u in recorded}
+        acc = self._accum(tasks, recorded)
         potential: list[Unit] = []
         for unit in self.sequence():
             if unit.key in skip:
                 continue
             potential.append(unit)
-            if self._valid(tasks, recorded + potential):
-                yield potential
+            acc.add(unit, len(potential) - 1)
+            if acc.valid():
+                yield potential, acc
 
     def _node_local(self, tasks: list[int], recorded: list[Unit]) -> Iterator[Scenario]:
-        if recorded and self._valid(tasks, recorded):
+        if recorded and self._accum(tasks, recorded).valid():
             yield Scenario(tasks, recorded, [])
-        node_of = self._node_of_pod
-        for potential in self._accumulated(tasks, recorded):
+        for potential, acc in self._accumulated(tasks, recorded):
             latest = potential[-1].vj
             seen: set[frozenset[tuple[int, int]]] = set()
             for n in latest.nodes:
-                jobs_here = {u.vj.job.idx for u in potential if any(node_of[p] == n for p in u.pods)}
+                jobs_here = acc.jobs_on.get(n, set())
                 victims = [u for u in potential if u.vj.job.idx in jobs_here]
                 key = frozenset(u.key for u in victims)
                 if not victims or key in seen:
@@ -321,7 +396,7 @@ class JobSolver:
 
     def _multi_node(self, tasks: list[int], recorded: list[Unit]) -> Iterator[Scenario]:
         ses = self.ses
-        if self._valid(tasks, recorded):
+        if self._accum(tasks, recorded).valid():
             yield Scenario(tasks, recorded, [])
         node_of = self._node_of_pod
         demand = sum(ses.p_req[p][0] for p in tasks)
@@ -332,36 +407,23 @@ class JobSolver:
                 if node_of[p] >= 0:
                     freed[node_of[p]] = freed.get(node_of[p], 0.0) + ses.p_req[p][0]
         room = self._gpu_room
-        for potential in self._accumulated(tasks, recorded):
-            node_units: dict[int, list[Unit]] = {}
-            first_seen: dict[int, int] = {}
-            cap: dict[int, float] = {}
-            idx = 0
-            for u in potential:
-                for p in u.pods:
-                    n = node_of[p]
-                    idx += 1
-                    if n < 0:
-                        continue
-                    first_seen.setdefault(n, idx)
-                    lst = node_units.setdefault(n, [])
-                    if not lst or lst[-1] is not u:
-                        lst.append(u)
-                    cap[n] = cap.get(n, 0.0) + ses.p_req[p][0]
-            for n in cap:
-                cap[n] += freed.get(n, 0.0) + float(room[n])
+        base_nodes = set(np.flatnonzero(self.feasible).tolist()) | set(freed)  # KAI: + recorded victims' nodes
+        base_total = sum(float(room[n]) + freed.get(n, 0.0) for n in base_nodes)
+        for _potential, acc in self._accumulated(tasks, recorded):
+            node_units = acc.potential_on
+            cap = {n: acc.potential_gpu[n] + freed.get(n, 0.0) + float(room[n]) for n in node_units}
             nodes = sorted(
-                (n for n in cap if not smallest > 0 or cap[n] + EPS >= smallest), key=lambda n: (cap[n], first_seen[n])
+                (n for n in cap if not smallest > 0 or cap[n] + EPS >= smallest),
+                key=lambda n: (cap[n], acc.first_seen[n]),
             )
-            base_nodes = set(np.flatnonzero(self.feasible).tolist()) | set(freed)  # KAI: + recorded victims' nodes
-            baseline = sum(float(room[n]) + freed.get(n, 0.0) for n in base_nodes if n not in cap)
+            baseline = base_total - sum(float(room[n]) + freed.get(n, 0.0) for n in node_units if n in base_nodes)
             remaining = max(0.0, demand - baseline)
-            k, acc = 0, 0.0
+            k, total = 0, 0.0
             if remaining > EPS:
                 k = len(nodes) + 1
                 for i, n in enumerate(nodes):
-                    acc += cap[n]
-                    if acc + EPS >= remaining:
+                    total += cap[n]
+                    if total + EPS >= remaining:
                         k = i + 1
                         break
             step = 1
@@ -373,7 +435,7 @@ class JobSolver:
                         if u.key not in keys:
                             keys.add(u.key)
                             picked.append(u)
-                picked.sort(key=lambda u: potential.index(u))
+                picked.sort(key=lambda u: acc.order[u.key])
                 yield Scenario(tasks, recorded, picked)
                 if k >= len(nodes):
                     break

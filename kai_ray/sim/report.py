@@ -34,7 +34,9 @@ def _plt() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise PlotsUnavailable("plots need matplotlib: pip install matplotlib") from None
+        raise PlotsUnavailable(
+            "plots need matplotlib, which comes with the 'plots' extra: pip install 'kai-ray[plots]'"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

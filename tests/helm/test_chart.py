@@ -142,3 +142,20 @@ def test_schema_rejects_bad_values(helm, bad, field):
     out = run_helm(helm, "template", "rel", str(CHART), "--set", bad)
     assert out.returncode != 0
     assert field in out.stderr
+
+
+def test_kai_coexistence_creates_no_classes_or_queues_unless_asked(helm):
+    docs = render(helm, "--set", "mode=kai-coexistence")
+    assert not by_kind(docs, "PriorityClass") and not by_kind(docs, "Queue")
+    asked = render(
+        helm,
+        "--set",
+        "mode=kai-coexistence",
+        "--set",
+        "priorityClasses.create=true",
+        "--set",
+        "defaultQueues.create=true",
+    )
+    assert len(by_kind(asked, "PriorityClass")) == 4 and len(by_kind(asked, "Queue")) == 2
+    standalone_off = render(helm, "--set", "priorityClasses.create=false", "--set", "defaultQueues.create=false")
+    assert not by_kind(standalone_off, "PriorityClass") and not by_kind(standalone_off, "Queue")

@@ -6,8 +6,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from kai_ray.api.loader import parse_object
+from kai_ray.api.ray import RayCluster
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path
 from kai_ray.k8s.testbed import queue_body as queue_body  # the tests' Queues are the reliability runs' Queues
+from kai_ray.podgrouper import expand_pods, pod_templates
 
 T = TypeVar("T")
 
@@ -140,3 +143,39 @@ def gpu_use(kube: Kube, ns_list: list[str]) -> dict[str, float]:
                 lim = (ctr.get("resources") or {}).get("limits") or {}
                 use[node] = use.get(node, 0.0) + float(lim.get("nvidia.com/gpu", 0))
     return use
+
+
+def kuberay_pods(
+    kube: Kube,
+    ns: str,
+    cluster: dict[str, Any],
+    image: str = "rayproject/ray:2.49.0",
+    first_of_each_group: bool = False,
+) -> list[str]:
+    """Create the pods KubeRay would run for ``cluster`` (``expand_pods``: KubeRay's names and labels), owned by it;
+    pods that already exist are skipped, so a scaled-up cluster gets only its new pods. Returns the names created.
+    ``first_of_each_group``: only the first pod of each group (what exists of a cluster asked for more pods than
+    could ever be created)."""
+    model = parse_object({**cluster, "kind": "RayCluster"})
+    assert isinstance(model, RayCluster)
+    owner = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "name": cluster["metadata"]["name"],
+        "uid": cluster["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    existing = set(pods(kube, ns))
+    names = []
+    for pod in [t.pod for t in pod_templates(model)] if first_of_each_group else expand_pods(model):
+        body = pod.to_dict()
+        if body["metadata"]["name"] in existing:
+            continue
+        body["metadata"]["ownerReferences"] = [owner]
+        body["metadata"].pop("namespace", None)
+        for ctr in body["spec"]["containers"]:
+            ctr.setdefault("image", image)  # e.g. the autoscaler sidecar, which expand_pods adds without one
+        kube.create(pods_path(ns), body)
+        names.append(body["metadata"]["name"])
+    return names

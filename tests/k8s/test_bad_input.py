@@ -16,7 +16,7 @@ from kai_ray.autoscaler.headroom import HEADROOM_ANNOTATION
 from kai_ray.k8s.podgrouper import PodgrouperOperator
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.scheduler import SchedulerOperator
-from tests.k8s.helpers import bound, condition, events, make_gang, pod_body, podgroup_body, wait_until
+from tests.k8s.helpers import bound, condition, events, kuberay_pods, make_gang, pod_body, podgroup_body, wait_until
 from tests.k8s.test_podgrouper_operator import _cluster_spec, _create_ray, _kuberay_pods, _pg_for, _worker
 
 QUEUE = c.QUEUE_LABEL
@@ -49,7 +49,7 @@ def test_a_billion_replicas_leave_every_other_job_scheduling(
     huge = _create_ray(
         kube, namespace, "RayCluster", "huge", _cluster_spec(_worker("gpu", HUGE, 0, HUGE)), labels=labels
     )
-    huge_pods = _kuberay_pods(kube, namespace, huge, first_of_each_group=True)
+    huge_pods = kuberay_pods(kube, namespace, huge, first_of_each_group=True)
     elastic_spec = {**_cluster_spec(_worker("gpu", 1, 1, HUGE)), "enableInTreeAutoscaling": True}
     elastic = _create_ray(kube, namespace, "RayCluster", "elastic", elastic_spec, labels=labels)
     elastic_pods = _kuberay_pods(kube, namespace, elastic)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from kai_ray.api.loader import parse_object
-from kai_ray.api.ray import RayCluster, RayJob
+from kai_ray.api.ray import RayJob
 from kai_ray.k8s.podgrouper import PodgrouperOperator
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, ray_path
-from kai_ray.podgrouper import expand_pods, pod_templates
-from tests.k8s.helpers import pod_body, pods, wait_until
+from tests.k8s.helpers import kuberay_pods, pod_body, pods, wait_until
 
 QUEUE = "kai.scheduler/queue"
 
@@ -60,29 +59,9 @@ def _create_ray(kube: Kube, ns: str, kind: str, name: str, spec: dict[str, Any],
     return created
 
 
-def _kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any], first_of_each_group: bool = False) -> list[str]:
-    """Create the pods KubeRay would create for ``cluster``, owned by it (or only the first of each group: what
-    exists of a cluster asked for more pods than could ever be created)."""
-    model = parse_object({**cluster, "kind": "RayCluster"})
-    assert isinstance(model, RayCluster)
-    owner = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "name": cluster["metadata"]["name"],
-        "uid": cluster["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    names = []
-    for pod in [t.pod for t in pod_templates(model)] if first_of_each_group else expand_pods(model):
-        body = pod.to_dict()
-        body["metadata"]["ownerReferences"] = [owner]
-        body["metadata"].pop("namespace", None)
-        for ctr in body["spec"]["containers"]:
-            ctr.setdefault("image", "rayproject/ray:2.49.0")
-        kube.create(pods_path(ns), body)
-        names.append(body["metadata"]["name"])
-    return names
+def _kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any]) -> list[str]:
+    """Create the pods KubeRay would create for ``cluster``, owned by it."""
+    return kuberay_pods(kube, ns, cluster)
 
 
 def _pg_for(kube: Kube, ns: str, owner_name: str) -> dict[str, Any] | None:
