@@ -113,6 +113,8 @@ def pod_from_api(pod: ApiPod, job_key: str, problems: list[str] | None = None) -
     except ValueError:
         task_priority = 0
     gpu_mem = meta.annotations.get(c.GPU_MEMORY)
+    if gpu_mem is not None and not gpu_mem.isdigit() and problems is not None:
+        problems.append(f"Pod {meta.name} annotations[{c.GPU_MEMORY}]: {gpu_mem!r} is not a whole number of MiB")
     return s.Pod(
         uid=meta.uid or f"{meta.namespace}/{meta.name}",
         name=meta.name or "",

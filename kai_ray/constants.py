@@ -32,6 +32,10 @@ MAX_MEMBER = "kai-ray.io/max-member"
 SUBGROUP_MAX = "kai-ray.io/subgroup-max"
 SUBGROUP_NAMES = "kai-ray.io/subgroup-names"
 SUBMITTER_SUBGROUP = "submitter"
+# Why the gang cannot be scheduled, written by the podgrouper on the PodGroup (the scheduler reports it as a condition)
+INVALID = "kai-ray.io/invalid"
+# Pods one gang may have (minimum and elastic ceiling): no object makes the operators do work beyond it
+DEFAULT_MAX_GANG_PODS = 10_000
 
 # KubeRay pod labels
 RAY_GROUP = "ray.io/group"

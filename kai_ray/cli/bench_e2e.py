@@ -33,6 +33,7 @@ def e2e(
     require("cryptography", "kopf", "prometheus_client", purpose="kai-ray bench e2e")
     from kai_ray.controlplane.harness import ControlPlaneError
     from kai_ray.k8s.bench import E2EConfig, run_e2e
+    from kai_ray.k8s.rest import ApiError
 
     def progress(msg: str) -> None:
         if not as_json:
@@ -47,6 +48,10 @@ def e2e(
         )
     except ControlPlaneError as exc:
         raise CliError(f"control plane: {exc}", code=1) from None
+    except ApiError as exc:
+        raise CliError(f"API server: {exc} (the machine may be overloaded; try fewer --pods)", code=1) from None
+    except TimeoutError as exc:
+        raise CliError(f"operators: {exc}", code=1) from None
     if as_json:
         typer.echo(result.to_json())
         return

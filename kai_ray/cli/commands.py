@@ -7,5 +7,6 @@ from kai_ray.cli import demo  # noqa: F401
 from kai_ray.cli import operator  # noqa: F401
 from kai_ray.cli import explain  # noqa: F401
 from kai_ray.cli import bench_e2e  # noqa: F401
+from kai_ray.cli import bench_robust  # noqa: F401
 from kai_ray.cli import views  # noqa: F401
 from kai_ray.cli import fragmentation  # noqa: F401

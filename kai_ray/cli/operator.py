@@ -58,6 +58,7 @@ def build_config(**opts: Any) -> OperatorConfig:
             headroom_interval=duration(opts["headroom_interval"], "--headroom-interval"),
             kai_coexistence=opts["kai_coexistence"],
             default_priority=_priorities(opts["default_priority"]),
+            max_gang_pods=opts["max_gang_pods"],
             k_value=opts["k_value"],
             usage_db=opts["usage_db"],
             usage_db_url=opts["usage_db_url"] or "",
@@ -208,6 +209,9 @@ def _define(kind: str) -> None:
             list[str] | None,
             typer.Option(help="podgrouper: PriorityClass of a Ray kind that names none, KIND=CLASS (repeatable)"),
         ] = None,
+        max_gang_pods: Annotated[
+            int, typer.Option(help="pods one gang may have; a Ray object asking for more is refused with a reason")
+        ] = 10_000,
         k_value: Annotated[
             float, typer.Option(help="scheduler: weight of historical usage in the over-quota division (KAI's kValue)")
         ] = 1.0,

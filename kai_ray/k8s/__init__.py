@@ -8,5 +8,9 @@
 - ``cache``, ``scheduler``, ``status``: the scheduler/binder operator (watches -> snapshot -> ``run_cycle`` ->
   bindings, evictions, PodGroup/Queue status, Events).
 - ``kopf_app``: kopf as the operators' runtime; ``config``: their settings; ``rbac``: the permissions they use.
-- ``explain``: ``kai-ray explain``; ``bench``: ``kai-ray bench e2e``.
+- ``elastic``, ``rayplan``, ``raygcs``: Ray-aware reclaim (API calls and the eviction interceptor; pure patch plans;
+  draining Ray nodes); ``resume``: suspended gangs weighed and resumed; ``isolate``: per-object guards and the core's
+  quarantine.
+- ``explain``: ``kai-ray explain``; ``bench``: ``kai-ray bench e2e``; ``chaos``, ``fuzz``: the reliability runs
+  (``kai-ray bench chaos|fuzz`` and the suite), on ``testbed`` (operator processes and workload objects).
 """

@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -102,9 +101,50 @@ def _ensure(kube: Kube, path: str, body: dict[str, Any]) -> None:
             raise
 
 
+def _transient(exc: ApiError) -> bool:
+    """No answer (a timeout under load, a dropped connection), or the API server asking us to come back."""
+    return exc.status in (0, 429, 500, 503, 504)
+
+
+def _create_pod(kube: Kube, ns: str, name: str, scheduler: str, tries: int = 5) -> dict[str, Any]:
+    """Create one pod, retrying what load makes transient; a retry that finds the pod (the earlier try went through
+    after all) takes it."""
+    for attempt in range(tries):
+        try:
+            created: dict[str, Any] = kube.create(pods_path(ns), _pod(name, scheduler))
+            return created
+        except ApiError as exc:
+            if exc.conflict and attempt > 0:
+                existing: dict[str, Any] = kube.get(pods_path(ns, name))
+                return existing
+            if not _transient(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def _create_pods(kube: Kube, ns: str, names: list[str], scheduler: str, workers: int) -> list[dict[str, Any]]:
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda n: kube.create(pods_path(ns), _pod(n, scheduler)), names))
+        return list(pool.map(lambda n: _create_pod(kube, ns, n, scheduler), names))
+
+
+def _delete_all_pods(kube: Kube, ns: str, timeout: float = 180.0) -> None:
+    """Delete every pod of ``ns`` and wait until they are gone. A collection DELETE of thousands of pods can outlast
+    the request timeout under load while the API server goes on deleting: not an error, we wait and ask again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            kube.request("DELETE", pods_path(ns), query={"gracePeriodSeconds": 0}, timeout=120.0)
+        except ApiError as exc:
+            if not _transient(exc):
+                raise
+        try:
+            if not kube.get(pods_path(ns), limit=1).get("items"):
+                return
+        except ApiError as exc:
+            if not _transient(exc):
+                raise
+        time.sleep(1.0)
 
 
 def _metrics(port: int) -> dict[str, float]:
@@ -168,6 +208,7 @@ def _wait_http(url: str, timeout: float) -> None:
 def operators(kubeconfig: Path, workers: int, log_dir: Path) -> Iterator[dict[str, Any]]:
     """Both operators as subprocesses (``kai-ray operator ...``); yields their metrics ports and pids."""
     from kai_ray.controlplane.harness import free_port
+    from kai_ray.k8s.testbed import operator_command
 
     procs: list[subprocess.Popen[bytes]] = []
     ports: dict[str, Any] = {"pids": {}}
@@ -176,26 +217,18 @@ def operators(kubeconfig: Path, workers: int, log_dir: Path) -> Iterator[dict[st
             metrics, health = free_port(), free_port()
             ports[kind] = metrics
             log = open(log_dir / f"{kind}.log", "wb")  # noqa: SIM115 - closed with the process
-            cmd = [
-                sys.executable,
-                "-m",
-                "kai_ray",
-                "operator",
+            cmd = operator_command(
                 kind,
-                "--kubeconfig",
-                str(kubeconfig),
+                kubeconfig,
+                health,
                 "--no-leader-elect",
-                "--bind-address",
-                "127.0.0.1",
                 "--metrics-port",
                 str(metrics),
-                "--health-port",
-                str(health),
                 "--bind-workers",
                 str(workers),
                 "--log-level",
                 "WARNING",
-            ]
+            )
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             ports["pids"][kind] = procs[-1].pid
             _wait_http(f"http://127.0.0.1:{health}/healthz", 120)
@@ -228,10 +261,7 @@ def raw_binding_rate(kube: Kube, nodes: list[str], n: int, workers: int) -> tupl
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda t: kube.bind(ns, *t), par))
     concurrent = n / (time.perf_counter() - t0)
-    kube.request("DELETE", pods_path(ns), query={"gracePeriodSeconds": 0})
-    deadline = time.monotonic() + 120
-    while kube.get(pods_path(ns), limit=1).get("items") and time.monotonic() < deadline:
-        time.sleep(0.5)
+    _delete_all_pods(kube, ns)
     return sequential, concurrent
 
 
@@ -263,12 +293,16 @@ def _poll_progress(kube: Kube, ns: str, pods: int, out: dict[str, float], stop: 
     """
     while not stop.is_set():
         now = time.perf_counter()
-        if "grouped" not in out and _count(kube, podgroups_path(ns)) >= pods:
-            out["grouped"] = now
-        if _count(kube, pods_path(ns)) >= pods and _count(kube, pods_path(ns), fieldSelector="spec.nodeName=") == 0:
-            out["bound"] = now
-            out.setdefault("grouped", now)
-            return
+        try:
+            if "grouped" not in out and _count(kube, podgroups_path(ns)) >= pods:
+                out["grouped"] = now
+            if _count(kube, pods_path(ns)) >= pods and _count(kube, pods_path(ns), fieldSelector="spec.nodeName=") == 0:
+                out["bound"] = now
+                out.setdefault("grouped", now)
+                return
+        except ApiError as exc:
+            if not _transient(exc):
+                raise
         stop.wait(0.05)
 
 

@@ -110,6 +110,7 @@ class PodEntry:
     job_key: str | None = None  # "<namespace>/<pod-group-name>" for our grouped pods
     created: float = 0.0
     raw: tuple[Any, ...] = ()  # the parts of the object the entry was built from
+    problems: tuple[str, ...] = ()  # bad fields of one of our grouped pods (its gang is not scheduled until fixed)
 
 
 @dataclass(slots=True)
@@ -180,6 +181,7 @@ class SchedulerCache:
         self._jobs: dict[str, tuple[s.Job, s.Job, int, int]] = {}  # key -> (job, template used, active, pending)
         self._dirty: set[str] = set()
         self.suspended: set[str] = set()  # PodGroups whose owner kai-ray suspended (kai-ray.io/suspended)
+        self.problems: dict[str, dict[str, tuple[str, ...]]] = {}  # job -> pod key -> bad fields of the pod
 
     def _changed(self) -> None:
         self.changes += 1
@@ -259,6 +261,8 @@ class SchedulerCache:
     def _index(self, p: PodEntry) -> None:
         if p.job_key is not None:
             self.members.setdefault(p.job_key, {})[p.key] = p
+            if p.problems and not p.terminal:
+                self.problems.setdefault(p.job_key, {})[p.key] = p.problems
             if p.spod is not None:
                 self.by_uid[p.spod.uid] = p
             self._dirty.add(p.job_key)
@@ -276,6 +280,11 @@ class SchedulerCache:
                 group.pop(p.key, None)
                 if not group:
                     del self.members[p.job_key]
+            bad = self.problems.get(p.job_key)
+            if bad is not None:
+                bad.pop(p.key, None)
+                if not bad:
+                    del self.problems[p.job_key]
             if p.spod is not None and self.by_uid.get(p.spod.uid) is p:
                 del self.by_uid[p.spod.uid]
             self._dirty.add(p.job_key)
@@ -340,12 +349,13 @@ class SchedulerCache:
         node = spec.get("nodeName") or None
         request = s.ZERO
         spod: s.Pod | None = None
+        problems: list[str] = []
         try:
             if not ((ours and group) or (node and not terminal)):
                 raise _NothingToRead
             api = ApiPod.model_validate(obj)
             if ours and group:
-                spod = pod_from_api(api, f"{ns}/{group}")
+                spod = pod_from_api(api, f"{ns}/{group}", problems)
                 spod.created_at = parse_time(meta.get("creationTimestamp")) or 0.0
                 request = spod.request
             elif node and not terminal:
@@ -381,6 +391,7 @@ class SchedulerCache:
             sig=sig,
             created=parse_time(meta.get("creationTimestamp")) or 0.0,
             job_key=f"{ns}/{group}" if ours and group and spod is not None else None,
+            problems=tuple(problems),
         )
 
     def on_podgroup(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -422,7 +433,9 @@ class SchedulerCache:
                 model = parse_object({**obj, "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup"}, key)
                 assert isinstance(model, PodGroup)
                 entry.model = model
-                entry.errors = [str(e) for e in model.validate_spec()]
+                entry.errors = [str(e) for e in model.validate_spec()] + gang_size_errors(
+                    model, self.config.max_gang_pods
+                )
             except ManifestError as exc:
                 entry.errors = [str(exc)]
             self.pgs[key] = entry
@@ -577,6 +590,10 @@ class SchedulerCache:
                 if tmpl is None:
                     invalid[key] = pg.errors
                     continue
+                bad_pods = self.problems.get(key)
+                if bad_pods:
+                    invalid[key] = sorted({text for texts in bad_pods.values() for text in texts})[:5]
+                    continue
                 valid.add(key)
                 built = self._jobs.get(key)
                 if built is None or key in dirty or built[1] is not tmpl:
@@ -627,6 +644,24 @@ class SchedulerCache:
             config=config,
         )
         return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending)
+
+
+def gang_size_errors(pg: PodGroup, limit: int) -> list[str]:
+    """Why a PodGroup is refused for its size: the podgrouper's finding (:data:`~kai_ray.constants.INVALID`, naming
+    the Ray object's field), or a minimum beyond ``limit`` pods however the PodGroup was written."""
+    problem = pg.metadata.annotations.get(c.INVALID)
+    if problem:
+        return [problem]
+    out = []
+    spec = pg.spec
+    if spec.min_member is not None and spec.min_member > limit:
+        out.append(f"spec.minMember: {spec.min_member} pods; at most {limit} pods per gang (max-gang-pods)")
+    leaves = [sg.min_member or 0 for sg in spec.sub_groups or [] if sg.min_member is not None]
+    if sum(leaves) > limit and not (spec.min_member is not None and spec.min_member > limit):
+        out.append(
+            f"spec.subGroups[].minMember: {sum(leaves)} pods in all; at most {limit} pods per gang (max-gang-pods)"
+        )
+    return out
 
 
 class _NothingToRead(Exception):

@@ -90,6 +90,7 @@ class OperatorConfig:
     suspend_kinds: tuple[str, ...] = ("RayJob",)  # whole gangs owned by these kinds are suspended, then resumed
     drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
+    max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
     # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.usage); off unless usage_db is set
     k_value: float = 1.0
     usage_db: str = "none"  # none | internal (kai-ray's own, in Queue status) | prometheus (KAI's query)
@@ -135,6 +136,8 @@ class OperatorConfig:
                 raise ConfigError(f"--default-priority: {kind}: the PriorityClass name must not be empty")
         if self.drain_deadline < 0:
             raise ConfigError(f"--drain-deadline: {self.drain_deadline} must not be negative")
+        if self.max_gang_pods < 1:
+            raise ConfigError(f"--max-gang-pods: {self.max_gang_pods} must be at least 1")
         if self.headroom_interval < 0:
             raise ConfigError(f"--headroom-interval: {self.headroom_interval} must not be negative")
         self.usage_params()

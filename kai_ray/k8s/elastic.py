@@ -11,19 +11,16 @@ unchanged, the new pod sits Pending, and Ray sees a node die with no warning (ku
 - **Whole gangs**: set ``spec.suspend`` on the owner (RayJob, RayCluster; RayService where its CRD has the field) and
   lift it when the scheduler admits the gang again. A suspended RayJob requeues instead of running headless.
 
-The ``plan_*`` functions are pure (dicts in, JSON patch out) so they can be tested and reused; ``apply_*`` do the few
-API calls. The PodGroup records what was done under :data:`SHRINK_ANNOTATION` / :data:`SUSPEND_ANNOTATION`.
-
-Ray is imported lazily: the core install has no ``ray``; without it, draining reports ``unavailable`` and the shrink
-still happens.
+Three modules, as Ray autoscaler v2 splits deciding, reconciling and the provider: :mod:`kai_ray.k8s.rayplan` plans
+(pure: dicts in, JSON patch out), :mod:`kai_ray.k8s.raygcs` drains Ray nodes, and this module does the few API calls
+(``apply_*``) and runs the scheduler's eviction interceptor. The PodGroup records what was done under
+:data:`SHRINK_ANNOTATION` / :data:`SUSPEND_ANNOTATION`. The plan and drain names are re-exported here.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,6 +30,52 @@ from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.k8s.raygcs import (
+    ACCEPTED,
+    AMBIGUOUS,
+    DEFAULT_GCS_PORT,
+    DRAIN_REASON_PREEMPTION,
+    ERROR,
+    NOT_FOUND,
+    REJECTED,
+    UNAVAILABLE,
+    UNREACHABLE,
+    DrainOutcome,
+    PodRef,
+    drain_ray_nodes,
+    gcs_address_for,
+    match_ray_nodes,
+    wait_drained,
+)
+from kai_ray.k8s.rayplan import (
+    ALREADY_REQUESTED,
+    BELOW_MIN_REPLICAS,
+    FALLBACK_CODES,
+    GKE_REPLICA_INDEX_LABEL,
+    NO_REPLICA_LABEL,
+    NO_RESOURCE_VERSION,
+    NOT_A_WORKER,
+    NOT_SUSPENDABLE,
+    NOTHING_TO_DO,
+    PENDING_DELETES,
+    REPLICA_NAME_LABEL,
+    SHUTDOWN_RESTORE,
+    SUSPENDABLE_KINDS,
+    SUSPENDED,
+    UNKNOWN_GROUP,
+    GroupShrink,
+    ShrinkPlan,
+    SuspendPlan,
+    _labels,
+    _meta,
+    _name,
+    _suspend_plan,
+    pending_deletes,
+    plan_resume,
+    plan_shrink,
+    plan_suspend,
+    ray_owner,
+)
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
 
 log = logging.getLogger(__name__)
@@ -41,496 +84,9 @@ log = logging.getLogger(__name__)
 SHRINK_ANNOTATION = "kai-ray.io/last-shrink"
 SUSPEND_ANNOTATION = "kai-ray.io/suspended"
 
-# KubeRay (RayMultiHostIndexing) and the GKE TPU webhook label the pods of one multi-host replica.
-REPLICA_NAME_LABEL = "ray.io/worker-group-replica-name"
-GKE_REPLICA_INDEX_LABEL = "replicaIndex"
-
-DRAIN_REASON_PREEMPTION = "DRAIN_NODE_REASON_PREEMPTION"
-DEFAULT_GCS_PORT = 6379
-SUSPENDABLE_KINDS = ("RayJob", "RayCluster", "RayService")
-
-# Refusal codes of plan_shrink / plan_suspend (stable: callers branch on them).
-PENDING_DELETES = "PendingDeletes"
-ALREADY_REQUESTED = "AlreadyRequested"
-BELOW_MIN_REPLICAS = "BelowMinReplicas"
-NOT_A_WORKER = "NotAWorker"
-UNKNOWN_GROUP = "UnknownGroup"
-SUSPENDED = "Suspended"
-NO_REPLICA_LABEL = "MultiHostWithoutReplicaLabel"
-NO_RESOURCE_VERSION = "NoResourceVersion"
-NOT_SUSPENDABLE = "NotSuspendable"
-NOTHING_TO_DO = "NothingToDo"
-
 
 def _now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("labels") or {}
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("name") or "")
-
-
-def _terminating(pod: Mapping[str, Any]) -> bool:
-    return bool(_meta(pod).get("deletionTimestamp"))
-
-
-# --- shrink -----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GroupShrink:
-    """One worker group's part of a shrink: ``replicas`` before/after and the pods KubeRay must delete."""
-
-    group: str
-    index: int
-    replicas_before: int
-    replicas_after: int
-    workers_to_delete: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ShrinkPlan:
-    """A JSON patch for the RayCluster, or ``patch=None`` and a refusal ``code`` with a ``reason`` naming the field."""
-
-    patch: list[dict[str, Any]] | None
-    code: str = ""
-    reason: str = ""
-    groups: tuple[GroupShrink, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.patch is not None
-
-    def summary(self) -> str:
-        if not self.ok:
-            return f"{self.code}: {self.reason}"
-        parts = [
-            f"{g.group} {g.replicas_before}->{g.replicas_after} (delete {', '.join(g.workers_to_delete)})"
-            for g in self.groups
-        ]
-        return "; ".join(parts)
-
-
-def _refuse(code: str, reason: str) -> ShrinkPlan:
-    return ShrinkPlan(None, code, reason)
-
-
-def _int(value: Any, default: int) -> int:
-    return default if value is None else int(value)
-
-
-def _replica_key(pod: Mapping[str, Any]) -> str | None:
-    labels = _labels(pod)
-    return labels.get(REPLICA_NAME_LABEL) or labels.get(GKE_REPLICA_INDEX_LABEL)
-
-
-def pending_deletes(raycluster: Mapping[str, Any], existing: Iterable[str]) -> dict[str, list[str]]:
-    """Per group, the pods named in ``workersToDelete`` that still exist (the Ray autoscaler's ``safe_to_scale``)."""
-    live = set(existing)
-    out: dict[str, list[str]] = {}
-    for wg in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
-        names = ((wg.get("scaleStrategy") or {}).get("workersToDelete")) or []
-        still = [n for n in names if n in live]
-        if still:
-            out[str(wg.get("groupName", ""))] = still
-    return out
-
-
-def plan_shrink(
-    raycluster: Mapping[str, Any],
-    victim_pods: Sequence[Mapping[str, Any]],
-    existing_pods: Sequence[Mapping[str, Any]] | None = None,
-) -> ShrinkPlan:
-    """Lower each victim's worker group by the replicas the victims make up and list exactly them for deletion.
-
-    ``victim_pods`` and ``existing_pods`` are pod dicts (name and labels are read; the cluster's pods as listed by
-    ``ray.io/cluster=<name>``). A victim in a multi-host group takes its whole replica (every existing pod with the same
-    replica label) with it. Refuses, with a code, when: the cluster is suspended; a victim is the head, belongs to
-    another cluster or an unknown/suspended group; a previous ``workersToDelete`` still names live pods; or the shrink
-    would go below ``minReplicas`` (then suspend the owner instead: KubeRay would clamp ``replicas`` back up and
-    recreate the pods).
-    """
-    cluster = _name(raycluster)
-    spec = raycluster.get("spec") or {}
-    rv = _meta(raycluster).get("resourceVersion")
-    if not rv:
-        return _refuse(NO_RESOURCE_VERSION, f"RayCluster {cluster}: metadata.resourceVersion: missing (read it first)")
-    if spec.get("suspend"):
-        return _refuse(SUSPENDED, f"RayCluster {cluster}: spec.suspend is true")
-    if not victim_pods:
-        return _refuse(NOTHING_TO_DO, "no victim pods")
-    pods = list(existing_pods) if existing_pods is not None else list(victim_pods)
-    live = [p for p in pods if not _terminating(p)]
-    groups = list(spec.get("workerGroupSpecs") or [])
-    index = {str(wg.get("groupName", "")): i for i, wg in enumerate(groups)}
-
-    pending = pending_deletes(raycluster, (_name(p) for p in live))
-    victim_names = {_name(v) for v in victim_pods}
-    listed = {
-        n
-        for wg in groups
-        for n in (((wg.get("scaleStrategy") or {}).get("workersToDelete")) or [])
-        if n in victim_names
-    }
-    if listed == victim_names:
-        return _refuse(ALREADY_REQUESTED, f"RayCluster {cluster}: workersToDelete already lists {sorted(listed)}")
-    if pending:
-        what = "; ".join(f"{g}: {', '.join(sorted(n))}" for g, n in sorted(pending.items()))
-        return _refuse(
-            PENDING_DELETES,
-            f"RayCluster {cluster}: spec.workerGroupSpecs[].scaleStrategy.workersToDelete still names live pods "
-            f"({what})",
-        )
-
-    by_group: dict[str, set[str]] = {}  # group -> replica keys
-    deletes: dict[str, set[str]] = {}
-    for v in victim_pods:
-        name = _name(v)
-        labels = _labels(v)
-        if labels.get(c.RAY_CLUSTER) and labels.get(c.RAY_CLUSTER) != cluster:
-            return _refuse(
-                NOT_A_WORKER, f"pod {name}: labels[{c.RAY_CLUSTER}]={labels.get(c.RAY_CLUSTER)!r}, not {cluster}"
-            )
-        if labels.get(c.RAY_NODE_TYPE) != "worker":
-            kind = labels.get(c.RAY_NODE_TYPE)
-            return _refuse(NOT_A_WORKER, f"pod {name}: labels[{c.RAY_NODE_TYPE}]={kind!r}: only workers can be shrunk")
-        group = labels.get(c.RAY_GROUP) or ""
-        if group not in index:
-            return _refuse(
-                UNKNOWN_GROUP, f"pod {name}: labels[{c.RAY_GROUP}]={group!r} is not a worker group of {cluster}"
-            )
-        wg = groups[index[group]]
-        if wg.get("suspend"):
-            return _refuse(SUSPENDED, f"RayCluster {cluster}: spec.workerGroupSpecs[{index[group]}].suspend is true")
-        hosts = max(1, _int(wg.get("numOfHosts"), 1))
-        if hosts == 1:
-            by_group.setdefault(group, set()).add(name)
-            deletes.setdefault(group, set()).add(name)
-            continue
-        key = _replica_key(v)
-        if key is None:
-            return _refuse(
-                NO_REPLICA_LABEL,
-                f"pod {name}: group {group} has numOfHosts={hosts} but the pod has no {REPLICA_NAME_LABEL} label, "
-                "so its replica cannot be deleted whole",
-            )
-        by_group.setdefault(group, set()).add(key)
-        mates = {_name(p) for p in live if _labels(p).get(c.RAY_GROUP) == group and _replica_key(p) == key}
-        deletes.setdefault(group, set()).update(mates | {name})
-
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
-    shrinks: list[GroupShrink] = []
-    for group in sorted(by_group, key=lambda g: index[g]):
-        i = index[group]
-        wg = groups[i]
-        lo = _int(wg.get("minReplicas"), 0)
-        hi = _int(wg.get("maxReplicas"), 2**31 - 1)
-        before = max(lo, min(_int(wg.get("replicas"), 0), hi)) if lo <= hi else hi
-        after = before - len(by_group[group])
-        if after < lo:
-            return _refuse(
-                BELOW_MIN_REPLICAS,
-                f"RayCluster {cluster}: spec.workerGroupSpecs[{i}] ({group}): removing {len(by_group[group])} "
-                f"replica(s) from {before} goes below minReplicas={lo}; suspend the owner instead",
-            )
-        names = tuple(sorted(deletes[group]))
-        ops.append({"op": "add", "path": f"/spec/workerGroupSpecs/{i}/replicas", "value": after})
-        ops.append(
-            {
-                "op": "add",
-                "path": f"/spec/workerGroupSpecs/{i}/scaleStrategy",
-                "value": {"workersToDelete": list(names)},
-            }
-        )
-        shrinks.append(GroupShrink(group, i, before, after, names))
-    # Lists whose pods are all gone are cleared, as the autoscaler does after safe_to_scale.
-    for i, wg in enumerate(groups):
-        name = str(wg.get("groupName", ""))
-        if name not in by_group and ((wg.get("scaleStrategy") or {}).get("workersToDelete")):
-            ops.append(
-                {"op": "add", "path": f"/spec/workerGroupSpecs/{i}/scaleStrategy", "value": {"workersToDelete": []}}
-            )
-    return ShrinkPlan(ops, groups=tuple(shrinks))
-
-
-# --- suspend ----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SuspendPlan:
-    patch: list[dict[str, Any]] | None
-    code: str = ""
-    reason: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.patch is not None
-
-
-def _suspend_plan(owner_kind: str, owner: Mapping[str, Any], value: bool) -> SuspendPlan:
-    name = _name(owner)
-    if owner_kind not in SUSPENDABLE_KINDS:
-        return SuspendPlan(None, NOT_SUSPENDABLE, f"{owner_kind} {name}: only {', '.join(SUSPENDABLE_KINDS)} suspend")
-    spec = owner.get("spec") or {}
-    if value and owner_kind == "RayJob":
-        # KubeRay marks such a RayJob ValidationFailed instead of suspending it.
-        if not spec.get("shutdownAfterJobFinishes"):
-            return SuspendPlan(
-                None,
-                NOT_SUSPENDABLE,
-                f"RayJob {name}: spec.shutdownAfterJobFinishes is not true, and KubeRay refuses to suspend such a job",
-            )
-        if spec.get("clusterSelector"):
-            return SuspendPlan(
-                None,
-                NOT_SUSPENDABLE,
-                f"RayJob {name}: spec.clusterSelector jobs run on a shared cluster; not suspended",
-            )
-    if bool(spec.get("suspend")) == value:
-        return SuspendPlan(None, NOTHING_TO_DO, f"{owner_kind} {name}: spec.suspend is already {str(value).lower()}")
-    ops: list[dict[str, Any]] = []
-    rv = _meta(owner).get("resourceVersion")
-    if rv:
-        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
-    ops.append({"op": "add", "path": "/spec/suspend", "value": value})
-    return SuspendPlan(ops)
-
-
-def plan_suspend(owner_kind: str, owner: Mapping[str, Any]) -> SuspendPlan:
-    """JSON patch setting ``spec.suspend: true`` on a RayJob/RayCluster/RayService, or a refusal with its reason."""
-    return _suspend_plan(owner_kind, owner, True)
-
-
-def plan_resume(owner_kind: str, owner: Mapping[str, Any]) -> SuspendPlan:
-    """JSON patch lifting ``spec.suspend`` (the scheduler admitted the gang again)."""
-    return _suspend_plan(owner_kind, owner, False)
-
-
-# --- drain ------------------------------------------------------------------------------------------------------
-
-ACCEPTED = "accepted"
-REJECTED = "rejected"
-NOT_FOUND = "not-found"
-AMBIGUOUS = "ambiguous"
-UNREACHABLE = "unreachable"
-UNAVAILABLE = "unavailable"  # ray is not installed here
-ERROR = "error"
-
-
-@dataclass(frozen=True)
-class DrainOutcome:
-    """What happened to one pod's Ray node: ``status`` is one of the constants above."""
-
-    pod: str
-    status: str
-    node_id: str | None = None
-    message: str = ""
-    seconds: float = 0.0
-
-
-PodRef = str | Mapping[str, Any]
-
-
-def _pod_keys(ref: PodRef) -> tuple[str, str | None]:
-    """(name-or-ip, ip) of a pod reference: a pod dict gives its name and status.podIP; a string is either."""
-    if isinstance(ref, str):
-        return ref, None
-    return _name(ref), (ref.get("status") or {}).get("podIP")
-
-
-def match_ray_nodes(nodes: Sequence[Mapping[str, Any]], refs: Sequence[PodRef]) -> dict[str, tuple[str | None, str]]:
-    """Map each pod to an alive Ray node: by ``RAY_CLOUD_INSTANCE_ID`` (KubeRay sets it to the pod name), then node
-    name or a ``ray.io/pod-name`` label, then IP when exactly one alive node has it. ``nodes`` are dicts with keys
-    ``node_id`` (hex), ``instance_id``, ``node_name``, ``ip``, ``labels``, ``alive``, ``is_head``.
-    Returns pod -> (node_id or None, status-or-detail)."""
-    alive = [n for n in nodes if n.get("alive")]
-    out: dict[str, tuple[str | None, str]] = {}
-    for ref in refs:
-        key, ip = _pod_keys(ref)
-        found = [n for n in alive if n.get("instance_id") and n.get("instance_id") == key]
-        if not found:
-            found = [
-                n
-                for n in alive
-                if (n.get("labels") or {}).get("ray.io/pod-name") == key
-                or (n.get("node_name") == key and n.get("node_name") != n.get("ip"))
-            ]
-        if not found:
-            for addr in (ip, key):
-                if addr:
-                    found = [n for n in alive if n.get("ip") == addr]
-                    if found:
-                        break
-        if len(found) == 1:
-            out[key] = (str(found[0]["node_id"]), "matched")
-        elif not found:
-            out[key] = (None, NOT_FOUND)
-        else:
-            out[key] = (None, AMBIGUOUS)
-    return out
-
-
-def _ray(module: str) -> Any:
-    """Ray modules, imported on first use (untyped: Ray's stubs lag its private API)."""
-    return importlib.import_module(module)
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host:
-        return address, DEFAULT_GCS_PORT
-    return host.strip("[]"), int(port)
-
-
-def _tcp_reachable(address: str, timeout: float) -> str | None:
-    """None when something listens at ``address``; otherwise why not. A cheap pre-check: Ray's GcsClient would
-    otherwise block for about 40 s on a dead address."""
-    try:
-        host, port = _split_address(address)
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except (OSError, ValueError) as exc:
-        return f"GCS at {address} is unreachable: {exc}"
-
-
-def _gcs_nodes(client: Any, timeout: float) -> list[dict[str, Any]]:
-    infos = client.get_all_node_info(timeout=timeout)
-    nodes = []
-    for nid, info in infos.items():
-        nodes.append(
-            {
-                "node_id": nid.hex(),
-                "instance_id": info.instance_id,
-                "node_name": info.node_name,
-                "ip": info.node_manager_address,
-                "labels": dict(info.labels),
-                "alive": info.state == 0,  # GcsNodeInfo.ALIVE
-                "is_head": info.is_head_node,
-            }
-        )
-    return nodes
-
-
-def _drain_sync(
-    gcs_address: str, refs: Sequence[PodRef], message: str, deadline_ms: int, timeout: float
-) -> list[DrainOutcome]:
-    reason = _ray("ray.core.generated.autoscaler_pb2").DrainNodeReason.Value(DRAIN_REASON_PREEMPTION)
-    client = _ray("ray._raylet").GcsClient(address=gcs_address)
-    matched = match_ray_nodes(_gcs_nodes(client, timeout), refs)
-    out = []
-    for ref in refs:
-        pod = _pod_keys(ref)[0]
-        node_id, detail = matched[pod]
-        if node_id is None:
-            out.append(DrainOutcome(pod, detail, None, f"no single alive Ray node for pod {pod} ({detail})"))
-            continue
-        t0 = time.monotonic()
-        try:
-            accepted, why = client.drain_node(node_id, reason, message, deadline_ms, timeout=timeout)
-        except Exception as exc:  # RpcError and friends: report, never raise into the shrink
-            out.append(DrainOutcome(pod, ERROR, node_id, f"drain_node failed: {exc}", time.monotonic() - t0))
-            continue
-        status = ACCEPTED if accepted else REJECTED
-        out.append(DrainOutcome(pod, status, node_id, str(why or ""), time.monotonic() - t0))
-    return out
-
-
-def drain_ray_nodes(
-    gcs_address: str,
-    pod_names_or_ips: Sequence[PodRef],
-    reason: str,
-    deadline_s: float,
-    *,
-    timeout_s: float = 5.0,
-) -> list[DrainOutcome]:
-    """Ask the GCS to drain the Ray nodes of these pods with the PREEMPTION reason and a deadline ``deadline_s`` from
-    now: they take no new work, running tasks and actors get until the deadline, and actors killed afterwards report
-    ``preempted``. The deadline is advisory (Ray does not kill the node); the shrink that follows does.
-
-    Never raises and never blocks longer than about ``timeout_s``: an unreachable GCS gives ``unreachable`` for every
-    pod, a missing ``ray`` package ``unavailable``. Pods are names (matched to ``RAY_CLOUD_INSTANCE_ID``) or IPs, or
-    pod dicts (name and ``status.podIP``)."""
-    pods = [_pod_keys(r)[0] for r in pod_names_or_ips]
-    if not pods:
-        return []
-    try:
-        _ray("ray._raylet")
-    except ImportError:
-        return [DrainOutcome(p, UNAVAILABLE, None, "ray is not installed (pip install 'kai-ray[ray]')") for p in pods]
-    t0 = time.monotonic()
-    why = _tcp_reachable(gcs_address, min(timeout_s, 2.0))
-    if why is not None:
-        return [DrainOutcome(p, UNREACHABLE, None, why, time.monotonic() - t0) for p in pods]
-    deadline_ms = int((time.time() + max(0.0, deadline_s)) * 1000)
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["out"] = _drain_sync(gcs_address, pod_names_or_ips, reason, deadline_ms, timeout_s)
-        except Exception as exc:
-            box["err"] = exc
-
-    # A GCS that accepts TCP but never answers would block GcsClient for ~40 s; the daemon thread bounds our wait.
-    worker = threading.Thread(target=run, name="kai-ray-drain", daemon=True)
-    worker.start()
-    worker.join(timeout_s * 2 + 1.0)
-    took = time.monotonic() - t0
-    if worker.is_alive():
-        return [
-            DrainOutcome(p, UNREACHABLE, None, f"GCS at {gcs_address} did not answer in {took:.1f}s", took)
-            for p in pods
-        ]
-    if "err" in box:
-        err = box["err"]
-        status = UNREACHABLE if "unavailable" in str(err).lower() or "timed out" in str(err).lower() else ERROR
-        return [DrainOutcome(p, status, None, f"GCS at {gcs_address}: {err}", took) for p in pods]
-    result: list[DrainOutcome] = box["out"]
-    return result
-
-
-def wait_drained(
-    gcs_address: str,
-    node_ids: Iterable[str],
-    until: float,
-    *,
-    poll_s: float = 0.25,
-    timeout_s: float = 5.0,
-) -> set[str]:
-    """Wait (wall clock, ``until`` = epoch seconds) while any of ``node_ids`` is alive; a preemption-drained node exits
-    by itself once idle. Returns the ids still alive at the end. Errors end the wait early (the shrink goes on)."""
-    waiting = set(node_ids)
-    if not waiting:
-        return waiting
-    try:
-        client = _ray("ray._raylet").GcsClient(address=gcs_address)
-        while waiting and time.time() < until:
-            alive = {n["node_id"] for n in _gcs_nodes(client, timeout_s) if n["alive"]}
-            waiting &= alive
-            if waiting:
-                time.sleep(min(poll_s, max(0.0, until - time.time())))
-    except Exception as exc:
-        log.info("waiting for drained Ray nodes at %s: %s", gcs_address, exc)
-    return waiting
-
-
-def gcs_address_for(raycluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | None:
-    """``<head pod IP>:<port>`` from the live head pod and ``headGroupSpec.rayStartParams.port`` (6379 by default)."""
-    params = ((raycluster.get("spec") or {}).get("headGroupSpec") or {}).get("rayStartParams") or {}
-    port = int(params.get("port") or DEFAULT_GCS_PORT)
-    for p in pods:
-        if _labels(p).get(c.RAY_NODE_TYPE) == "head" and not _terminating(p):
-            ip = (p.get("status") or {}).get("podIP")
-            if ip:
-                return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-    return None
 
 
 # --- apply ------------------------------------------------------------------------------------------------------
@@ -708,7 +264,9 @@ def _set_suspend(
         return SuspendOutcome(
             False, NOT_SUSPENDABLE, f"{owner_kind} {name}: spec.suspend is not part of the installed {owner_kind} CRD"
         )
-    record = {"at": _now_iso(), "reason": reason, "message": message, "owner": f"{owner_kind}/{name}"}
+    record: dict[str, Any] = {"at": _now_iso(), "reason": reason, "message": message, "owner": f"{owner_kind}/{name}"}
+    if plan.restored and value:
+        record["shutdownAfterJobFinishes"] = f"set true for the suspension (was {plan.restored})"
     if podgroup:
         record_on_podgroup(kube, namespace, podgroup, SUSPEND_ANNOTATION, record if value else None)
     verb = "suspended" if value else "resumed"
@@ -750,21 +308,6 @@ def apply_resume(
     )
 
 
-# --- scheduler operator glue ------------------------------------------------------------------------------------
-
-
-def ray_owner(podgroup: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(kind, name) of the Ray object that owns a PodGroup (its ``ray.io`` owner reference), or None."""
-    for ref in _meta(podgroup).get("ownerReferences") or []:
-        if str(ref.get("apiVersion", "")).startswith("ray.io/"):
-            return str(ref.get("kind")), str(ref.get("name"))
-    return None
-
-
-# Refusals after which the victims are evicted the plain way: a shrink can never express them.
-FALLBACK_CODES = (NOT_A_WORKER, UNKNOWN_GROUP, NO_REPLICA_LABEL, BELOW_MIN_REPLICAS, NO_RESOURCE_VERSION)
-
-
 @dataclass
 class ReclaimRecord:
     """One Ray-aware reclaim the interceptor performed (kept for metrics, tests and ``kai-ray explain``)."""
@@ -777,6 +320,7 @@ class ReclaimRecord:
     message: str
     seconds: float
     drains: list[DrainOutcome] = field(default_factory=list)
+    deferred: bool = False  # not done and not evicted instead: the next cycle decides again (a RayJob's suspend)
 
 
 class ElasticReclaimer:
@@ -789,6 +333,8 @@ class ElasticReclaimer:
     small thread pool, because a shrink waits up to ``drain_deadline_s`` for the drain; refusals that a shrink can
     never express (a head pod, an unknown group, ...) are handed to ``fallback`` (the operator's own eviction), while
     ``PendingDeletes`` is left for a later cycle to decide again (killing the pod would restart the recreate loop).
+    A RayJob that cannot be suspended now is never evicted instead (KubeRay would fail it for good): its victims are
+    handed to ``release`` (the operator forgets they are being evicted) and the next cycle decides again.
 
     ``gcs_address``: ``"auto"`` (the head pod's IP and GCS port), ``None`` (no draining), or a function
     ``(namespace, cluster) -> address``. ``shrink=False`` leaves elastic victims to plain eviction. ``labels_of``
@@ -808,6 +354,7 @@ class ElasticReclaimer:
         workers: int = 4,
         labels_of: Callable[[Any], Mapping[str, str] | None] | None = None,
         owner_of: Callable[[str, str], tuple[str, str] | None] | None = None,
+        release: Callable[[Any], None] | None = None,
         on_record: Callable[[ReclaimRecord], None] | None = None,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -820,6 +367,7 @@ class ElasticReclaimer:
         self.fallback = fallback
         self.labels_of = labels_of
         self.owner_of = owner_of
+        self.release = release
         self.on_record = on_record  # e.g. the operator's metrics
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-ray-reclaim")
         self.records: list[ReclaimRecord] = []
@@ -894,6 +442,15 @@ class ElasticReclaimer:
         if self.on_record is not None:
             self.on_record(rec)
 
+    def _release(self, items: list[tuple[Any, Any]]) -> None:
+        if self.release is None:
+            return
+        for p, _ in items:
+            try:
+                self.release(p)
+            except Exception as exc:
+                log.warning("releasing victim %s/%s failed: %s", p.namespace, p.name, exc)
+
     def _fall_back(self, items: list[tuple[Any, Any]]) -> None:
         if self.fallback is None:
             return
@@ -947,12 +504,26 @@ class ElasticReclaimer:
             out = SuspendOutcome(False, "Error", str(exc))
         self._record(
             ReclaimRecord(
-                "suspend", f"{namespace}/{name}", names, out.applied, out.code, out.message, time.monotonic() - t0
+                "suspend",
+                f"{namespace}/{name}",
+                names,
+                out.applied,
+                out.code,
+                out.message,
+                time.monotonic() - t0,
+                deferred=not out.applied and kind == "RayJob",
             )
         )
-        if not out.applied:
-            log.info("cannot suspend %s %s/%s (%s); evicting its pods", kind, namespace, name, out.message)
-            self._fall_back(items)
+        if out.applied:
+            return
+        if kind == "RayJob":
+            # Evicting a RayJob's pods fails it for good (KubeRay does not recreate its head): never. The victims go
+            # back to the core, which decides again next cycle (the suspend is retried, or someone else yields).
+            log.info("cannot suspend RayJob %s/%s now (%s); its pods are not evicted", namespace, name, out.message)
+            self._release(items)
+            return
+        log.info("cannot suspend %s %s/%s (%s); evicting its pods", kind, namespace, name, out.message)
+        self._fall_back(items)
 
 
 def publish_headroom(
@@ -1049,12 +620,37 @@ class HeadroomPublisher:
 
 
 __all__ = [
+    "ACCEPTED",
+    "ALREADY_REQUESTED",
+    "AMBIGUOUS",
+    "BELOW_MIN_REPLICAS",
+    "DEFAULT_GCS_PORT",
+    "DRAIN_REASON_PREEMPTION",
+    "ERROR",
+    "FALLBACK_CODES",
+    "GKE_REPLICA_INDEX_LABEL",
+    "NOTHING_TO_DO",
+    "NOT_A_WORKER",
+    "NOT_FOUND",
+    "NOT_SUSPENDABLE",
+    "NO_REPLICA_LABEL",
+    "NO_RESOURCE_VERSION",
+    "PENDING_DELETES",
+    "REJECTED",
+    "REPLICA_NAME_LABEL",
     "SHRINK_ANNOTATION",
+    "SHUTDOWN_RESTORE",
+    "SUSPENDABLE_KINDS",
+    "SUSPENDED",
     "SUSPEND_ANNOTATION",
+    "UNAVAILABLE",
+    "UNKNOWN_GROUP",
+    "UNREACHABLE",
     "DrainOutcome",
     "ElasticReclaimer",
     "GroupShrink",
     "HeadroomPublisher",
+    "PodRef",
     "ReclaimRecord",
     "ShrinkOutcome",
     "ShrinkPlan",

@@ -137,6 +137,10 @@ def single_pod_group(pod: Pod, config: PodgrouperConfig) -> PodGroup:
     )
 
 
+# Annotations the podgrouper removes when the desired PodGroup has none (others are kept, like KAI's podgrouper).
+DROPPED_WHEN_ABSENT = (c.INVALID,)
+
+
 def merge_existing(existing: PodGroup, desired: PodGroup, config: PodgrouperConfig) -> PodGroup:
     """``desired`` with the fields KAI preserves taken from ``existing``."""
     out = desired.model_copy(deep=True)
@@ -163,6 +167,8 @@ def differs(existing: PodGroup, desired: PodGroup) -> bool:
         return True
     if any(a.annotations.get(k) != v for k, v in b.annotations.items()):
         return True
+    if any(k in a.annotations and k not in b.annotations for k in DROPPED_WHEN_ABSENT):
+        return True
     owners_a = [(o.kind, o.uid) for o in a.owner_references or []]
     owners_b = [(o.kind, o.uid) for o in b.owner_references or []]
     return owners_a != owners_b
@@ -175,6 +181,9 @@ def update_body(existing_raw: dict[str, Any], desired: PodGroup) -> dict[str, An
     want = desired.to_dict()
     meta["labels"] = {**(meta.get("labels") or {}), **(want["metadata"].get("labels") or {})}
     meta["annotations"] = {**(meta.get("annotations") or {}), **(want["metadata"].get("annotations") or {})}
+    for key in DROPPED_WHEN_ABSENT:
+        if key not in (want["metadata"].get("annotations") or {}):
+            meta["annotations"].pop(key, None)
     if want["metadata"].get("ownerReferences"):
         meta["ownerReferences"] = want["metadata"]["ownerReferences"]
     body["metadata"] = meta

@@ -254,7 +254,7 @@ class SchedulerMetrics(Metrics):
         )
         self.suspends = Counter(
             f"{p}_suspends",
-            "Whole-gang preemptions by suspending the Ray owner, by victim queue and result (ok, fallback)",
+            "Whole-gang preemptions by suspending the Ray owner, by victim queue and result (ok, deferred, fallback)",
             ["queue_name", "result"],
             registry=r,
         )

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from kai_ray import constants as c
 from kai_ray.api.loader import ManifestError, parse_object
-from kai_ray.api.meta import Pod
+from kai_ray.api.meta import ObjectMeta, Pod
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.api.strict import LAST_APPLIED, invalid_quantities, object_unknown_fields
@@ -47,6 +47,7 @@ from kai_ray.k8s.grouping import (
     RAY_KINDS,
     controller_ref,
     differs,
+    group_name_for_pod,
     has_skip_marks,
     merge_existing,
     own_group_name,
@@ -58,12 +59,21 @@ from kai_ray.k8s.grouping import (
     without_zero_min_member,
 )
 from kai_ray.k8s.informer import DELETE, Informer, wait_all_synced
+from kai_ray.k8s.isolate import Guard
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import PodgrouperMetrics
 from kai_ray.k8s.pruning import PruneGuard, strip
 from kai_ray.k8s.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
-from kai_ray.k8s.workqueue import Backoff, Dispatcher
-from kai_ray.podgrouper import GroupingError, PodgrouperConfig, PodStamp, group, stamp
+from kai_ray.k8s.workqueue import Dispatcher
+from kai_ray.podgrouper import (
+    GroupingError,
+    PodgrouperConfig,
+    PodStamp,
+    group,
+    placeholder_group,
+    stamp,
+    suspend_blocker,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +82,7 @@ MAX_OWNER_DEPTH = 8
 STAMP_HOLDOFF = 0.5  # seconds without PodGroup writes before deferred stamps go
 STAMP_MAX_DELAY = 10.0  # a deferred stamp waits at most this long for a quiet moment
 STAMP_WORKERS = 8
+OWNER_GRACE = 30.0  # seconds a pod's owner may be missing (created after it, watch lag) before it is explained
 
 
 class OwnerError(Exception):
@@ -89,6 +100,7 @@ class PodgrouperOperator:
                 "scheduler_name": config.scheduler_name,
                 "queue_label_key": config.queue_label_key,
                 "default_priority": {**base.default_priority, **config.default_priority},
+                "max_gang_pods": config.max_gang_pods,
             }
         )
         self.metrics = PodgrouperMetrics()
@@ -101,13 +113,16 @@ class PodgrouperOperator:
         self._deferred: dict[str, tuple[tuple[Any, ...], float]] = {}  # pod key -> (unstamped fingerprint, since)
         self._deferred_lock = threading.Lock()
         self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
-        self.backoff = Backoff()
         self._leading = threading.Event()
         self._stop = threading.Event()
         self._local_pgs: dict[str, dict[str, Any]] = {}  # our own recent writes, until the watch catches up
         self._local_lock = threading.Lock()
         self._owner_cache: dict[tuple[str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._reported: dict[str, str] = {}  # Ray CR key -> last error reported (one Event per distinct error)
+        self.guard = Guard("reconcile", log)
+        self._orphans: dict[str, float] = {}  # pod key -> since when its owner chain cannot be followed
+        self.owner_grace = OWNER_GRACE
+        self._warned: dict[str, str] = {}  # Ray CR key -> admission warning given (once per distinct warning)
         self._fields_checked: dict[str, tuple[Any, ...]] = {}  # Ray CR key -> the version whose fields were checked
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self._omit_zero_min = False  # the installed PodGroup CRD refuses minMember 0 (KAI v0.12): omit it
@@ -227,6 +242,8 @@ class PodgrouperOperator:
     def _on_pod(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         if kind == DELETE:
             self._done.pop(key, None)
+            self._reported.pop(f"Pod/{key}", None)
+            self._orphans.pop(key, None)
             with self._deferred_lock:
                 self._deferred.pop(key, None)
             return
@@ -259,6 +276,8 @@ class PodgrouperOperator:
         def handle(event: str, key: str, obj: dict[str, Any]) -> None:
             if event == DELETE:
                 self._reported.pop(f"{kind}/{key}", None)
+                self._warned.pop(f"{kind}/{key}", None)
+                self._orphans.pop(f"ray/{kind}/{key}", None)
                 self._fields_checked.pop(f"{kind}/{key}", None)
                 return
             self._enqueue(f"ray/{kind}/{key}")
@@ -276,13 +295,112 @@ class PodgrouperOperator:
             else:
                 _, kind, rest = key.split("/", 2)
                 self.reconcile_ray(kind, rest)
-            self.backoff.forget(key)
+            self.queue.forget(key)
         except (ApiError, OwnerError) as exc:
-            delay = self.backoff.next(key)
             self.metrics.reconcile_errors.labels(key.split("/", 1)[0]).inc()
+            if isinstance(exc, OwnerError):
+                self._orphaned(key[4:] if key.startswith("pod/") else key, exc)
+            if isinstance(exc, ApiError) and exc.status in (400, 422):
+                self._rejected(key, exc)  # the API server refuses what this object asks for: retrying cannot help
+                self.queue.forget(key)
+                return
+            if not self._leading.is_set():
+                return
+            delay = self.queue.retry(key, lambda: self._reconcile(key))
             level = logging.INFO if isinstance(exc, OwnerError) or getattr(exc, "conflict", False) else logging.WARNING
             log.log(level, "%s: %s; retrying in %.1fs", key, exc, delay)
-            self._enqueue(key, delay=delay)
+        except Exception as exc:  # a bug: its traceback once per key and error; retried with backoff
+            self.guard.failed(key, exc)
+            if self._leading.is_set():
+                self.queue.retry(key, lambda: self._reconcile(key))
+
+    def _orphaned(self, key: str, exc: OwnerError) -> None:
+        """An object's owner chain still cannot be followed after :data:`OWNER_GRACE` seconds (a dangling owner
+        reference): a pod gets its own PodGroup, a Ray object a placeholder, marked :data:`~kai_ray.constants.INVALID`
+        with the reason (the scheduler explains it in a condition and schedules nothing of it), and a Warning Event.
+        ``key`` is a pod key or ``ray/<kind>/<ns>/<name>``. The reconcile goes on being retried with backoff: once the
+        owner exists, the object joins its real PodGroup and the stand-in goes (:meth:`_adopted`)."""
+        first = self._orphans.setdefault(key, time.monotonic())
+        if time.monotonic() - first < self.owner_grace or self.config.kai_coexistence:
+            return
+        if key.startswith("ray/"):
+            _, kind, rest = key.split("/", 2)
+            raw = self._get_cached(self.ray.get(kind, []), rest)
+            if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+                return
+            message = f"{kind} {(raw.get('metadata') or {}).get('name')}: metadata.ownerReferences: {exc}"
+            placeholder = self._placeholder(raw, kind, message)
+            try:
+                if placeholder is not None:
+                    self.apply(placeholder)
+            except ApiError as err:
+                log.info("%s: cannot mark it as orphaned: %s", key, err)
+                return
+            self._report_bad_cr(f"{kind}/{rest}", raw, kind, message)
+            return
+        raw = self._get_cached(self.pods, key)
+        meta = (raw or {}).get("metadata") or {}
+        if raw is None or meta.get("deletionTimestamp"):
+            return
+        try:
+            pod = Pod.model_validate(raw)
+            desired = single_pod_group(pod, self.grouper_config)
+            message = (
+                f"Pod {pod.metadata.name}: metadata.ownerReferences: {exc}; nothing of it is scheduled until it does"
+            )
+            desired.metadata.annotations[c.INVALID] = message
+            pg = self.apply(desired)
+            self._stamp(pod, pg)
+        except (ValidationError, ApiError) as err:
+            log.info("pod %s: cannot mark it as orphaned: %s", key, err)
+            return
+        what = f"Pod/{key}"
+        if self._reported.get(what) != message:
+            self._reported[what] = message
+            log.warning("%s", message)
+            self.events.emit(object_ref(raw, kind="Pod"), WARNING, "OwnerNotFound", message)
+
+    def _adopted(self, key: str, raw: dict[str, Any], group: str | None) -> None:
+        """An object that had a stand-in PodGroup for a dangling owner now has its real one (``group``, or None when
+        its owner groups it): the stand-in goes. ``key`` as for :meth:`_orphaned`."""
+        if self._orphans.pop(key, None) is None:
+            return
+        meta = raw.get("metadata") or {}
+        self._reported.pop(f"Pod/{key}", None)
+        own = group_name_for_pod(meta.get("name"), meta.get("uid"))
+        ns = meta.get("namespace", "")
+        stand_in = self._get_pg(f"{ns}/{own}")
+        if (
+            own == group
+            or stand_in is None
+            or c.INVALID not in ((stand_in.get("metadata") or {}).get("annotations") or {})
+        ):
+            return
+        try:
+            self.kube.delete(podgroups_path(ns, own))
+        except ApiError as exc:
+            if not exc.not_found:
+                log.info("deleting the stand-in PodGroup %s/%s: %s", ns, own, exc)
+
+    def _rejected(self, key: str, exc: ApiError) -> None:
+        """A write for this object was refused as invalid: say so on the object, once per distinct message (its
+        next change is reconciled again)."""
+        kind, _, rest = key.partition("/")
+        if kind == "pod":
+            obj, obj_kind, what = self._get_cached(self.pods, rest), "Pod", f"Pod/{rest}"
+        else:
+            obj_kind, _, rest = rest.partition("/")
+            obj, what = self._get_cached(self.ray.get(obj_kind, []), rest), f"{obj_kind}/{rest}"
+        message = f"the API server refused the PodGroup written for it: {exc.message or exc}"
+        if obj is None:
+            return
+        if obj_kind == "Pod":
+            if self._reported.get(what) != message:
+                log.warning("%s: %s", what, message)
+            self._reported[what] = message
+            self.events.emit(object_ref(obj, kind="Pod"), WARNING, "PodGroupError", message)
+        else:
+            self._report_bad_cr(what, obj, obj_kind, message)
 
     def _get_cached(self, infs: list[Informer], key: str) -> dict[str, Any] | None:
         for inf in infs:
@@ -382,6 +500,8 @@ class PodgrouperOperator:
             return
         done = self._stamp(pod, pg)
         self._done[key] = _pod_fingerprint(done)
+        if self._orphans:
+            self._adopted(key, raw, pg.metadata.name)
 
     def _may_defer_stamp(self, raw: dict[str, Any], pod: Pod, pg: PodGroup) -> bool:
         """Whether the scheduler can place this pod without its stamp (see the module docstring)."""
@@ -419,11 +539,10 @@ class PodgrouperOperator:
                 with self._deferred_lock:
                     self._deferred.pop(key, None)
                 return
-            delay = self.backoff.next(f"stamp/{key}")
+            delay = self.stamper.retry(f"stamp/{key}", partial(self._stamp_later, key, pg))
             log.info("stamp %s: %s; retrying in %.1fs", key, exc, delay)
-            self.stamper.submit(f"stamp/{key}", partial(self._stamp_later, key, pg), delay=delay)
             return
-        self.backoff.forget(f"stamp/{key}")
+        self.stamper.forget(f"stamp/{key}")
         self._done[key] = _pod_fingerprint(done)
         with self._deferred_lock:
             self._deferred.pop(key, None)
@@ -440,10 +559,37 @@ class PodgrouperOperator:
             desired = group(obj, cluster=cluster, pod=pod, config=self.grouper_config)
         except (ManifestError, GroupingError) as exc:
             self._report_bad_cr(ckey, top, kind, str(exc))
-            return None
-        if self._reported.pop(ckey, None) is not None:
+            return self._placeholder(top, kind, str(exc))
+        problem = desired.metadata.annotations.get(c.INVALID)
+        if problem:
+            self._report_bad_cr(ckey, top, kind, problem)
+        elif self._reported.pop(ckey, None) is not None:
             self.events.emit(object_ref(top, kind=kind), NORMAL, "PodGroupValid", "the Ray object can be grouped again")
+        blocker = suspend_blocker(kind, obj.metadata.name, top.get("spec") or {})
+        if blocker is not None and self._warned.get(ckey) != blocker:
+            self._warned[ckey] = blocker
+            self.events.emit(
+                object_ref(top, kind=kind),
+                WARNING,
+                "NotPreemptible",
+                f"{blocker}; kai-ray schedules it as non-preemptible (within its queue's quota) and never preempts it",
+            )
+        elif blocker is None:
+            self._warned.pop(ckey, None)
         return desired
+
+    def _placeholder(self, top: dict[str, Any], kind: str, problem: str) -> PodGroup | None:
+        """A PodGroup that says why the Ray object cannot be scheduled (see :func:`placeholder_group`). Not in
+        KAI-coexistence mode: KAI's scheduler does not read our :data:`~kai_ray.constants.INVALID` mark."""
+        if self.config.kai_coexistence:
+            return None
+        try:
+            meta = ObjectMeta.model_validate(top.get("metadata") or {})
+        except ValidationError:
+            return None
+        if not meta.name or not meta.namespace:
+            return None
+        return placeholder_group(meta, kind, problem, self.grouper_config)
 
     def _effective_cluster(
         self, obj: RayCluster | RayJob | RayService, chain: list[dict[str, Any]]
@@ -505,7 +651,10 @@ class PodgrouperOperator:
         ns = meta.get("namespace", "")
         ref = controller_ref(meta)
         if kind == "RayCluster" and ref is not None and ref.get("kind") in ("RayJob", "RayService"):
+            self._owner(ns, ref)  # an owner that does not exist raises OwnerError (a dangling owner reference)
             self._enqueue(f"ray/{ref['kind']}/{ns}/{ref.get('name')}")
+            if self._orphans:
+                self._adopted(f"ray/{kind}/{key}", raw, None)
             return
         chain = self.owner_chain(raw)
         if any(skip_requested(o.get("metadata") or {}) for o in chain):
@@ -518,6 +667,8 @@ class PodgrouperOperator:
         pg_key = f"{ns}/{desired.metadata.name}"
         existing = self._get_pg(pg_key)
         self.apply(desired, existing_raw=existing)
+        if self._orphans:
+            self._adopted(f"ray/{kind}/{key}", raw, desired.metadata.name)
         # pods may need a new subgroup label after a spec change
         for inf in self.pods:
             for pkey in inf.list_keys():

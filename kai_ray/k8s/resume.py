@@ -3,7 +3,7 @@
 Why: a suspended RayJob (or RayCluster) has no pods, so a scheduler that only sees pods would forget it, and nothing
 would ever lift the suspend. So, while the owner is suspended by kai-ray (its PodGroup carries
 :data:`~kai_ray.k8s.elastic.SUSPEND_ANNOTATION`), KubeRay has finished suspending it and none of its pods is left,
-the pods KubeRay would create (:func:`kai_ray.podgrouper.expand_pods`, stamped like the podgrouper stamps them) join
+the pods KubeRay would create (:func:`kai_ray.podgrouper.pod_templates`, stamped like the podgrouper stamps them) join
 the snapshot as *virtual* pending pods: the core weighs the gang like any pending gang (queue order, fair share,
 quota, reclaim), never binds them (they do not exist), and when it places the whole gang without waiting for
 victims, the operator lifts ``spec.suspend`` (:func:`~kai_ray.k8s.elastic.apply_resume`) so KubeRay creates a fresh
@@ -17,7 +17,7 @@ resumed gang is protected by the queues' min-runtimes like any other (its start 
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import logging
 import time
@@ -28,15 +28,16 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.api.loader import ManifestError, parse_object
-from kai_ray.api.meta import Container, Pod
+from kai_ray.api.meta import Container
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.bridge import parse_time, pod_from_api
-from kai_ray.k8s.cache import SchedulerCache
+from kai_ray.k8s.cache import PgEntry, SchedulerCache
 from kai_ray.k8s.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, apply_resume, ray_owner, record_on_podgroup
 from kai_ray.k8s.informer import DELETE, Informer
+from kai_ray.k8s.isolate import Guard
 from kai_ray.k8s.rest import RAY_PLURALS, Kube, ray_path
-from kai_ray.podgrouper import PodgrouperConfig, expand_pods, stamp
+from kai_ray.podgrouper import PodgrouperConfig, effective_cluster_spec, gang_too_large, pod_templates, stamp
 from kai_ray.podgrouper.pods import SUBMITTER_RESOURCES
 from kai_ray.scheduler import snapshot as s
 from kai_ray.scheduler.decisions import CycleResult
@@ -70,14 +71,6 @@ def suspend_settled(kind: str, owner: dict[str, Any]) -> bool:
     return True
 
 
-def _cluster_spec_dict(kind: str, owner: dict[str, Any]) -> dict[str, Any] | None:
-    spec = owner.get("spec") or {}
-    if kind == "RayCluster":
-        return spec
-    inner = spec.get("rayClusterSpec" if kind == "RayJob" else "rayClusterConfig")
-    return inner if isinstance(inner, dict) else None
-
-
 def owner_pods(
     kind: str,
     owner: dict[str, Any],
@@ -88,33 +81,35 @@ def owner_pods(
     every_group: bool = False,
 ) -> list[s.Pod]:
     """The core's view of the pods KubeRay would create for ``owner``, stamped for ``podgroup`` (subgroup labels),
-    with virtual uids. ``every_group`` gives every worker group at least one replica (templates for headroom probes
-    of groups scaled to zero). Raises ManifestError when the owner cannot be read."""
-    raw = copy.deepcopy(owner)
+    with virtual uids. ``every_group`` gives one pod per group instead, scaled to zero or not (templates for headroom
+    probes). Work is per group: each group's pod is read once and copied. Raises ManifestError when the owner cannot
+    be read, ValueError when the gang has more than ``config.max_gang_pods`` pods."""
+    raw = dict(owner)
     raw["kind"] = kind
     raw.setdefault("apiVersion", "ray.io/v1")
-    raw.setdefault("spec", {}).pop("suspend", None)  # the pods it would have once resumed
-    if every_group:
-        spec = _cluster_spec_dict(kind, raw) or {}
-        for wg in spec.get("workerGroupSpecs") or []:
-            wg["replicas"] = max(1, int(wg.get("replicas") or 0))
-            wg["maxReplicas"] = max(1, int(wg.get("maxReplicas") if wg.get("maxReplicas") is not None else 1))
-            wg["minReplicas"] = min(int(wg.get("minReplicas") or 0), wg["replicas"])
-            wg.pop("suspend", None)
+    raw["spec"] = {k: v for k, v in (owner.get("spec") or {}).items() if k != "suspend"}  # the pods once resumed
     obj = parse_object(raw, f"{kind} {(owner.get('metadata') or {}).get('name')}")
     assert isinstance(obj, RayCluster | RayJob | RayService)
-    pods: list[Pod] = expand_pods(obj, config=config)
-    if isinstance(obj, RayJob) and obj.submission_mode == "SidecarMode":
-        for pod in pods:  # KubeRay adds its submitter container to the head
-            if pod.metadata.labels.get(c.RAY_NODE_TYPE) == "head":
-                pod.spec.containers.append(Container(name="ray-job-submitter", resources=SUBMITTER_RESOURCES))
-    out = []
-    for i, pod in enumerate(pods):
+    templates = pod_templates(obj, config=config)
+    total = sum(t.count for t in templates)
+    if not every_group and total > config.max_gang_pods:
+        raise ValueError(gang_too_large(obj, effective_cluster_spec(obj), total, config.max_gang_pods))
+    out: list[s.Pod] = []
+    for t in templates:
+        n = 1 if every_group else t.count
+        if n == 0:
+            continue
+        pod = t.pod
+        if isinstance(obj, RayJob) and obj.submission_mode == "SidecarMode" and t.group == c.RAY_HEAD_GROUP:
+            pod.spec.containers.append(Container(name="ray-job-submitter", resources=SUBMITTER_RESOURCES))
         st = stamp(pod, podgroup)
         pod.metadata.labels.update(st.labels)
         pod.metadata.annotations.update(st.annotations)
-        pod.metadata.uid = f"{job_key}/{VIRTUAL}/{i}"
-        out.append(pod_from_api(pod, job_key))
+        pod.metadata.uid = f"{job_key}/{VIRTUAL}/{len(out)}"
+        first = pod_from_api(pod, job_key)
+        out.append(first)
+        for i in range(1, n):
+            out.append(dataclasses.replace(first, uid=f"{job_key}/{VIRTUAL}/{len(out)}", name=t.name(i)))
     return out
 
 
@@ -180,6 +175,7 @@ class SuspendedGangs:
         self._gangs: dict[str, _Gang] = {}
         self._templates: dict[str, tuple[str, dict[str, s.Pod]]] = {}
         self._dropping: set[str] = set()
+        self.guard = Guard("suspended gang", log)
         self.resumed: list[tuple[str, float]] = []  # (job, monotonic) of every resume sent, newest last (bounded)
 
     # --- owners -------------------------------------------------------------------------------------------------
@@ -206,26 +202,9 @@ class SuspendedGangs:
             suspended = {k: self.cache.pgs.get(k) for k in self.cache.suspended}
             live = {k: self._live_by_subgroup(k) for k in set(suspended) | set(self._gangs)}
         for key, pg in suspended.items():
-            if pg is None or pg.model is None or (key in self._gangs and self._gangs[key].resumed_at is not None):
-                continue
-            record = _record(pg.raw)
-            owner_ref = _owner_from_record(record) or ray_owner(pg.raw)
-            if owner_ref is None or owner_ref[0] not in self.kinds:
-                continue
-            kind, name = owner_ref
-            owner = self.owner(kind, pg.namespace, name)
-            at = parse_time(str(record.get("at") or "")) if record else None
-            if owner is not None and not (owner.get("spec") or {}).get("suspend"):
-                self._drop_stale_record(key, pg.namespace, pg.name, at, now_wall)
-                continue
-            if owner is None or not suspend_settled(kind, owner) or live.get(key):
-                continue
-            if at is not None and now_wall - at < RESUME_HOLDOFF:
-                continue  # just suspended: its preemptor goes first
-            gang = self._gang(key, kind, name, owner, pg.model)
-            if gang is None or mono < gang.retry_at:
-                continue
-            out[key] = gang.pods
+            pods = self.guard(key, self._waiting_gang, key, pg, bool(live.get(key)), now_wall, mono, default=None)
+            if pods is not None:
+                out[key] = pods
         for key, gang in list(self._gangs.items()):
             if gang.resumed_at is None:
                 if key not in suspended:
@@ -247,16 +226,46 @@ class SuspendedGangs:
             out[key] = missing
         return out
 
-    def _drop_stale_record(self, key: str, namespace: str, name: str, at: float | None, now_wall: float) -> None:
+    def _waiting_gang(
+        self, key: str, pg: PgEntry | None, has_pods: bool, now_wall: float, mono: float
+    ) -> list[s.Pod] | None:
+        """The virtual pods of one suspended gang that may be resumed now, or None."""
+        if pg is None or pg.model is None or (key in self._gangs and self._gangs[key].resumed_at is not None):
+            return None
+        record = _record(pg.raw)
+        owner_ref = _owner_from_record(record) or ray_owner(pg.raw)
+        if owner_ref is None or owner_ref[0] not in self.kinds:
+            return None
+        kind, name = owner_ref
+        owner = self.owner(kind, pg.namespace, name)
+        at = parse_time(str(record.get("at") or "")) if record else None
+        if owner is not None and not (owner.get("spec") or {}).get("suspend"):
+            self._drop_stale_record(key, pg.namespace, pg.name, at, now_wall, kind, name)
+            return None
+        if owner is None or not suspend_settled(kind, owner) or has_pods:
+            return None
+        if at is not None and now_wall - at < RESUME_HOLDOFF:
+            return None  # just suspended: its preemptor goes first
+        gang = self._gang(key, kind, name, owner, pg.model)
+        if gang is None or mono < gang.retry_at:
+            return None
+        return gang.pods
+
+    def _drop_stale_record(
+        self, key: str, namespace: str, name: str, at: float | None, now_wall: float, kind: str, owner: str
+    ) -> None:
         """The owner runs again (someone lifted the suspend, or our resume's record removal failed): the record is
-        stale. Not before :data:`STALE_RECORD_AFTER`, since the owner's watch event may lag the PodGroup's."""
+        stale, and a RayJob gets its own ``shutdownAfterJobFinishes`` back (:func:`~kai_ray.k8s.rayplan.plan_resume`).
+        Not before :data:`STALE_RECORD_AFTER`, since the owner's watch event may lag the PodGroup's."""
         if key in self._dropping or (at is not None and now_wall - at < STALE_RECORD_AFTER):
             return
         self._dropping.add(key)
 
         def work() -> None:
             try:
-                record_on_podgroup(self.kube, namespace, name, SUSPEND_ANNOTATION, None)
+                out = apply_resume(self.kube, kind, namespace, owner, reason="Unsuspended", podgroup=name)
+                if out.code == NOTHING_TO_DO or not out.applied:
+                    record_on_podgroup(self.kube, namespace, name, SUSPEND_ANNOTATION, None)
             except Exception as exc:
                 log.info("dropping the stale suspend record of %s: %s", key, exc)
             finally:
@@ -310,6 +319,8 @@ class SuspendedGangs:
                         found[p.subgroup] = p
             except (ManifestError, ValueError) as exc:
                 log.info("headroom templates of %s: %s", key, exc)
+            except Exception as exc:
+                self.guard.failed(key, exc)
             self._templates[key] = (rv, found)
             if len(self._templates) > 5000:
                 self._templates.clear()

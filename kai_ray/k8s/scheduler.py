@@ -24,7 +24,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -39,6 +39,7 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.elastic import FALLBACK_CODES, ElasticReclaimer, HeadroomPublisher, ReclaimRecord, ray_owner
 from kai_ray.k8s.events import NORMAL, WARNING, EventRecorder
 from kai_ray.k8s.informer import Informer, wait_all_synced
+from kai_ray.k8s.isolate import Guard, Quarantine
 from kai_ray.k8s.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.metrics import SchedulerMetrics
 from kai_ray.k8s.pruning import PruneGuard
@@ -111,6 +112,7 @@ class SchedulerOperator:
                 fallback=self._evict,
                 labels_of=self._cached_labels,
                 owner_of=self._cached_owner,
+                release=lambda p: self.cache.unmark_evicting(p.key),
                 on_record=self._count_reclaim,
             )
             self.eviction_interceptors.append(self.reclaimer)
@@ -122,7 +124,9 @@ class SchedulerOperator:
                 kinds=config.suspend_kinds,
                 namespaces=config.namespaces,
                 grouper_config=PodgrouperConfig(
-                    scheduler_name=config.scheduler_name, queue_label_key=config.queue_label_key
+                    scheduler_name=config.scheduler_name,
+                    queue_label_key=config.queue_label_key,
+                    max_gang_pods=config.max_gang_pods,
                 ),
                 submit=lambda key, work: self.binder.submit(key, work, priority=EVICT_PRIORITY),
                 wake=self.wake,
@@ -166,6 +170,8 @@ class SchedulerOperator:
         self._last_cycle_seconds = 0.0
         self._last_report = 0.0
         self.last_result: CycleResult | None = None
+        self.quarantine = Quarantine(run_cycle, log, version=self._job_version)
+        self.guard = Guard("reporting", log)
         self.cycles = 0
         self.started_at = time.monotonic()
 
@@ -320,6 +326,13 @@ class SchedulerOperator:
             except Exception:
                 log.exception("scheduling cycle failed; next cycle continues")
 
+    def _job_version(self, key: str) -> Any:
+        """What a quarantined job must change to be tried again: its PodGroup or its set of pods."""
+        with self.cache.lock:
+            pg = self.cache.pgs.get(key)
+            members = self.cache.members.get(key) or {}
+            return (pg.sig if pg is not None else None, tuple(sorted((p.key, p.sig) for p in members.values())))
+
     def _period(self) -> float:
         """Seconds until the next periodic cycle when nothing changes.
 
@@ -344,7 +357,7 @@ class SchedulerOperator:
                 statuses = {name: q.raw.get("status") or {} for name, q in self.cache.queues.items()}
             view.snapshot.usage = self.usage.before_cycle(time.time(), statuses)
         t1 = time.perf_counter()
-        result = run_cycle(view.snapshot)
+        result = self.quarantine.run(view.snapshot)
         t2 = time.perf_counter()
         t3 = t2
         if self._leading.is_set():
@@ -491,7 +504,7 @@ class SchedulerOperator:
             result = "ok" if rec.ok else ("fallback" if fell_back else "deferred")
             self.metrics.elastic_shrinks.labels(queue, result).inc()
         else:
-            self.metrics.suspends.labels(queue, "ok" if rec.ok else "fallback").inc()
+            self.metrics.suspends.labels(queue, "ok" if rec.ok else ("deferred" if rec.deferred else "fallback")).inc()
 
     def _queue_metrics(self, view: SnapshotView, result: CycleResult, verdicts: dict[str, JobStatus]) -> None:
         """KAI's per-queue gauges and kai-ray's pending counts; a parent queue's counts include its children's."""
@@ -688,7 +701,15 @@ class SchedulerOperator:
         for key, errors in view.invalid_jobs.items():
             msg = "; ".join(errors)
             verdicts[key] = JobStatus(key, False, Reason.INVALID, f"invalid PodGroup: {msg}")
-        bad_queues = view.invalid_queues
+        for key, q in self.quarantine.jobs.items():
+            why = f"the scheduler fails on this PodGroup ({q.reason}); it is left out until it or its pods change"
+            verdicts[key] = JobStatus(key, False, Reason.INVALID, why)
+        bad_queues = {name: list(errors) for name, errors in view.invalid_queues.items()}
+        for f in result.findings:  # unknown parents and cycles are found across queues, by the core
+            if f.kind == "Queue" and f.name in self.cache.queues:
+                text = f"spec.{f.field}: {f.message}" if f.field else f.message
+                if text not in bad_queues.setdefault(f.name, []):
+                    bad_queues[f.name].append(text)
         for key, v in list(verdicts.items()):
             if not v.scheduled and v.reason is Reason.QUEUE_DOES_NOT_EXIST:
                 pg = self.cache.pgs.get(key)
@@ -698,13 +719,18 @@ class SchedulerOperator:
                         key, False, Reason.QUEUE_INVALID, f"queue {qname!r} is invalid: {'; '.join(bad_queues[qname])}"
                     )
         jobs = {j.key: j for j in view.snapshot.jobs}
+        for key, v in list(verdicts.items()):
+            if not v.scheduled and v.reason is Reason.NEVER_FITS:
+                fields = self._oversized(view, jobs.get(key))
+                if fields:
+                    verdicts[key] = replace(v, message=f"{'; '.join(fields)}; {v.message}")
 
         def members(key: str) -> list[PodEntry]:
             job = jobs.get(key)
             return [view.pods_by_uid[p.uid] for p in job.pods if p.uid in view.pods_by_uid] if job else []
 
         for key, v in verdicts.items():
-            self._report_job(key, v, members, now, iso)
+            self.guard(key, self._report_job, key, v, members, now, iso, default=None)
         for key in [k for k in self._verdicts if k not in verdicts]:
             del self._verdicts[key]
             with self._status_lock:
@@ -719,6 +745,23 @@ class SchedulerOperator:
         self._queue_metrics(view, result, verdicts)
         self._report_findings(result)
         self._report_queues(result, bad_queues, now, iso)
+
+    def _oversized(self, view: SnapshotView, job: Any) -> list[str]:
+        """For a gang that can never fit: the request fields of its pods that no node can hold (at most 3)."""
+        if job is None:
+            return []
+        largest = {
+            r: max((getattr(n.allocatable, r) for n in view.snapshot.nodes), default=0.0)
+            for r in ("gpu", "cpu", "memory")
+        }
+        out: list[str] = []
+        for p in job.pods:
+            entry = view.pods_by_uid.get(p.uid)
+            if entry is not None and len(entry.raw) > 1 and isinstance(entry.raw[1], dict):
+                out += st.oversized_fields(entry.name, entry.raw[1], largest)
+            if len(out) >= 3:
+                break
+        return out[:3]
 
     def _report_job(
         self, key: str, v: JobStatus, members: Callable[[str], list[PodEntry]], now: float, iso: str
@@ -786,10 +829,9 @@ class SchedulerOperator:
     def _report_findings(self, result: CycleResult) -> None:
         for f in result.findings:
             ref: dict[str, Any] | None = None
-            if f.kind == "Queue":
-                q = self.cache.queues.get(f.name)
-                ref = _queue_ref(q.raw) if q is not None else None
-            elif f.kind == "PodGroup":
+            if f.kind == "Queue" and f.name in self.cache.queues:
+                continue  # in the Queue's Valid condition, with an Event when it changes (_report_queues)
+            if f.kind == "PodGroup":
                 pg = self.cache.pgs.get(f.name)
                 ref = _pg_ref(pg.raw) if pg is not None else None
             text = f"{f.field}: {f.message}" if f.field else f.message

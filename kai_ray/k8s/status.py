@@ -176,3 +176,31 @@ def queue_validity(current: dict[str, Any] | None, errors: list[str], now: str) 
     else:
         cond = _condition(conditions, QUEUE_VALID, "True", "Valid", "spec is valid", now)
     return {"conditions": _merge_conditions(conditions, cond)}
+
+
+def oversized_fields(pod_name: str, spec: dict[str, Any] | None, largest: dict[str, float]) -> list[str]:
+    """The container request fields of a pod that no node can hold (``largest``: the most any node offers, in core
+    units), each named as a field path: what a NeverFits verdict should point a user at."""
+    from kai_ray.api.quantity import QuantityError, parse_quantity
+
+    out = []
+    scale = {"nvidia.com/gpu": ("gpu", 1.0), "cpu": ("cpu", 1000.0), "memory": ("memory", 1.0)}
+    for i, ctr in enumerate((spec or {}).get("containers") or []):
+        resources = ctr.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for name, raw in (resources.get(kind) or {}).items():
+                if name not in scale:
+                    continue
+                core, factor = scale[name]
+                try:
+                    value = parse_quantity(raw) * factor
+                except QuantityError:
+                    continue
+                if value > largest.get(core, 0.0):
+                    out.append(
+                        f"Pod {pod_name} spec.containers[{i}].resources.{kind}[{name}]: {raw} is more than any node "
+                        f"offers ({quantity(core, largest.get(core, 0.0))})"
+                    )
+            if out:
+                break
+    return out

@@ -1,19 +1,32 @@
 """Ray CR -> gang PodGroup. Pure functions; no API calls."""
 
 from kai_ray.podgrouper.config import PodgrouperConfig
-from kai_ray.podgrouper.grouper import GroupingError, effective_cluster_spec, group, podgroup_name
-from kai_ray.podgrouper.pods import cluster_name, expand_pods
+from kai_ray.podgrouper.grouper import (
+    GroupingError,
+    effective_cluster_spec,
+    gang_too_large,
+    group,
+    placeholder_group,
+    podgroup_name,
+    suspend_blocker,
+)
+from kai_ray.podgrouper.pods import PodTemplate, cluster_name, expand_pods, pod_templates
 from kai_ray.podgrouper.stamping import PodStamp, stamp, subgroup_for_pod
 
 __all__ = [
     "GroupingError",
     "PodStamp",
+    "PodTemplate",
     "PodgrouperConfig",
     "cluster_name",
     "effective_cluster_spec",
     "expand_pods",
+    "gang_too_large",
     "group",
+    "placeholder_group",
+    "pod_templates",
     "podgroup_name",
     "stamp",
     "subgroup_for_pod",
+    "suspend_blocker",
 ]

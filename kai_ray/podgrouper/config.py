@@ -19,6 +19,8 @@ class PodgrouperConfig(BaseModel):
     # Autoscaler sidecar that KubeRay adds to the head when enableInTreeAutoscaling is on (KubeRay's default).
     autoscaler_sidecar_cpu: str = "500m"
     autoscaler_sidecar_memory: str = "512Mi"
+    # A Ray object whose gang would have more pods is refused (kai-ray.io/invalid); elastic ceilings are capped to it.
+    max_gang_pods: int = Field(default=c.DEFAULT_MAX_GANG_PODS, ge=1)
 
     @classmethod
     def kai_compatible(cls) -> PodgrouperConfig:

@@ -7,12 +7,18 @@ Gang size follows KAI's Ray grouper: the head counts 1; each worker group contri
 or ``replicas x numOfHosts`` when ``minReplicas`` is 0; suspended groups and groups with replicas = minReplicas = 0
 contribute nothing. Unlike KAI we clamp replicas into [min, max] as KubeRay does instead of failing, read the real
 ``suspend`` field, map non-DNS group names, and record max worker counts in annotations.
+
+Bounded: the work is per worker group, never per replica. A gang of more than ``max_gang_pods`` pods (what KubeRay
+would create now) is still grouped, so its PodGroup can say why it is refused (annotation :data:`~kai_ray.constants.
+INVALID`, naming the field); elastic ceilings are capped at ``max_gang_pods``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
@@ -36,6 +42,7 @@ class GroupPlan:
     subgroup: str
     min_member: int
     max_member: int
+    desired: int = 0  # pods KubeRay creates now: desired replicas x numOfHosts
 
 
 def cluster_spec_path(obj: RayObject) -> str:
@@ -75,14 +82,35 @@ def plan_groups(obj: RayObject, spec: RayClusterSpec) -> list[GroupPlan]:
                 "another group"
             )
         seen[name] = sg
+        if wg.min_replicas is not None and wg.max_replicas is not None and wg.min_replicas > wg.max_replicas:
+            raise GroupingError(  # KubeRay refuses such a cluster (creates none of its pods): say so
+                f"{obj.kind} {obj.metadata.name}: {path}.workerGroupSpecs[{i}].minReplicas: {wg.min_replicas} is "
+                f"greater than maxReplicas {wg.max_replicas}"
+            )
         if wg.suspend or (not wg.replicas and not wg.min_replicas and not (autoscaling and wg.max > 0)):
             continue
         hosts = wg.hosts
         desired = wg.desired_replicas()
         minimum = (min(wg.min, wg.max) if wg.min > 0 else desired) * hosts
         ceiling = min(wg.max * hosts, MAX_INT32) if autoscaling else desired * hosts
-        plans.append(GroupPlan(name, sg, minimum, max(ceiling, minimum)))
+        plans.append(GroupPlan(name, sg, minimum, max(ceiling, minimum), desired * hosts))
     return plans
+
+
+def gang_too_large(obj: RayObject, spec: RayClusterSpec, pods: int, limit: int) -> str:
+    """Why a gang of ``pods`` pods is refused, naming the worker group field that makes it so large."""
+    where = f"{obj.kind} {obj.metadata.name}: {cluster_spec_path(obj)}"
+    sizes = [(wg.desired_replicas() * wg.hosts, i, wg) for i, wg in enumerate(spec.worker_group_specs)]
+    if not sizes:
+        return f"{where}: {pods} pods in one gang; at most {limit} pods per gang (max-gang-pods)"
+    n, i, wg = max(sizes, key=lambda t: t[0])
+    replicas = wg.desired_replicas()
+    field = "minReplicas" if wg.min > (wg.replicas or 0) and wg.min <= wg.max else "replicas"
+    hosts = f" x numOfHosts {wg.hosts}" if wg.hosts > 1 else ""
+    return (
+        f"{where}.workerGroupSpecs[{i}].{field}: {replicas}{hosts} = {n} pods make a gang of {pods} pods; "
+        f"at most {limit} pods per gang (max-gang-pods)"
+    )
 
 
 def _first_label(key: str, *metas: ObjectMeta | None) -> str | None:
@@ -110,9 +138,30 @@ def resolve_priority(obj: RayObject, spec: RayClusterSpec, pod: Pod | None, conf
     return config.default_priority.get(obj.kind, "train")
 
 
+def suspend_blocker(kind: str, name: str | None, spec: Mapping[str, Any]) -> str | None:
+    """Why kai-ray cannot preempt this Ray object gracefully (suspend it), naming the field; None when it can.
+
+    A RayJob that kai-ray preempts is suspended, never has its pods evicted: KubeRay (>= 1.5) does not recreate a
+    RayJob's head, so an evicted RayJob fails for good. KubeRay suspends a RayJob only with
+    ``shutdownAfterJobFinishes: true`` (kai-ray sets it for the time of the suspension), which a
+    ``deletionStrategy`` rules out; and a ``clusterSelector`` job shares a cluster it does not own."""
+    if kind != "RayJob":
+        return None
+    if spec.get("clusterSelector"):
+        return f"RayJob {name}: spec.clusterSelector: the job runs on a shared cluster, which kai-ray does not suspend"
+    if spec.get("deletionStrategy") and not spec.get("shutdownAfterJobFinishes"):
+        return (
+            f"RayJob {name}: spec.deletionStrategy: KubeRay suspends a RayJob only with shutdownAfterJobFinishes "
+            "true, which a deletionStrategy rules out; evicting its pods instead would fail it for good"
+        )
+    return None
+
+
 def resolve_preemptibility(
     obj: RayObject, pod: Pod | None, priority_class: str, config: PodgrouperConfig
 ) -> str | None:
+    if isinstance(obj, RayJob) and suspend_blocker(obj.kind, obj.metadata.name, obj.spec.to_dict()):
+        return "non-preemptible"  # it cannot be preempted without failing it (the podgrouper says so in an Event)
     label = _first_label(c.PREEMPTIBILITY_LABEL, obj.metadata, pod.metadata if pod else None)
     if label is not None:
         if label not in ("preemptible", "non-preemptible"):
@@ -184,7 +233,7 @@ def group(
         subgroups.append(
             SubGroup(
                 name=plan.subgroup,
-                min_member=plan.min_member,
+                min_member=min(plan.min_member, MAX_INT32),
                 topology_constraint=topology_from(wg.template.metadata.annotations, where),
             )
         )
@@ -192,15 +241,19 @@ def group(
     if submitter:
         subgroups.append(SubGroup(name=c.SUBMITTER_SUBGROUP, min_member=0))
 
-    min_member = 1 + sum(p.min_member for p in plans)
-    max_member = min(1 + sum(p.max_member for p in plans), MAX_INT32)
-    subgroup_max = {c.RAY_HEAD_GROUP: 1, **{p.subgroup: p.max_member for p in plans}}
+    limit = config.max_gang_pods
+    min_member = min(1 + sum(p.min_member for p in plans), MAX_INT32)
+    max_member = min(1 + sum(p.max_member for p in plans), limit)
+    subgroup_max = {c.RAY_HEAD_GROUP: 1, **{p.subgroup: min(p.max_member, limit) for p in plans}}
+    desired_pods = 1 + sum(p.desired for p in plans) + (1 if submitter else 0)
     if submitter:
         subgroup_max[c.SUBMITTER_SUBGROUP] = 1
 
     priority = resolve_priority(obj, spec, pod, config)
     annotations = dict(obj.metadata.annotations)
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    for key in (c.INVALID, c.MAX_MEMBER, c.SUBGROUP_MAX, c.SUBGROUP_NAMES):
+        annotations.pop(key, None)  # ours to write, whatever the Ray object says
     annotations[c.TOP_OWNER_METADATA] = yaml.safe_dump(
         {
             "name": obj.metadata.name,
@@ -213,6 +266,8 @@ def group(
     )
     annotations[c.MAX_MEMBER] = str(max_member)
     annotations[c.SUBGROUP_MAX] = json.dumps(subgroup_max, sort_keys=True)
+    if desired_pods > limit:
+        annotations[c.INVALID] = gang_too_large(obj, spec, desired_pods, limit)
     renamed = {p.group_name: p.subgroup for p in plans if p.group_name != p.subgroup}
     if renamed:
         annotations[c.SUBGROUP_NAMES] = json.dumps(renamed, sort_keys=True)
@@ -235,6 +290,47 @@ def group(
             topology_constraint=topology_from(obj.metadata.annotations, owner_where),
             preemption_delay=obj.metadata.annotations.get(c.PREEMPTION_DELAY),
             staleness_grace_period=obj.metadata.annotations.get(c.STALENESS_GRACE),
+        ),
+    )
+
+
+def placeholder_group(obj: ObjectMeta, kind: str, problem: str, config: PodgrouperConfig | None = None) -> PodGroup:
+    """The PodGroup of a Ray object that cannot be grouped: a head-only gang marked :data:`~kai_ray.constants.INVALID`
+    with ``problem``, so the scheduler explains on the PodGroup (and ``kai-ray explain`` on the pods) why nothing of
+    it is scheduled. Built from metadata only: the spec is what could not be read."""
+    config = config or PodgrouperConfig()
+    api_version = "ray.io/v1"
+    meta = ObjectMeta(name=obj.name, namespace=obj.namespace, uid=obj.uid, labels=dict(obj.labels))
+    view = RayCluster(metadata=meta)
+    priority = _first_label(c.RAY_PRIORITY_LABEL, obj) or _first_label(c.PRIORITY_LABEL, obj)
+    owner = (
+        [
+            OwnerReference(
+                api_version=api_version,
+                kind=kind,
+                name=obj.name or "",
+                uid=obj.uid,
+                controller=False,
+                block_owner_deletion=False,
+            )
+        ]
+        if obj.uid
+        else None
+    )
+    top = {"name": obj.name, "uid": obj.uid or "", "group": "ray.io", "version": "v1", "kind": kind}
+    return PodGroup(
+        metadata=ObjectMeta(
+            name=podgroup_name(view),
+            namespace=obj.namespace,
+            labels=dict(obj.labels),
+            annotations={c.TOP_OWNER_METADATA: yaml.safe_dump(top, sort_keys=True), c.INVALID: problem},
+            owner_references=owner,
+        ),
+        spec=PodGroupSpec(
+            min_member=1,
+            sub_groups=[SubGroup(name=c.RAY_HEAD_GROUP, min_member=1)],
+            queue=resolve_queue(obj, None, config),
+            priority_class_name=priority or config.default_priority.get(kind, "train"),
         ),
     )
 

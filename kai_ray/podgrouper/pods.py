@@ -1,4 +1,4 @@
-"""The pods KubeRay would create for a Ray CR, for the simulator and for tests.
+"""The pods KubeRay would create for a Ray CR, for the simulator, the scheduler's suspended gangs and tests.
 
 Names are deterministic (``<cluster>-head``, ``<cluster>-<group>-worker-<i>``) where KubeRay adds random suffixes;
 labels, resources and the autoscaler sidecar follow KubeRay (see ``kuberay.md`` section 2).
@@ -6,11 +6,13 @@ labels, resources and the autoscaler sidecar follow KubeRay (see ``kuberay.md`` 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kai_ray import constants as c
 from kai_ray.api.meta import Container, ObjectMeta, OwnerReference, Pod, PodSpec, PodTemplateSpec, ResourceRequirements
 from kai_ray.api.ray import RayCluster, RayJob, RayObject
 from kai_ray.podgrouper.config import PodgrouperConfig
-from kai_ray.podgrouper.grouper import effective_cluster_spec, resolve_queue
+from kai_ray.podgrouper.grouper import GroupingError, effective_cluster_spec, gang_too_large, resolve_queue
 
 SUBMITTER_RESOURCES = ResourceRequirements(
     requests={"cpu": "500m", "memory": "200Mi"}, limits={"cpu": "1", "memory": "1Gi"}
@@ -47,10 +49,32 @@ def _pod(
     )
 
 
-def expand_pods(
+@dataclass(frozen=True)
+class PodTemplate:
+    """One group's pod as KubeRay would create it, and how many of them: work per group, not per replica.
+
+    ``pod`` is named like the first of its group's pods; ``hosts`` is the group's ``numOfHosts`` (names of a
+    multi-host replica's pods end ``<replica>-<host>``)."""
+
+    pod: Pod
+    count: int
+    group: str
+    hosts: int = 1
+
+    def name(self, i: int) -> str:
+        """Name of the ``i``-th pod of the group (as :func:`expand_pods` names it)."""
+        if self.count == 1 and self.group in (c.RAY_HEAD_GROUP, c.RAY_SUBMITTER_GROUP):
+            return self.pod.metadata.name or ""
+        base = (self.pod.metadata.name or "").rsplit("-worker-", 1)[0]
+        r, h = divmod(i, self.hosts)
+        return f"{base}-worker-{r}" if self.hosts == 1 else f"{base}-worker-{r}-{h}"
+
+
+def pod_templates(
     obj: RayObject, *, cluster: RayCluster | None = None, config: PodgrouperConfig | None = None
-) -> list[Pod]:
-    """Head, workers (desired replicas x numOfHosts, suspended groups skipped) and, for K8sJobMode, the submitter."""
+) -> list[PodTemplate]:
+    """Head, one template per worker group (count: desired replicas x numOfHosts; suspended groups count 0) and, for
+    K8sJobMode, the submitter. Costs the same for 1 replica and for 10^9."""
     config = config or PodgrouperConfig()
     spec = effective_cluster_spec(obj, cluster)
     name = cluster_name(obj, cluster)
@@ -58,7 +82,7 @@ def expand_pods(
     owner = OwnerReference(api_version="ray.io/v1", kind="RayCluster", name=name, uid=f"{name}-uid", controller=True)
     queue = {config.queue_label_key: resolve_queue(obj.metadata, None, config)}
     base = {c.RAY_CLUSTER: name, "ray.io/is-ray-node": "yes", **queue}
-    pods: list[Pod] = []
+    out: list[PodTemplate] = []
     if spec.head_group_spec is not None:
         head = _pod(
             f"{name}-head",
@@ -75,34 +99,51 @@ def expand_pods(
             head.spec.containers.append(
                 Container(name="autoscaler", resources=ResourceRequirements.model_validate(res))
             )
-        pods.append(head)
+        out.append(PodTemplate(head, 1, c.RAY_HEAD_GROUP))
     for i, wg in enumerate(spec.worker_group_specs):
         group = wg.group_name or f"worker-group-{i}"
-        for r in range(wg.desired_replicas()):
-            for h in range(wg.hosts):
-                suffix = f"{r}" if wg.hosts == 1 else f"{r}-{h}"
-                pods.append(
-                    _pod(
-                        f"{name}-{group.lower().replace('_', '-')}-worker-{suffix}",
-                        wg.template,
-                        {**base, c.RAY_NODE_TYPE: "worker", c.RAY_GROUP: group},
-                        owner,
-                        ns,
-                        config.scheduler_name,
-                    )
-                )
+        first = "0" if wg.hosts == 1 else "0-0"
+        pod = _pod(
+            f"{name}-{group.lower().replace('_', '-')}-worker-{first}",
+            wg.template,
+            {**base, c.RAY_NODE_TYPE: "worker", c.RAY_GROUP: group},
+            owner,
+            ns,
+            config.scheduler_name,
+        )
+        out.append(PodTemplate(pod, wg.desired_replicas() * wg.hosts, group, wg.hosts))
     if isinstance(obj, RayJob) and obj.submission_mode == "K8sJobMode":
         template = obj.spec.submitter_pod_template or PodTemplateSpec(
             spec=PodSpec(containers=[Container(name="ray-job-submitter", resources=SUBMITTER_RESOURCES)])
         )
-        pods.append(
-            _pod(
-                f"{obj.metadata.name}-submitter",
-                template,
-                {**queue, c.RAY_GROUP: c.RAY_SUBMITTER_GROUP},
-                None,
-                ns,
-                config.scheduler_name,
-            )
+        pod = _pod(
+            f"{obj.metadata.name}-submitter",
+            template,
+            {**queue, c.RAY_GROUP: c.RAY_SUBMITTER_GROUP},
+            None,
+            ns,
+            config.scheduler_name,
         )
+        out.append(PodTemplate(pod, 1, c.RAY_SUBMITTER_GROUP))
+    return out
+
+
+def expand_pods(
+    obj: RayObject, *, cluster: RayCluster | None = None, config: PodgrouperConfig | None = None
+) -> list[Pod]:
+    """Head, workers (desired replicas x numOfHosts, suspended groups skipped) and, for K8sJobMode, the submitter.
+
+    One object per pod, so it refuses (GroupingError naming the field) a Ray object with more pods than
+    ``config.max_gang_pods``; code that only needs each group's pod uses :func:`pod_templates`."""
+    config = config or PodgrouperConfig()
+    templates = pod_templates(obj, cluster=cluster, config=config)
+    total = sum(t.count for t in templates)
+    if total > config.max_gang_pods:
+        raise GroupingError(gang_too_large(obj, effective_cluster_spec(obj, cluster), total, config.max_gang_pods))
+    pods: list[Pod] = []
+    for t in templates:
+        for i in range(t.count):
+            pod = t.pod if i == 0 else t.pod.model_copy(deep=True)
+            pod.metadata.name = t.name(i)
+            pods.append(pod)
     return pods

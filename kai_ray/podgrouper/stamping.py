@@ -49,8 +49,11 @@ def subgroup_for_pod(pod: Pod, podgroup: PodGroup) -> str | None:
     names = {sg.name for sg in podgroup.spec.sub_groups or []}
     if group == c.RAY_SUBMITTER_GROUP:
         return c.SUBMITTER_SUBGROUP if c.SUBMITTER_SUBGROUP in names else None
-    mapping = json.loads(podgroup.metadata.annotations.get(c.SUBGROUP_NAMES, "{}"))
-    name = mapping.get(group, group)
+    try:
+        mapping = json.loads(podgroup.metadata.annotations.get(c.SUBGROUP_NAMES, "{}"))
+    except ValueError:
+        mapping = {}
+    name = mapping.get(group, group) if isinstance(mapping, dict) else group
     return name if name in names else None
 
 

@@ -109,6 +109,8 @@ def build_queue_tree(queues: list[Queue]) -> QueueTree:
                 break
             seen.append(cur.parent)
             cur = raw[cur.parent]
+        if name in invalid and not any(f.name == name and f.field == "parentQueue" for f in findings):
+            findings.append(Finding("Queue", name, "parentQueue", invalid[name]))  # a descendant: unusable too
 
     nodes: list[QueueNode] = []
     by_name: dict[str, int] = {}

@@ -101,6 +101,19 @@ from kai_ray.scheduler.snapshot import (
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 
 
+MAX_COUNT = 100_000  # copies one entry may ask for: a scenario is held in memory
+
+
+def _count(d: dict[str, Any], where: str) -> int:
+    try:
+        count = int(d.get("count", 1))
+    except (TypeError, ValueError):
+        raise ScenarioError(f"{where}.count: {d.get('count')!r} is not an integer") from None
+    if not 1 <= count <= MAX_COUNT:
+        raise ScenarioError(f"{where}.count: {count} is not in [1, {MAX_COUNT}]")
+    return count
+
+
 class ScenarioError(ValueError):
     """Bad scenario input; the message names the field."""
 
@@ -198,7 +211,7 @@ def _nodes(raw: list[Any], kai: bool) -> list[Node]:
         n = _map(n, w)
         _check_keys(n, _NODE_KEYS, w)
         name = str(_req(n, "name", w))
-        count = int(n.get("count", 1))
+        count = _count(n, w)
         taints = [
             Taint(
                 str(_req(_map(t, f"{w}.taints[{k}]"), "key", f"{w}.taints[{k}]")),
@@ -325,7 +338,7 @@ def _pods(job: dict[str, Any], ns: str, jname: str, w: str, kai: bool, nominal: 
         pw = f"{w}.pods[{i}]"
         p = _map(p, pw)
         _check_keys(p, _POD_KEYS, pw)
-        count = int(p.get("count", 1))
+        count = _count(p, pw)
         base = str(p.get("name", f"{jname}-{i}"))
         phase, gated = _pod_state(p, pw)
         affinity = [

@@ -29,6 +29,8 @@ from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.snapshot import SchedulerConfig
 from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
 
+MAX_NODES = 100_000  # per node entry: the simulator holds every node in memory
+
 
 class ScenarioError(ValueError):
     """A scenario that cannot be simulated; the message is one line naming the file and the field."""
@@ -60,7 +62,7 @@ class NodeSpec(_Strict):
     """One node, or ``count`` identical nodes named ``<name>-0 .. <name>-<count-1>``."""
 
     name: str = Field(min_length=1)
-    count: int = Field(default=1, ge=1)
+    count: int = Field(default=1, ge=1, le=MAX_NODES)
     gpus: int = Field(default=0, ge=0)
     cpu: Quantity = 64.0  # cores (a Kubernetes quantity: 64, "96", "64000m")
     memory: Quantity = float(512 * 2**30)  # bytes (a Kubernetes quantity: "512Gi")
@@ -417,9 +419,11 @@ def _load_workload(
         raise ScenarioError(f"{field}: metadata.name: required")
     obj.metadata.namespace = obj.metadata.namespace or "default"
     try:
-        group(obj, config=pg_config)
+        pg = group(obj, config=pg_config)
     except GroupingError as exc:
         raise ScenarioError(f"{field}: {exc}") from None
+    if c.INVALID in pg.metadata.annotations:
+        raise ScenarioError(f"{field}: {pg.metadata.annotations[c.INVALID]}")
     cluster_spec = effective_cluster_spec(obj)
     groups = {wg.group_name or f"worker-group-{k}": wg for k, wg in enumerate(cluster_spec.worker_group_specs)}
     for k, step in enumerate(spec.scale):
@@ -430,6 +434,11 @@ def _load_workload(
         if not wg.min <= step.replicas <= wg.max:
             raise ScenarioError(
                 f"{where}.scale[{k}].replicas: {step.replicas} is outside [minReplicas {wg.min}, maxReplicas {wg.max}]"
+            )
+        if step.replicas * wg.hosts > pg_config.max_gang_pods:
+            raise ScenarioError(
+                f"{where}.scale[{k}].replicas: {step.replicas} x numOfHosts {wg.hosts} pods; at most "
+                f"{pg_config.max_gang_pods} pods per gang"
             )
     return Workload(
         obj=obj, at=spec.at, duration=spec.duration, restart_cost=spec.restart_cost, source=field, scale=spec.scale

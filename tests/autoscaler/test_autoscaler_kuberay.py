@@ -109,9 +109,15 @@ def test_ray_autoscaler_never_scales_beyond_headroom(
         seen: dict[str, int] = {}
         _watch(kube, ns, 8.0, seen)  # several autoscaler rounds, each asking for 5
         assert seen == {"replicas": 2, "pods": 2}, seen
-        events = kube.get(events_path(ns), fieldSelector="involvedObject.name=rc")["items"]
-        capped = [e for e in events if e["reason"] == hr.SCALE_UP_CAPPED]
-        assert capped, [e["reason"] for e in events]
+        capped = wait_until(
+            "a ScaleUpCapped Event on the RayCluster",
+            lambda: [
+                e
+                for e in kube.get(events_path(ns), fieldSelector="involvedObject.name=rc")["items"]
+                if e["reason"] == hr.SCALE_UP_CAPPED
+            ],
+            30,
+        )
         assert "capped at 2" in capped[0]["message"] and "headroom" in capped[0]["message"]
 
         # The scheduler finds room for one more: the hook follows, and still no pod beyond it.

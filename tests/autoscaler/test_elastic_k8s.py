@@ -163,12 +163,38 @@ def test_suspend_and_resume_a_rayjob(kube: Kube, namespace: str) -> None:
     )
 
 
+def test_a_rayjob_without_shutdown_after_job_finishes_is_suspended_and_gets_its_value_back(
+    kube: Kube, namespace: str
+) -> None:
+    ns = namespace
+    kube.create(podgroups_path(ns), podgroup("pg-keep"))
+    kube.create(ray_path("RayJob", ns), rayjob("keep", worker_group("gpu", 1, 1, 1), shutdown=False))
+    out = elastic.apply_suspend(kube, "RayJob", ns, "keep", reason="Preempted", podgroup="pg-keep")
+    assert out.applied, out.message
+    job = kube.get(ray_path("RayJob", ns, "keep"))
+    assert job["spec"]["suspend"] is True and job["spec"]["shutdownAfterJobFinishes"] is True
+    assert job["metadata"]["annotations"][elastic.SHUTDOWN_RESTORE] == "false"
+    record = json.loads(kube.get(podgroups_path(ns, "pg-keep"))["metadata"]["annotations"][elastic.SUSPEND_ANNOTATION])
+    assert "was false" in record["shutdownAfterJobFinishes"]
+    back = elastic.apply_resume(kube, "RayJob", ns, "keep", podgroup="pg-keep")
+    assert back.applied, back.message
+    job = kube.get(ray_path("RayJob", ns, "keep"))
+    assert job["spec"]["suspend"] is False and job["spec"]["shutdownAfterJobFinishes"] is False
+    assert elastic.SHUTDOWN_RESTORE not in (job["metadata"].get("annotations") or {})
+
+
 def test_suspend_refusals_change_nothing(kube: Kube, namespace: str) -> None:
     ns = namespace
-    kube.create(ray_path("RayJob", ns), rayjob("keep", worker_group("gpu", 1, 1, 1), shutdown=False))
+    body = rayjob("keep", worker_group("gpu", 1, 1, 1), shutdown=False)
+    body["spec"]["deletionStrategy"] = {
+        "deletionRules": [{"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}}]
+    }
+    kube.create(ray_path("RayJob", ns), body)
+    before = kube.get(ray_path("RayJob", ns, "keep"))
     out = elastic.apply_suspend(kube, "RayJob", ns, "keep", reason="Preempted")
-    assert not out.applied and out.code == elastic.NOT_SUSPENDABLE and "shutdownAfterJobFinishes" in out.message
-    assert not kube.get(ray_path("RayJob", ns, "keep"))["spec"].get("suspend")
+    assert not out.applied and out.code == elastic.NOT_SUSPENDABLE and "spec.deletionStrategy" in out.message
+    after = kube.get(ray_path("RayJob", ns, "keep"))
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 
     # KubeRay v1.6's RayService CRD has no spec.suspend: the API server prunes it and we say so.
     kube.create(ray_path("RayService", ns), rayservice("serve", worker_group("gpu", 1, 1, 1)))

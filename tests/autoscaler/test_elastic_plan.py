@@ -80,6 +80,66 @@ def test_suspend_plans() -> None:
     assert elastic.plan_suspend("Deployment", {"metadata": {"name": "d"}}).code == elastic.NOT_SUSPENDABLE
 
 
+def _apply(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """A JSON patch applied as the API server would (the ops our plans use: test, add, remove)."""
+    import copy
+
+    out = copy.deepcopy(obj)
+    for op in ops:
+        *parents, leaf = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node = out
+        for part in parents:
+            node = node[part]
+        if op["op"] == "test":
+            assert node[leaf] == op["value"]
+        elif op["op"] == "add":
+            node[leaf] = op["value"]
+        else:
+            del node[leaf]
+    return out
+
+
+def test_a_rayjob_without_shutdown_after_job_finishes_is_suspended_with_it_and_gets_its_own_back() -> None:
+    """KubeRay suspends a RayJob only with shutdownAfterJobFinishes true (ValidationFailed otherwise, for good): the
+    suspend sets it in the same patch and keeps the user's value on the RayJob; the resume puts it back."""
+    for original in (False, None):
+        job = rayjob("j", worker_group("g", 1, 1, 1))
+        job["metadata"]["resourceVersion"] = "3"
+        if original is None:
+            del job["spec"]["shutdownAfterJobFinishes"]
+        else:
+            job["spec"]["shutdownAfterJobFinishes"] = original
+        plan = elastic.plan_suspend("RayJob", job)
+        assert plan.ok and plan.restored == ("false" if original is False else "unset")
+        suspended = _apply(job, plan.patch or [])
+        assert suspended["spec"]["suspend"] is True and suspended["spec"]["shutdownAfterJobFinishes"] is True
+        assert suspended["metadata"]["annotations"][elastic.SHUTDOWN_RESTORE] == plan.restored
+        suspended["metadata"]["resourceVersion"] = "4"
+        back = _apply(suspended, elastic.plan_resume("RayJob", suspended).patch or [])
+        assert back["spec"]["suspend"] is False
+        assert back["spec"].get("shutdownAfterJobFinishes") == original
+        assert elastic.SHUTDOWN_RESTORE not in back["metadata"]["annotations"]
+        # Lifted by someone else: only the user's value goes back.
+        suspended["spec"]["suspend"] = False
+        fixed = _apply(suspended, elastic.plan_resume("RayJob", suspended).patch or [])
+        assert fixed["spec"].get("shutdownAfterJobFinishes") == original and fixed["spec"]["suspend"] is False
+
+
+def test_a_rayjob_with_a_deletion_strategy_cannot_be_suspended_and_is_never_preemptible() -> None:
+    from kai_ray.api.ray import RayJob
+    from kai_ray.podgrouper import group
+
+    job = rayjob("j", worker_group("g", 1, 1, 1), shutdown=False)
+    job["spec"]["deletionStrategy"] = {"deletionRules": [{"policy": "DeleteCluster", "condition": {}}]}
+    plan = elastic.plan_suspend("RayJob", job)
+    assert plan.code == elastic.NOT_SUSPENDABLE and "spec.deletionStrategy" in plan.reason
+    pg = group(RayJob.model_validate({**job, "metadata": {"name": "j", "uid": "u", "labels": {}}}))
+    assert pg.spec.preemptibility == "non-preemptible"
+    job["spec"].pop("deletionStrategy")
+    pg = group(RayJob.model_validate({**job, "metadata": {"name": "j", "uid": "u", "labels": {}}}))
+    assert pg.spec.preemptibility == "preemptible"
+
+
 def test_pods_match_ray_nodes_by_instance_id_then_unique_ip() -> None:
     nodes = [
         {"node_id": "aa", "instance_id": "w0", "ip": "10.0.0.1", "alive": True},

@@ -269,8 +269,12 @@ def test_reclaim_shrinks_without_recreation_and_scale_up_stays_within_headroom(
         assert wg["replicas"] == 1
         victims = set(wg["scaleStrategy"]["workersToDelete"])
         assert len(victims) == 2 and victims <= before
-        records = [r for r in stack["reclaimer"].records if r.kind == "shrink" and r.ok]
-        assert records and {d.status for d in records[0].drains} == {elastic.ACCEPTED}
+        records = wait_until(  # the record is kept once the shrink's last write is back
+            "the shrink to be recorded",
+            lambda: [r for r in stack["reclaimer"].records if r.kind == "shrink" and r.ok],
+            30,
+        )
+        assert {d.status for d in records[0].drains} == {elastic.ACCEPTED}
         wait_until("KubeRay to delete the victims", lambda: victims <= set(kubelet.sync().stopped), 60, 0.3)
         for pod in victims:
             with pytest.raises(ray.exceptions.RayActorError) as err:

@@ -74,6 +74,26 @@ def _podgroup_of(kube: Kube, ns: str, owner_kind: str, owner_name: str) -> dict[
     return None
 
 
+def _diagnosis(kube: Kube, namespace: str, job: str) -> str:
+    """What a failed wait leaves to read: pods, the RayJob's status, PodGroups, RayClusters and recent Events."""
+    pods = [
+        (
+            p["metadata"]["name"],
+            p["spec"].get("nodeName"),
+            (p["metadata"].get("annotations") or {}).get("pod-group-name"),
+        )
+        for p in kube.get(pods_path(namespace))["items"]
+    ]
+    job_now = kube.get(ray_path("RayJob", namespace, job))
+    pgs = [(g["metadata"]["name"], g.get("status")) for g in kube.get(podgroups_path(namespace))["items"]]
+    clusters = [(c["metadata"]["name"], c.get("status")) for c in kube.get(ray_path("RayCluster", namespace))["items"]]
+    evs = [(e.get("reason"), e["involvedObject"].get("name"), e.get("message")) for e in events(kube, namespace)][-15:]
+    return (
+        f"pods={pods}\njob spec suspend={job_now['spec'].get('suspend')} status={job_now.get('status')}\n"
+        f"podgroups={pgs}\nrayclusters={clusters}\nevents={evs}"
+    )
+
+
 class GarbageCollector:
     """What kube-controller-manager's garbage collector does here, for the objects of this test's namespace: pods
     whose controlling RayCluster is gone, and RayClusters whose RayService or RayJob is gone (or being deleted), are
@@ -83,6 +103,7 @@ class GarbageCollector:
         self.kube, self.ns = kube, ns
         self.max_gpu: dict[str, float] = {}
         self.collected: list[str] = []
+        self.job_states: dict[str, set[str]] = {}  # RayJob -> every jobDeploymentStatus seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="test-gc", daemon=True)
 
@@ -108,6 +129,10 @@ class GarbageCollector:
             self._stop.wait(0.3)
 
     def sweep(self) -> None:
+        for job in self.kube.get(ray_path("RayJob", self.ns))["items"]:
+            state = (job.get("status") or {}).get("jobDeploymentStatus")
+            if state:
+                self.job_states.setdefault(job["metadata"]["name"], set()).add(state)
         owners = self._uids("RayService") | self._uids("RayJob")
         for rc in self.kube.get(ray_path("RayCluster", self.ns))["items"]:
             refs = [r for r in rc["metadata"].get("ownerReferences") or [] if r.get("controller")]
@@ -139,7 +164,9 @@ def kuberay(control_plane: ControlPlane, namespace: str):
     control_plane.stop_component("kuberay-operator")
 
 
+@pytest.mark.parametrize("shutdown", [True, False], ids=["shutdown-after-job-finishes", "without-it"])
 def test_inference_preempts_training_and_training_comes_back(
+    shutdown: bool,
     kube: Kube,
     namespace: str,
     queues: Any,
@@ -159,13 +186,20 @@ def test_inference_preempts_training_and_training_comes_back(
 
     # 1. The training RayJob's cluster is gang-scheduled onto the fake GPUs: head + 4 workers x 8 GPUs = 32 GPUs.
     job = _example("rayjob-training.yaml", namespace, training_q)
+    if not shutdown:  # KubeRay refuses to suspend such a job; kai-ray sets the field for the suspension (issue 12)
+        del job["spec"]["shutdownAfterJobFinishes"]
     kube.create(ray_path("RayJob", namespace), job)
     name = job["metadata"]["name"]
-    training = wait_until(
-        "KubeRay to create the training pods and kai-ray to bind all 5",
-        lambda: (lambda ps: ps if len(ps) == 5 and len(_bound(ps)) == 5 else None)(_ray_pods(kube, namespace, name)),
-        120,
-    )
+    try:
+        training = wait_until(
+            "KubeRay to create the training pods and kai-ray to bind all 5",
+            lambda: (lambda ps: ps if len(ps) == 5 and len(_bound(ps)) == 5 else None)(
+                _ray_pods(kube, namespace, name)
+            ),
+            120,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnosis(kube, namespace, name)}") from None
     assert all(p["spec"]["schedulerName"] == "kai-scheduler" for p in training)
     assert all(p["metadata"]["labels"].get("kai.scheduler/queue") == training_q for p in training)
     train_pg = wait_until("the RayJob's PodGroup", lambda: _podgroup_of(kube, namespace, "RayJob", name))
@@ -212,7 +246,12 @@ def test_inference_preempts_training_and_training_comes_back(
         60,
     )
     record = json.loads(
-        kube.get(podgroups_path(namespace, train_pg_name))["metadata"]["annotations"][SUSPEND_ANNOTATION]
+        wait_until(  # written right after the suspend patch, which KubeRay may act on first
+            "the suspend record on the PodGroup",
+            lambda: kube.get(podgroups_path(namespace, train_pg_name))["metadata"]["annotations"].get(
+                SUSPEND_ANNOTATION
+            ),
+        )
     )
     assert record["owner"] == f"RayJob/{name}" and record["reason"] in ("Reclaimed", "Preempted")
     assert serve_key in record["message"], record
@@ -255,26 +294,28 @@ def test_inference_preempts_training_and_training_comes_back(
             lambda: len(_bound(_ray_pods(kube, namespace, name))) == 5,
             120,
         )
-    except AssertionError:
-        pods = [
-            (p["metadata"]["name"], p["spec"].get("nodeName"), p["metadata"].get("labels", {}).get("ray.io/cluster"))
-            for p in kube.get(pods_path(namespace))["items"]
-        ]
-        job_now = kube.get(ray_path("RayJob", namespace, name))
-        pgs = [(g["metadata"]["name"], g.get("status")) for g in kube.get(podgroups_path(namespace))["items"]]
-        raise AssertionError(
-            f"pods={pods}\njob status={job_now.get('status')}\njob spec suspend="
-            f"{job_now['spec'].get('suspend')}\npodgroups={pgs}"
-        ) from None
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnosis(kube, namespace, name)}") from None
     print(f"training bound whole again {time.monotonic() - t_back:.1f} s after the RayService was deleted")
     job_now = kube.get(ray_path("RayJob", namespace, name))
     assert not job_now["spec"].get("suspend")
     assert (job_now.get("status") or {}).get("jobDeploymentStatus") != "Failed"
-    pg_now = kube.get(podgroups_path(namespace, train_pg_name))
-    assert SUSPEND_ANNOTATION not in pg_now["metadata"].get("annotations", {})
+    seen_states = set(gc.job_states.get(name, set()))
+    assert not seen_states & {"Failed", "ValidationFailed"}, f"the RayJob went {seen_states}"
+    assert "Suspended" in seen_states
+    assert job_now["spec"].get("shutdownAfterJobFinishes") == (True if shutdown else None), "the user's own value"
+    wait_until(  # removed right after the resume patch, which KubeRay may act on first
+        "the suspend record to be removed",
+        lambda: (
+            SUSPEND_ANNOTATION
+            not in kube.get(podgroups_path(namespace, train_pg_name))["metadata"].get("annotations", {})
+        ),
+    )
     assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
     assert all(v <= 8 for v in gc.max_gpu.values()), f"a node was over-committed at some point: {gc.max_gpu}"
     # One suspend and one resume: the gang did not flap.
     assert sched.reclaimer is not None and sched.gangs is not None
+    gangs = sched.gangs
+    wait_until("the resume to be recorded", lambda: gangs.resumed)
     assert [(r.kind, r.target, r.ok) for r in sched.reclaimer.records] == [("suspend", f"{namespace}/{name}", True)]
-    assert [job for job, _ in sched.gangs.resumed] == [f"{namespace}/{train_pg_name}"]
+    assert [job for job, _ in gangs.resumed] == [f"{namespace}/{train_pg_name}"]

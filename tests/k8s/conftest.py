@@ -18,7 +18,8 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouper import PodgrouperOperator
 from kai_ray.k8s.rest import ApiError, Kube, queues_path
 from kai_ray.k8s.scheduler import SchedulerOperator
-from tests.k8s.helpers import PRIORITY_CLASSES, queue_body, wait_until
+from kai_ray.k8s.testbed import queue_body
+from tests.k8s.helpers import PRIORITY_CLASSES, wait_until
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 from kai_ray.api.loader import parse_object
 from kai_ray.api.ray import RayCluster
 from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path
-from kai_ray.podgrouper import expand_pods
+from kai_ray.k8s.testbed import queue_body as queue_body  # the tests' Queues are the reliability runs' Queues
+from kai_ray.podgrouper import expand_pods, pod_templates
 
 T = TypeVar("T")
 
@@ -28,28 +29,6 @@ def wait_until(what: str, check: Callable[[], T | None], timeout: float = 30.0, 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
         time.sleep(interval)
-
-
-def queue_body(
-    name: str,
-    gpu_quota: float = -1,
-    gpu_limit: float = -1,
-    parent: str | None = None,
-    priority: int | None = None,
-    over_quota_weight: float = 1,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "resources": {
-            "gpu": {"quota": gpu_quota, "limit": gpu_limit, "overQuotaWeight": over_quota_weight},
-            "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-            "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-        }
-    }
-    if parent:
-        spec["parentQueue"] = parent
-    if priority is not None:
-        spec["priority"] = priority
-    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 
 
 def pod_body(
@@ -166,9 +145,17 @@ def gpu_use(kube: Kube, ns_list: list[str]) -> dict[str, float]:
     return use
 
 
-def kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any], image: str = "rayproject/ray:2.49.0") -> list[str]:
+def kuberay_pods(
+    kube: Kube,
+    ns: str,
+    cluster: dict[str, Any],
+    image: str = "rayproject/ray:2.49.0",
+    first_of_each_group: bool = False,
+) -> list[str]:
     """Create the pods KubeRay would run for ``cluster`` (``expand_pods``: KubeRay's names and labels), owned by it;
-    pods that already exist are skipped, so a scaled-up cluster gets only its new pods. Returns the names created."""
+    pods that already exist are skipped, so a scaled-up cluster gets only its new pods. Returns the names created.
+    ``first_of_each_group``: only the first pod of each group (what exists of a cluster asked for more pods than
+    could ever be created)."""
     model = parse_object({**cluster, "kind": "RayCluster"})
     assert isinstance(model, RayCluster)
     owner = {
@@ -181,7 +168,7 @@ def kuberay_pods(kube: Kube, ns: str, cluster: dict[str, Any], image: str = "ray
     }
     existing = set(pods(kube, ns))
     names = []
-    for pod in expand_pods(model):
+    for pod in [t.pod for t in pod_templates(model)] if first_of_each_group else expand_pods(model):
         body = pod.to_dict()
         if body["metadata"]["name"] in existing:
             continue

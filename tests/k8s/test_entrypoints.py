@@ -149,9 +149,13 @@ def test_cli_operator_serves_health_metrics_and_stops_on_sigterm(
         )
         names = make_gang(kube, namespace, "gang", pods=2, gpus=1, queue=team)
         wait_until("the gang to be bound", lambda: len(bound(kube, namespace, names)) == 2, 30)
-        status, text = _http(f"http://127.0.0.1:{metrics}/metrics")
+        status, text = wait_until(  # a binding is counted when its answer is back, maybe after the watch shows it
+            "both bindings to be counted",
+            lambda: (lambda r: r if 'kai_ray_binds_total{result="ok"} 2.0' in r[1] else None)(
+                _http(f"http://127.0.0.1:{metrics}/metrics")
+            ),
+        )
         assert status == 200
-        assert 'kai_ray_binds_total{result="ok"} 2.0' in text
         assert "kai_ray_scheduler_cycles_total" in text and "kai_ray_is_leader" in text
         lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/kai-ray-scheduler")
         assert lease["spec"]["holderIdentity"]

@@ -44,6 +44,8 @@ def test_restart_mid_run_never_double_binds_nor_overcommits(
 
     use = gpu_use(kube, [namespace])
     assert sum(use.values()) == 24 and all(v <= 8 for v in use.values()), use
+    # A binding is counted when its answer is back, which may be after the watch has shown the pod bound.
+    wait_until("every binding to be counted", lambda: _binds(a, "ok") + _binds(b, "ok") >= 24, 30)
     assert _binds(a, "conflict") == 0 and _binds(b, "conflict") == 0, "a pod was bound twice"
     assert _binds(a, "ok") + _binds(b, "ok") == 24, "every bound pod was bound exactly once"
     assert _binds(a, "ok") >= 5 and crashed_with < 30
@@ -64,4 +66,5 @@ def test_restart_mid_run_never_double_binds_nor_overcommits(
     )
     use = gpu_use(kube, [namespace])
     assert all(v <= 8 for v in use.values()), use
+    wait_until("replica c's bindings to be counted", lambda: _binds(c, "ok") >= 4, 30)
     assert _binds(c, "ok") == 4 and _binds(c, "conflict") == 0

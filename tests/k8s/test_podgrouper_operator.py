@@ -209,14 +209,22 @@ def test_bad_ray_cr_gets_an_event_and_the_operator_keeps_going(kube: Kube, names
         lambda: _annotation(pods(kube, namespace)["solo"]) == f"pg-solo-{solo['metadata']['uid']}",
     )
     assert op.queue.wait_idle(10)
-    assert _pg_for(kube, namespace, "bad") is None
+    # A placeholder PodGroup carries the reason (the scheduler reports it as a condition) and schedules nothing.
+    placeholder = wait_until("the placeholder PodGroup", lambda: _pg_for(kube, namespace, "bad"))
+    assert "kai.scheduler/topology" in placeholder["metadata"]["annotations"]["kai-ray.io/invalid"]
     assert op.metrics.value("kai_ray_reconcile_errors_total", {"kind": "ray"}) == 0, "bad input is not retried"
 
     cur = kube.get(ray_path("RayCluster", namespace, "bad"))
     cur["metadata"]["annotations"]["kai.scheduler/topology"] = "dc"
     kube.replace(ray_path("RayCluster", namespace, "bad"), cur)
-    pg = wait_until("the PodGroup once the CR is fixed", lambda: _pg_for(kube, namespace, "bad"))
+    pg = wait_until(
+        "the PodGroup once the CR is fixed",
+        lambda: (lambda g: g if g and (g["spec"].get("topologyConstraint") or {}).get("topology") else None)(
+            _pg_for(kube, namespace, "bad")
+        ),
+    )
     assert pg["spec"]["topologyConstraint"] == {"topology": "dc", "requiredTopologyLevel": "rack"}
+    assert "kai-ray.io/invalid" not in pg["metadata"]["annotations"], "the reason goes once the object is fixed"
 
 
 def test_kai_coexistence_marks_ray_owners_and_pods_for_kais_podgrouper(
@@ -247,7 +255,10 @@ def test_kai_coexistence_marks_ray_owners_and_pods_for_kais_podgrouper(
     )
     for n in names:
         assert _annotation(pods(kube, namespace)[n]) == pg["metadata"]["name"]
-    marks = op.metrics.registry.get_sample_value("kai_ray_podgrouper_owners_marked_total")
+    marks = wait_until(  # counted once the patch's answer is back, which may be after the watch shows it
+        "the mark to be counted",
+        lambda: op.metrics.registry.get_sample_value("kai_ray_podgrouper_owners_marked_total"),
+    )
     assert marks == 1, "the owner is marked once, not again on every reconcile"
 
     # A user's own skip label on another RayCluster is still respected: no PodGroup, no mark.

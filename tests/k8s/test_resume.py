@@ -149,3 +149,19 @@ def test_lifted_by_someone_else_is_left_alone_and_its_record_dropped() -> None:
     st.set_owner(_rayjob(suspended=False, status="Running"))
     virtual, _ = st.cycle()
     assert virtual == {} and st.submitted == []
+
+
+def test_a_suspended_gang_grown_to_a_billion_replicas_costs_one_template_per_group() -> None:
+    """Issue 12: the scheduler used to build one pod object per replica for such an owner, and never came back."""
+    st = Setup()
+    job = _rayjob()
+    job["metadata"]["resourceVersion"] = "8"
+    job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0].update(replicas=10**9, minReplicas=0, maxReplicas=10**9)
+    st.set_owner(job)
+    t0 = time.perf_counter()
+    virtual, _result = st.cycle()
+    assert time.perf_counter() - t0 < 10.0  # seconds at most under load; 10^9 pods would take hours
+    assert st.key not in virtual and st.submitted == []
+    assert "at most 10000 pods per gang" in st.gangs._gangs[st.key].error
+    probes = st.gangs.probe_templates([st.key])[st.key]
+    assert set(probes) == {"gpu-workers"} and probes["gpu-workers"].request.gpu == 8

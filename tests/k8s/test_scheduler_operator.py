@@ -173,8 +173,17 @@ def test_inference_preempts_training_in_one_queue(
     assert f"{namespace}/serving" in victim["message"]
     ev = wait_until("a Preempted Event naming the preemptor", lambda: events(kube, namespace, reason="Preempted"))
     assert any(f"{namespace}/serving" in e["message"] for e in ev)
-    assert op.metrics.value("kai_ray_evictions_total", {"action": "preempt", "result": "ok"}) >= 1
-    assert "kai.scheduler/last-eviction-timestamp" in podgroup(kube, namespace, "training")["metadata"]["annotations"]
+    wait_until(
+        "the eviction to be counted",
+        lambda: op.metrics.value("kai_ray_evictions_total", {"action": "preempt", "result": "ok"}) >= 1,
+    )
+    wait_until(
+        "the last-eviction annotation on the training PodGroup",
+        lambda: (
+            "kai.scheduler/last-eviction-timestamp"
+            in (podgroup(kube, namespace, "training")["metadata"].get("annotations") or {})
+        ),
+    )
     text = explain(kube, namespace, "training")
     assert "Preempted" in text and f"{namespace}/serving" in text
 
@@ -199,23 +208,27 @@ def test_reclaim_across_queues(
 
     jobs_b = make_gang(kube, namespace, "b0", pods=2, gpus=4, queue=b, priority="train")
     wait_until("queue b's in-quota gang to be bound", lambda: len(bound(kube, namespace, jobs_b)) == 2, 45)
-    assert len(bound(kube, namespace, jobs_a)) == 2, "exactly queue a's over-quota share is reclaimed"
+    wait_until("queue a to keep two pods", lambda: len(bound(kube, namespace, jobs_a)) == 2, 30)
     assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
-    reclaimed = [c for i in range(4) if (c := condition(podgroup(kube, namespace, f"a{i}"), "Evicted")) is not None]
-    assert len(reclaimed) == 2
-    assert all(c["reason"] == "Reclaimed" and f"{namespace}/b0" in c["message"] for c in reclaimed)
-    status = wait_until(
-        "queue statuses to settle at 8 + 8",
-        lambda: (
-            lambda sa, sb: (sa, sb) if sa.get("nvidia.com/gpu") == "8" and sb.get("nvidia.com/gpu") == "8" else None
-        )(
-            (kube.get(queues_path(a)).get("status") or {}).get("allocated", {}),
-            (kube.get(queues_path(b)).get("status") or {}).get("allocated", {}),
-        ),
+
+    def evicted() -> list[dict[str, Any]]:
+        return [c for i in range(4) if (c := condition(podgroup(kube, namespace, f"a{i}"), "Evicted")) is not None]
+
+    reclaimed = wait_until(
+        "the Evicted conditions of the two reclaimed gangs", lambda: len(evicted()) == 2 and evicted()
     )
-    assert status
-    qa = kube.get(queues_path(a))["status"]
-    assert qa["fairShare"]["nvidia.com/gpu"] == "8"
+    assert all(c["reason"] == "Reclaimed" and f"{namespace}/b0" in c["message"] for c in reclaimed)
+    assert len(bound(kube, namespace, jobs_a)) == 2, "exactly queue a's over-quota share is reclaimed"
+    wait_until(
+        "queue statuses to settle at 8 + 8, with queue a's fair share at 8",
+        lambda: (
+            lambda sa, sb: (
+                (sa.get("allocated") or {}).get("nvidia.com/gpu") == "8"
+                and (sb.get("allocated") or {}).get("nvidia.com/gpu") == "8"
+                and (sa.get("fairShare") or {}).get("nvidia.com/gpu") == "8"
+            )
+        )(kube.get(queues_path(a)).get("status") or {}, kube.get(queues_path(b)).get("status") or {}),
+    )
 
 
 def test_bad_queue_and_podgroup_are_reported_and_scheduling_goes_on(

@@ -45,8 +45,14 @@ def test_usage_survives_a_leader_change_and_a_restart(
     st = _status(kube, a)
     assert st["usageLedger"]["level"][0] == 8 and st["usageLedger"]["buckets"]
     assert set(st["usage"]) == {"nvidia.com/gpu", "cpu", "memory"}
-    assert _gpu_usage(_status(kube, b)) == 0.0
-    top = _status(kube, dept)
+    wait_until("queue b's usage (none) to be written", lambda: _gpu_usage(_status(kube, b)) == 0.0, 60)
+    top = wait_until(  # each Queue's status is its own write: the parent's may come a moment later
+        "the top queue's capacity series",
+        lambda: (lambda t: t if ((t.get("usageLedger") or {}).get("capacity") or {}).get("level") else None)(
+            _status(kube, dept)
+        ),
+        60,
+    )
     assert top["usageLedger"]["capacity"]["level"][0] == 8  # the cluster's capacity series lives on top-level queues
     assert _gpu_usage(top) == _gpu_usage(st) or (_gpu_usage(top) or 0) >= 0.5  # a parent's usage is its subtree's
 

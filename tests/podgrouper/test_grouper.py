@@ -55,9 +55,9 @@ def test_replicas_clamped_into_min_max_like_kuberay():
     assert mins(above)["w"] == 3
     below = pg_of(ray_doc("RayCluster", cluster_spec(worker("w", 1, minReplicas=2, maxReplicas=5))))
     assert mins(below)["w"] == 2
-    # min above max: KubeRay caps at max; KAI would fail the whole group
-    inverted = pg_of(ray_doc("RayCluster", cluster_spec(worker("w", 1, minReplicas=6, maxReplicas=4))))
-    assert mins(inverted)["w"] == 4
+    # min above max: KubeRay refuses the cluster (creates no pod), so does kai-ray, naming the field
+    with pytest.raises(GroupingError, match=r"workerGroupSpecs\[0\]\.minReplicas: 6 is greater than maxReplicas 4"):
+        pg_of(ray_doc("RayCluster", cluster_spec(worker("w", 1, minReplicas=6, maxReplicas=4))))
 
 
 def test_max_member_autoscaling_on_uses_max_replicas():

@@ -27,6 +27,8 @@ def worker_groups(draw):
             value = draw(st.none() | st.integers(min_value=0 if key != "numOfHosts" else 1, max_value=hi))
             if value is not None:
                 wg[key] = value
+        if wg.get("minReplicas", 0) > wg.get("maxReplicas", wg.get("minReplicas", 0)):
+            wg["minReplicas"], wg["maxReplicas"] = wg["maxReplicas"], wg["minReplicas"]  # KubeRay refuses min > max
         if draw(st.booleans()) and draw(st.booleans()):
             wg["suspend"] = True
         groups.append(wg)
