@@ -228,7 +228,7 @@ def raw_binding_rate(kube: Kube, nodes: list[str], n: int, workers: int) -> tupl
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda t: kube.bind(ns, *t), par))
     concurrent = n / (time.perf_counter() - t0)
-    kube.request("DELETE", pods_path(ns), query={"gracePeriodSeconds": 0})
+    kube.request("DELETE", pods_path(ns), query={"gracePeriodSeconds": 0}, timeout=300)
     deadline = time.monotonic() + 120
     while kube.get(pods_path(ns), limit=1).get("items") and time.monotonic() < deadline:
         time.sleep(0.5)

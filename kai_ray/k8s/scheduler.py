@@ -152,6 +152,7 @@ class SchedulerOperator:
         self._last_cycle_seconds = 0.0
         self._last_report = 0.0
         self.last_result: CycleResult | None = None
+        self._awaited_victims: set[str] = set()  # pods evicted for pipelined gangs, until they are gone
         self.cycles = 0
         self.started_at = time.monotonic()
 
@@ -287,8 +288,7 @@ class SchedulerOperator:
             if self._stop.is_set():
                 break
             if woke:
-                # Coalesce a burst of changes; cycles take at most about a quarter of the time.
-                self._stop.wait(max(self.config.debounce, 3 * self._last_cycle_seconds))
+                self._settle()
             self._wake.clear()
             if not self._leading.is_set():
                 continue
@@ -296,6 +296,37 @@ class SchedulerOperator:
                 self.run_once()
             except Exception:
                 log.exception("scheduling cycle failed; next cycle continues")
+
+    def _settle(self) -> None:
+        """Coalesce a burst of changes before a cycle, without delaying a lone change.
+
+        The cycle starts once changes have paused for ``debounce`` and at least one cycle's length has passed since
+        the last cycle ended (so cycles take at most half of the time while changes trickle in), and at the latest
+        ``max(debounce, 3 x cycle)`` after the wake-up (a steady stream of arrivals: cycles take a quarter of the
+        time). A gang that arrives alone, or the last victim of a preemption going, is thus acted on within about
+        ``debounce`` instead of after three cycle lengths.
+        """
+        now = time.monotonic()
+        deadline = now + max(self.config.debounce, 3 * self._last_cycle_seconds)
+        earliest = self.last_cycle + self._last_cycle_seconds
+        while not self._stop.is_set():
+            self._wake.clear()
+            now = time.monotonic()
+            if now >= deadline or self._victims_gone():
+                return
+            quiet = not self._wake.wait(min(self.config.debounce, deadline - now))
+            if quiet and time.monotonic() >= earliest:
+                return
+
+    def _victims_gone(self) -> bool:
+        """True once every pod evicted for a pipelined gang has left the cache: that gang can be bound now."""
+        if not self._awaited_victims:
+            return False
+        with self.cache.lock:
+            if any(key in self.cache.pods for key in self._awaited_victims):
+                return False
+        self._awaited_victims = set()
+        return True
 
     def _period(self) -> float:
         """Seconds until the next periodic cycle when nothing changes.
@@ -411,9 +442,15 @@ class SchedulerOperator:
                 victims.append((p, e))
         if not victims:
             return
+        if any(b.pipelined for b in result.binds):
+            self._awaited_victims.update(p.key for p, _ in victims)
         by_job: dict[str, list[Evict]] = defaultdict(list)
+        by_preemptor: dict[str, int] = defaultdict(int)
         for _, e in victims:
             by_job[e.job].append(e)
+            by_preemptor[e.preemptor or "?"] += 1
+        for preemptor, n in by_preemptor.items():  # the decision's timestamp (bench vs-kai reads it)
+            log.info("evicting %d pods for %s", n, preemptor)
         remaining = victims
         for intercept in self.eviction_interceptors:
             remaining = intercept(remaining)
