@@ -7,3 +7,4 @@ from kai_ray.cli import demo  # noqa: F401
 from kai_ray.cli import operator  # noqa: F401
 from kai_ray.cli import explain  # noqa: F401
 from kai_ray.cli import bench_e2e  # noqa: F401
+from kai_ray.cli import bench_vs  # noqa: F401

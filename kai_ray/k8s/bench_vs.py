@@ -57,6 +57,24 @@ GANG = 8
 # W3's Ray clusters: (minimum workers, elastic extra workers, PriorityClass), cycled.
 RAY_SHAPES = ((2, 2, "train"), (4, 4, "train"), (8, 0, "build"), (1, 3, "train"), (3, 1, "build-preemptible"))
 W3_FILL = 0.9
+RUN_FIGURES = (
+    "seconds",
+    "pods_per_second",
+    "first_bound_s",
+    "binding_pods_per_second",
+    "ratio_to_raw_sequential",
+    "ratio_to_raw_concurrent",
+)
+PREEMPTION_FIGURES = (
+    "seconds",
+    "decision_s",
+    "first_eviction_seen_s",
+    "last_victim_gone_s",
+    "bindrequest_s",
+    "first_bound_s",
+    "gang_nodes",
+    "victims",
+)
 KAI_DECISION = r"Successfully preempted for job <{job}>"
 KAI_BINDREQUEST = r"Creating bind request for task <{job}-"
 KAI_RAY_DECISION = r"evicting \d+ pods for {job}$"
@@ -462,21 +480,27 @@ def _clear(kube: Kube, tracker: Tracker, ns: str, timeout: float) -> None:
     tracker.wait_empty(ns, timeout)
 
 
+BENCH_WRITES = ("POST pods", "POST podgroups", "DELETE pods")  # the benchmark's own creations and clean-ups
+
+
 def _writes(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
+    """API writes per pod during a run, by verb and resource, without the benchmark's own (KWOK's are included)."""
     out = {}
     for k, v in after.items():
         d = v - before.get(k, 0.0)
-        if d >= max(1.0, pods / 100) and k.split(" ", 1)[0] in ("POST", "PUT", "PATCH", "DELETE"):
-            out[k] = round(d / pods, 2)
+        if d < max(1.0, pods / 100) or k in BENCH_WRITES or k.split(" ", 1)[0] not in ("POST", "PUT", "PATCH"):
+            continue
+        out[k] = round(d / pods, 2)
     return out
 
 
+def _gpus(pod: dict[str, Any]) -> int:
+    return int(pod["spec"]["containers"][0]["resources"].get("limits", {}).get("nvidia.com/gpu", 0))
+
+
 def _overcommitted(times: dict[str, PodTimes], gangs: list[Gang], gpus_per_node: int) -> int:
-    gpus = {
-        p["metadata"]["name"]: int(p["spec"]["containers"][0]["resources"].get("limits", {}).get("nvidia.com/gpu", 0))
-        for g in gangs
-        for p in g.pods
-    }
+    """Nodes holding more GPUs than they have, among the pods bound and not gone (both schedulers must give 0)."""
+    gpus = {p["metadata"]["name"]: _gpus(p) for g in gangs for p in g.pods}
     use: dict[str, int] = {}
     for name, t in times.items():
         if t.node and t.gone is None:
@@ -520,6 +544,7 @@ def _fill(
         "pods_per_second": round(pods / seconds, 1),
         "first_bound_s": round(bound[0] - t0, 3),
         "bind_span_s": round(bound[-1] - bound[0], 3),
+        "binding_pods_per_second": round(pods / max(bound[-1] - bound[0], 1e-3), 1),
         "create_s": round(created_s, 2),
         "overcommitted_nodes": _overcommitted(times, gangs, cfg.gpus_per_node),
         "cpu_seconds": cpu,
@@ -527,7 +552,33 @@ def _fill(
     }
 
 
+def quiesce(kube: Kube, most: float = 120.0, writes_per_second: float = 20.0) -> float:
+    """Wait until the API server sees fewer than ``writes_per_second`` writes in a second, KWOK's node heartbeats
+    aside (the schedulers' deferred Events and status writes after a fill are done), at most ``most`` seconds;
+    returns the seconds waited."""
+    t0 = time.monotonic()
+
+    def writes() -> float:
+        counts = _retry(lambda: apiserver_requests(kube))
+        return sum(
+            v
+            for k, v in counts.items()
+            if k.split(" ", 1)[0] in ("POST", "PUT", "PATCH", "DELETE") and not k.endswith((" leases", " nodes/status"))
+        )
+
+    last = writes()
+    while time.monotonic() - t0 < most:
+        time.sleep(1.0)
+        now = writes()
+        if now - last < writes_per_second:
+            break
+        last = now
+    return time.monotonic() - t0
+
+
 def _preempt(side: Side, kube: Kube, tracker: Tracker, ns: str, trial: int, cfg: VsConfig) -> dict[str, Any]:
+    """One inference gang on the full cluster, once the API server is quiet; timed from its creation."""
+    settled = quiesce(kube)
     gang = inference_gang(ns, trial)
     before = {k for k, t in tracker.of(ns).items() if t.gone is None and t.terminating is None}
     t0 = time.time()
@@ -556,6 +607,7 @@ def _preempt(side: Side, kube: Kube, tracker: Tracker, ns: str, trial: int, cfg:
     return {
         "trial": trial,
         "job": f"{ns}/{gang.name}",
+        "quiesced_s": round(settled, 1),
         "t0": t0,
         "seconds": round(gang_bound[-1] - t0, 3),
         "created_s": rel(t_created),
@@ -607,6 +659,8 @@ def run_round(name: str, cfg: VsConfig, round_no: int, say: Callable[[str], None
                     for kind in cfg.workloads:
                         ns = f"{kind}-{'pre' if pre else 'in'}"
                         run = _fill(side, kube, tracker, ns, kind, pre, cfg)
+                        run["ratio_to_raw_sequential"] = round(run["pods_per_second"] / seq, 3)
+                        run["ratio_to_raw_concurrent"] = round(run["pods_per_second"] / par, 3)
                         out["runs"].append(run)
                         say(
                             f"[{name} #{round_no}] {kind} {run['method']}: {run['pods']} pods in {run['seconds']:.1f}s "
@@ -674,33 +728,21 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         s["raw_concurrent"] = spread(raw_par)
         for run_key in sorted({(x["workload"], x["method"]) for r in mine for x in r["runs"]}):
             runs = [x for r in mine for x in r["runs"] if (x["workload"], x["method"]) == run_key]
-            s[f"{run_key[0]}/{run_key[1]}"] = {
-                "pods": runs[0]["pods"],
-                "seconds": spread([x["seconds"] for x in runs]),
-                "pods_per_second": spread([x["pods_per_second"] for x in runs]),
-                "first_bound_s": spread([x["first_bound_s"] for x in runs]),
-                "overcommitted_nodes": max(x["overcommitted_nodes"] for x in runs),
-            }
+            entry: dict[str, Any] = {"pods": runs[0]["pods"], "gangs": runs[0]["gangs"]}
+            for k in RUN_FIGURES:
+                entry[k] = spread([x[k] for x in runs if x.get(k) is not None])
+            entry["overcommitted_nodes"] = max(x["overcommitted_nodes"] for x in runs)
+            entry["writes_per_pod"] = round(statistics.median(sum(x["writes_per_pod"].values()) for x in runs), 2)
+            s[f"{run_key[0]}/{run_key[1]}"] = entry
         pre = [p for r in mine for p in r["preemption"]]
         if pre:
-            s["preemption"] = {
-                k: spread([p[k] for p in pre if p.get(k) is not None])
-                for k in (
-                    "seconds",
-                    "decision_s",
-                    "first_eviction_seen_s",
-                    "last_victim_gone_s",
-                    "bindrequest_s",
-                    "first_bound_s",
-                    "gang_nodes",
-                    "victims",
-                )
-            }
+            s["preemption"] = {k: spread([p[k] for p in pre if p.get(k) is not None]) for k in PREEMPTION_FIGURES}
         rss: dict[str, float] = {}
         for r in mine:
             for k, v in r.get("peak_rss_mib", {}).items():
                 rss[k] = max(rss.get(k, 0.0), v)
         s["peak_rss_mib"] = rss
+        s["load_1m"] = spread([x for r in mine for x in (r["load_before"][0], r["load_after"][0])])
         out[name] = s
     return out
 
@@ -721,3 +763,82 @@ def run_series(cfg: VsConfig, say: Callable[[str], None] = lambda _: None) -> di
         "rounds": rounds,
         "summary": summarize(rounds),
     }
+
+
+# --- the report -----------------------------------------------------------------------------------------------------
+
+WORKLOAD_TITLES = {
+    "w1": "W1 single-GPU pods",
+    "w2": f"W2 gangs of {GANG}",
+    "w3": "W3 Ray-shaped gangs + elastic extras",
+}
+PHASE_TITLES = {
+    "decision_s": "decision (scheduler log)",
+    "first_eviction_seen_s": "first eviction seen",
+    "last_victim_gone_s": "last victim gone",
+    "bindrequest_s": "BindRequest created (KAI log)",
+    "first_bound_s": "first gang pod bound",
+    "seconds": "**all bound**",
+}
+
+
+def _cell(sp: dict[str, Any] | None, digits: int = 1) -> str:
+    if not sp or not sp.get("n"):
+        return "-"
+    return f"{sp['median']:.{digits}f} ({sp['min']:.{digits}f}-{sp['max']:.{digits}f})"
+
+
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+    if not a or not b or not a.get("n") or not b.get("n") or not a["median"]:
+        return "-"
+    return f"{b['median'] / a['median']:.1f}x"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The summary as Markdown tables: medians with (min-max) over all samples; ratios are KAI / kai-ray."""
+    ours, theirs = summary.get("kai-ray", {}), summary.get("kai", {})
+    lines = [
+        "| workload | method | pods | kai-ray s | KAI s | KAI / kai-ray | kai-ray pods/s | KAI pods/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted({k for k in (*ours, *theirs) if "/" in k}, key=lambda k: (k.split("/")[1] != "pre-created", k))
+    for key in keys:
+        a, b = ours.get(key) or {}, theirs.get(key) or {}
+        kind, method = key.split("/")
+        pods = a.get("pods") or b.get("pods")
+        lines.append(
+            f"| {WORKLOAD_TITLES.get(kind, kind)} | {method} | {pods} | {_cell(a.get('seconds'))} | "
+            f"{_cell(b.get('seconds'))} | {_ratio(a.get('seconds'), b.get('seconds'))} | "
+            f"{_cell(a.get('pods_per_second'), 0)} | {_cell(b.get('pods_per_second'), 0)} |"
+        )
+    if ours.get("preemption") or theirs.get("preemption"):
+        lines += ["", "| preemption: seconds after the gang's creation | kai-ray | KAI |", "|---|---|---|"]
+        pa, pb = ours.get("preemption") or {}, theirs.get("preemption") or {}
+        for k, title in PHASE_TITLES.items():
+            lines.append(f"| {title} | {_cell(pa.get(k), 2)} | {_cell(pb.get(k), 2)} |")
+        lines.append(
+            f"| nodes the gang landed on | {_cell(pa.get('gang_nodes'), 0)} | {_cell(pb.get('gang_nodes'), 0)} |"
+        )
+        lines.append(f"| KAI / kai-ray (all bound) | {_ratio(pa.get('seconds'), pb.get('seconds'))} | |")
+    lines += ["", "| ceiling and cost | kai-ray rounds | KAI rounds |", "|---|---|---|"]
+    for k, title in (
+        ("raw_sequential", "raw bindings/s, 1 at a time"),
+        ("raw_concurrent", "raw bindings/s, concurrent"),
+    ):
+        lines.append(f"| {title} | {_cell(ours.get(k), 0)} | {_cell(theirs.get(k), 0)} |")
+    for key in keys:
+        a, b = ours.get(key) or {}, theirs.get(key) or {}
+        lines.append(
+            f"| {key}: fill / raw concurrent | {_cell(a.get('ratio_to_raw_concurrent'), 2)} | "
+            f"{_cell(b.get('ratio_to_raw_concurrent'), 2)} |"
+        )
+        lines.append(
+            f"| {key}: apiserver writes per pod | {a.get('writes_per_pod', '-')} | {b.get('writes_per_pod', '-')} |"
+        )
+    rss_a, rss_b = ours.get("peak_rss_mib") or {}, theirs.get("peak_rss_mib") or {}
+    for k in sorted({*rss_a, *rss_b}):
+        lines.append(f"| peak RSS MiB, {k} | {rss_a.get(k, '-')} | {rss_b.get(k, '-')} |")
+    lines.append(
+        f"| 1-min load average (start/end of rounds) | {_cell(ours.get('load_1m'))} | {_cell(theirs.get('load_1m'))} |"
+    )
+    return "\n".join(lines) + "\n"

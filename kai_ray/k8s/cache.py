@@ -427,7 +427,8 @@ class SchedulerCache:
                 entry.errors = [str(exc)]
             self.pgs[key] = entry
             self._dirty.add(key)
-            self._changed()
+            if old is None or _unstamped(old.sig) != _unstamped(sig):
+                self._changed()
 
     def on_queue(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         with self.lock:
@@ -653,6 +654,15 @@ def _node_sig(n: s.Node) -> tuple[Any, ...]:
         n.ready,
         n.gpu_memory_mib,
     )
+
+
+OWN_STAMPS = (c.LAST_START, c.LAST_EVICTION)
+
+
+def _unstamped(sig: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A PodGroup's signature without the timestamps the scheduler itself writes after acting: re-read, but no
+    reason to wake the loop (a burst of bindings would otherwise trigger a cycle per second of stamps)."""
+    return (*sig[:2], tuple(kv for kv in sig[2] if kv[0] not in OWN_STAMPS), *sig[3:])
 
 
 def _freeze(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
