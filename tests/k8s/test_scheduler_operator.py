@@ -201,8 +201,12 @@ def test_reclaim_across_queues(
     wait_until("queue b's in-quota gang to be bound", lambda: len(bound(kube, namespace, jobs_b)) == 2, 45)
     assert len(bound(kube, namespace, jobs_a)) == 2, "exactly queue a's over-quota share is reclaimed"
     assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
-    reclaimed = [c for i in range(4) if (c := condition(podgroup(kube, namespace, f"a{i}"), "Evicted")) is not None]
-    assert len(reclaimed) == 2
+    reclaimed = wait_until(
+        "both reclaimed PodGroups to say Evicted",
+        lambda: (lambda cs: cs if len(cs) == 2 else None)(
+            [c for i in range(4) if (c := condition(podgroup(kube, namespace, f"a{i}"), "Evicted")) is not None]
+        ),
+    )
     assert all(c["reason"] == "Reclaimed" and f"{namespace}/b0" in c["message"] for c in reclaimed)
     status = wait_until(
         "queue statuses to settle at 8 + 8",
