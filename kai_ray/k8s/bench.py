@@ -241,11 +241,11 @@ def _count(kube: Kube, path: str, **query: Any) -> int:
     meta = page.get("metadata") or {}
     n = len(page.get("items") or [])
     if meta.get("continue") and meta.get("remainingItemCount") is None:
-        return len(_list_all(kube, path, **query))
+        return len(list_all(kube, path, **query))
     return n + int(meta.get("remainingItemCount") or 0)
 
 
-def _list_all(kube: Kube, path: str, **query: Any) -> list[dict[str, Any]]:
+def list_all(kube: Kube, path: str, **query: Any) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     cont = None
     while True:
@@ -333,7 +333,7 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             grouper = _metrics(ports["podgrouper"])
             bound = {
                 p["metadata"]["name"]: p["spec"]["nodeName"]
-                for p in _list_all(kube, pods_path(ns))
+                for p in list_all(kube, pods_path(ns))
                 if p["spec"].get("nodeName")
             }
         use: dict[str, int] = {}

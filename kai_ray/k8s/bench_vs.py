@@ -45,7 +45,7 @@ from urllib3.exceptions import HTTPError
 
 from kai_ray.controlplane.harness import Component, ControlPlane, free_port, our_crd_dir
 from kai_ray.k8s import kai_upstream as kai
-from kai_ray.k8s.bench import apiserver_requests, cpu_seconds, raw_binding_rate
+from kai_ray.k8s.bench import apiserver_requests, cpu_seconds, list_all, raw_binding_rate
 from kai_ray.k8s.informer import DELETE, Informer
 from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 
@@ -471,12 +471,28 @@ def _retry(call: Callable[[], Any], attempts: int = 3) -> Any:
     return None
 
 
-def _clear(kube: Kube, tracker: Tracker, ns: str, timeout: float) -> None:
-    """Delete a workload's pods at once and its PodGroups (and KAI's BindRequests); wait until the pods are gone."""
-    _retry(lambda: kube.request("DELETE", pods_path(ns), query={"gracePeriodSeconds": 0}, timeout=timeout))
-    for path in (podgroups_path(ns), f"/apis/scheduling.run.ai/v1alpha2/namespaces/{ns}/bindrequests"):
-        with contextlib.suppress(ApiError):
-            _retry(lambda p=path: kube.request("DELETE", p, timeout=timeout))  # type: ignore[misc]
+def _clear(kube: Kube, tracker: Tracker, ns: str, timeout: float, workers: int = 32) -> None:
+    """Delete a workload's pods (grace 0), its PodGroups and KAI's BindRequests, one request each in parallel (a
+    delete-collection of thousands of pods outlasts the API server's request timeout); wait until the pods are gone.
+    """
+    collections = (pods_path(ns), podgroups_path(ns), f"/apis/scheduling.run.ai/v1alpha2/namespaces/{ns}/bindrequests")
+    for path in collections:
+        try:
+            names = [o["metadata"]["name"] for o in _retry(lambda p=path: list_all(kube, p))]  # type: ignore[misc]
+        except ApiError as exc:
+            if exc.not_found:
+                continue  # KAI's BindRequest type on kai-ray's control plane
+            raise
+
+        def delete(name: str, path: str = path) -> None:
+            try:
+                _retry(lambda: kube.request("DELETE", f"{path}/{name}", query={"gracePeriodSeconds": 0}))
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(delete, names))
     tracker.wait_empty(ns, timeout)
 
 
