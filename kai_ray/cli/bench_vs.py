@@ -38,8 +38,8 @@ def vs_kai(
         int, typer.Option("--preemption-trials", help="inference gangs preempting on the full W1 cluster (0: none)")
     ] = 3,
     inside: Annotated[
-        bool, typer.Option("--inside/--no-inside", help="also time with pod creation inside the window")
-    ] = True,
+        str, typer.Option("--inside", help="workloads also timed with creation inside the window, or none")
+    ] = "w1,w2,w3",
     raw_pods: Annotated[int, typer.Option("--raw-pods", help="bindings per raw-rate measurement")] = 1000,
     workers: Annotated[
         int, typer.Option("--workers", help="concurrent creations, and concurrent bindings on both sides")
@@ -54,6 +54,9 @@ def vs_kai(
     ] = "same",
     kai_verbosity: Annotated[int, typer.Option("--kai-verbosity", help="KAI's --v (3: its production default)")] = 3,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for one workload")] = 1800.0,
+    lock: Annotated[
+        Path | None, typer.Option("--lock", help="flock this file around each round (e.g. /tmp/kai-ray-bench.lock)")
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="directory for logs and JSON (default ./bench-vs-kai-<time>)")
     ] = None,
@@ -73,13 +76,14 @@ def vs_kai(
         schedulers=CHOICES[scheduler],
         workloads=_split(workloads, "--workloads", ("w1", "w2", "w3")),
         preemption_trials=preemption_trials,
-        inside=inside,
+        inside=() if inside.strip().lower() == "none" else _split(inside, "--inside", ("w1", "w2", "w3")),
         raw_pods=raw_pods,
         workers=workers,
         kai_limits=kai_limits,
         kai_verbosity=kai_verbosity,
         timeout=timeout,
         out_dir=out_dir.resolve(),
+        lock=lock,
     )
     try:
         cfg.validate()

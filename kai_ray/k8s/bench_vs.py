@@ -29,13 +29,14 @@ both sides: no client-side rate limit and ``workers`` concurrent bindings (kai-r
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -88,7 +89,7 @@ class VsConfig:
     schedulers: tuple[str, ...] = SCHEDULERS
     workloads: tuple[str, ...] = WORKLOADS
     preemption_trials: int = 3
-    inside: bool = True  # also the figures with creation inside the window
+    inside: tuple[str, ...] = WORKLOADS  # workloads also timed with creation inside the window
     raw_pods: int = 1000
     workers: int = 32
     kai_limits: str = "same"  # same | shipped
@@ -96,6 +97,7 @@ class VsConfig:
     timeout: float = 1800.0
     out_dir: Path | None = None  # per-round JSON and the schedulers' logs
     kai_ray_args: tuple[str, ...] = ()
+    lock: Path | None = None  # held (flock) around each round, so other benchmarks can run between rounds
 
     def validate(self) -> VsConfig:
         for name, value in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
@@ -114,9 +116,10 @@ class VsConfig:
         bad = [s for s in self.schedulers if s not in SCHEDULERS]
         if bad or not self.schedulers:
             raise ValueError(f"--scheduler: {', '.join(bad) or 'none'} is not one of {', '.join(SCHEDULERS)}")
-        bad = [w for w in self.workloads if w not in WORKLOADS]
-        if bad:
-            raise ValueError(f"--workloads: {', '.join(bad)} is not one of {', '.join(WORKLOADS)}")
+        for flag, names in (("--workloads", self.workloads), ("--inside", self.inside)):
+            bad = [w for w in names if w not in WORKLOADS]
+            if bad:
+                raise ValueError(f"{flag}: {', '.join(bad)} is not one of {', '.join(WORKLOADS)}")
         if self.kai_limits not in ("same", "shipped"):
             raise ValueError(f"--kai-limits: {self.kai_limits!r} is not 'same' or 'shipped'")
         return self
@@ -668,11 +671,13 @@ def run_round(name: str, cfg: VsConfig, round_no: int, say: Callable[[str], None
         try:
             with Tracker(kube) as tracker:
                 side.prepare()
-                methods = [True, False] if cfg.inside else [True]
-                for pre in methods:
+                inside = [w for w in cfg.workloads if w in cfg.inside]
+                for pre, kinds in ((True, list(cfg.workloads)), (False, inside)):
+                    if not kinds:
+                        continue
                     if not pre:
                         _probe(side, kube, tracker, cfg)
-                    for kind in cfg.workloads:
+                    for kind in kinds:
                         ns = f"{kind}-{'pre' if pre else 'in'}"
                         run = _fill(side, kube, tracker, ns, kind, pre, cfg)
                         run["ratio_to_raw_sequential"] = round(run["pods_per_second"] / seq, 3)
@@ -686,7 +691,10 @@ def run_round(name: str, cfg: VsConfig, round_no: int, say: Callable[[str], None
                             for trial in range(cfg.preemption_trials):
                                 p = _preempt(side, kube, tracker, ns, trial, cfg)
                                 out["preemption"].append(p)
-                                say(f"[{name} #{round_no}] preemption {trial}: {p['seconds']:.2f}s {p}")
+                                say(
+                                    f"[{name} #{round_no}] preemption {trial}: {p['seconds']:.2f}s (victims gone at "
+                                    f"{p['last_victim_gone_s']}s, gang on {p['gang_nodes']} node(s))"
+                                )
                         if pre:
                             side.stop_scheduler()
                         _clear(kube, tracker, ns, cfg.timeout)
@@ -763,6 +771,30 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def _locked(path: Path | None, say: Callable[[str], None]) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the duration (the convention two benchmarks never overlap by)."""
+    if path is None:
+        yield
+        return
+    with open(path, "a") as fh:
+        if not _try_lock(fh):
+            say(f"waiting for {path}")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _try_lock(fh: Any) -> bool:
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def run_series(cfg: VsConfig, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """``repeats`` rounds per scheduler, alternating A B A B; returns every round and the summary."""
     cfg.validate()
@@ -772,7 +804,8 @@ def run_series(cfg: VsConfig, say: Callable[[str], None] = lambda _: None) -> di
     rounds: list[dict[str, Any]] = []
     for _ in range(cfg.repeats):
         for name in cfg.schedulers:
-            rounds.append(run_round(name, cfg, len(rounds), say))
+            with _locked(cfg.lock, say):
+                rounds.append(run_round(name, cfg, len(rounds), say))
     return {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},

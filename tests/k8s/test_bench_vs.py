@@ -32,6 +32,7 @@ def _run(argv: list[str]) -> None:
     [
         (["--scheduler", "volcano"], "--scheduler: 'volcano' is not one of both, kai-ray, kai"),
         (["--workloads", "w1,w9"], "--workloads: w9 is not one of w1, w2, w3"),
+        (["--inside", "w4"], "--inside: w4 is not one of w1, w2, w3"),
         (["--kai-limits", "fast"], "--kai-limits: 'fast' is not 'same' or 'shipped'"),
         (["--nodes", "0"], "--nodes: 0 must be at least 1"),
         (["--workloads", "w2", "--preemption-trials", "2"], "add w1 to --workloads"),
@@ -191,7 +192,8 @@ def test_kai_ray_side_on_a_tiny_cluster(tmp_path: Path, capsys: pytest.CaptureFi
             "w1",
             "--preemption-trials",
             "1",
-            "--no-inside",
+            "--inside",
+            "none",
             "--raw-pods",
             "20",
             "--timeout",
@@ -210,3 +212,13 @@ def test_kai_ray_side_on_a_tiny_cluster(tmp_path: Path, capsys: pytest.CaptureFi
     assert pre["decision_s"]["median"] <= pre["last_victim_gone_s"]["median"] <= pre["seconds"]["median"]
     assert (out / "summary.md").read_text().startswith("| workload |")
     assert json.loads((out / "series.json").read_text())["rounds"][0]["scheduler"] == "kai-ray"
+
+
+def test_rounds_hold_the_lock(tmp_path: Path) -> None:
+    lock = tmp_path / "bench.lock"
+    said: list[str] = []
+    with bv._locked(lock, said.append), open(lock) as other:
+        assert not bv._try_lock(other), "held while a round runs"
+    with open(lock) as other:
+        assert bv._try_lock(other), "released after it"
+    assert said == []
