@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -62,7 +63,7 @@ POD_SPEC = (
     "affinity",
     "schedulingGates",
 )
-ASSUME_TTL = 30.0  # seconds an unconfirmed binding stays assumed
+ASSUME_TTL = 30.0  # seconds a binding the API server answered stays assumed until the watch confirms it
 EVICT_TTL = 60.0
 
 
@@ -459,14 +460,24 @@ class SchedulerCache:
     # --- overlays (scheduler thread, binder threads) -------------------------------------------------------------
 
     def assume(self, key: str, uid: str, node: str) -> bool:
-        """Record a binding about to be sent; False if the pod is already bound or assumed (never bind twice)."""
+        """Record a binding about to be queued; False if the pod is already bound or assumed (never bind twice).
+
+        It holds while the binding waits in the binder's queue (thousands may wait behind each other in a fill) and
+        for ``ASSUME_TTL`` once the API server has answered (:meth:`sent`), or until :meth:`forget`."""
         with self.lock:
             entry = self.pods.get(key)
             if entry is None or entry.uid != uid or entry.node or key in self.assumed:
                 return False
-            self.assumed[key] = Assumed(node, uid, time.monotonic() + ASSUME_TTL)
+            self.assumed[key] = Assumed(node, uid, math.inf)
             self._touch(key)
             return True
+
+    def sent(self, key: str, uid: str) -> None:
+        """The API server answered the binding: the watch should confirm it within ``ASSUME_TTL``."""
+        with self.lock:
+            a = self.assumed.get(key)
+            if a is not None and a.uid == uid:
+                a.until = time.monotonic() + ASSUME_TTL
 
     def assume_many(self, binds: list[tuple[str, str, str]]) -> list[bool]:
         """``assume`` for a cycle's (key, uid, node) bindings under one lock."""

@@ -420,6 +420,7 @@ class SchedulerOperator:
             self.kube.bind(p.namespace, p.name, p.uid, node)
         except ApiError as exc:
             if exc.conflict:
+                self.cache.sent(p.key, p.uid)
                 # Already bound (or replaced by a pod with a new UID): the watch will tell us where; never retry.
                 self.metrics.binds.labels("conflict").inc()
                 log.info("bind %s -> %s: %s", p.key, node, exc.message)
@@ -429,6 +430,7 @@ class SchedulerOperator:
                 if not exc.not_found:
                     log.warning("bind %s -> %s failed: %s", p.key, node, exc)
             return
+        self.cache.sent(p.key, p.uid)
         self.metrics.binds.labels("ok").inc()
         self.events.emit(_pod_ref(p), NORMAL, "Scheduled", f"Successfully assigned {p.key} to {node}")
 

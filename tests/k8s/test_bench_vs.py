@@ -18,6 +18,7 @@ from kai_ray.k8s import kai_upstream as kai
 from kai_ray.k8s.cache import SchedulerCache
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.informer import UPSERT
+from kai_ray.scheduler import snapshot as s
 
 
 def _run(argv: list[str]) -> None:
@@ -222,3 +223,23 @@ def test_rounds_hold_the_lock(tmp_path: Path) -> None:
     with open(lock) as other:
         assert bv._try_lock(other), "released after it"
     assert said == []
+
+
+def test_a_queued_binding_stays_assumed_until_answered() -> None:
+    """In a fill of thousands of pods, bindings wait in the binder's queue for longer than the confirmation timeout;
+    they must not fall back to pending (and be decided again) before the API server has even seen them."""
+    cache = SchedulerCache(OperatorConfig())
+    cache.on_node(UPSERT, "n1", {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    pod = {
+        "metadata": {"name": "a", "namespace": "ns", "uid": "u-a", "annotations": {"pod-group-name": "g"}},
+        "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c", "resources": {}}]},
+        "status": {"phase": "Pending"},
+    }
+    cache.on_pod(UPSERT, "ns/a", pod)
+    assert cache.assume("ns/a", "u-a", "n1")
+    assert cache.assumed["ns/a"].until == float("inf"), "queued: no deadline yet"
+    cache.sent("ns/a", "u-a")
+    assert cache.assumed["ns/a"].until < float("inf")
+    cache.assumed["ns/a"].until = 0.0  # the watch never confirmed it
+    cache.build(s.SchedulerConfig())
+    assert "ns/a" not in cache.assumed, "an answered binding the watch never confirmed is pending again"
