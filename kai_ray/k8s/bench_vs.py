@@ -571,7 +571,7 @@ def _fill(
     }
 
 
-def quiesce(kube: Kube, most: float = 120.0, writes_per_second: float = 20.0) -> float:
+def quiesce(kube: Kube, most: float = 300.0, writes_per_second: float = 20.0) -> float:
     """Wait until the API server sees fewer than ``writes_per_second`` writes in a second, KWOK's node heartbeats
     aside (the schedulers' deferred Events and status writes after a fill are done), at most ``most`` seconds;
     returns the seconds waited."""
