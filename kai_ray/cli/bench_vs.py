@@ -113,3 +113,26 @@ def vs_kai(
         return
     typer.echo(table)
     typer.echo(f"rounds, logs and summary.md in {out_dir}", err=True)
+
+
+@bench.command("vs-kai-report")
+def vs_kai_report(
+    dirs: Annotated[list[Path], typer.Argument(help="output directories of bench vs-kai runs (searched recursively)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON instead of tables")] = False,
+) -> None:
+    """Summarize the rounds of one or more ``bench vs-kai`` runs together (e.g. a series run in pieces)."""
+    from kai_ray.k8s.bench_vs import markdown, summarize
+
+    rounds = []
+    for d in dirs:
+        if not d.is_dir():
+            raise CliError(f"{d}: not a directory")
+        for f in sorted(d.rglob("round.json")):
+            try:
+                rounds.append(json.loads(f.read_text()))
+            except (OSError, ValueError) as exc:
+                raise CliError(f"{f}: {exc}") from None
+    if not rounds:
+        raise CliError(f"no round.json under {', '.join(map(str, dirs))}")
+    summary = summarize(rounds)
+    typer.echo(json.dumps(summary, indent=2, sort_keys=True) if as_json else markdown(summary))

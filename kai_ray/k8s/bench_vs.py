@@ -751,10 +751,14 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         s["raw_sequential"] = spread(raw_seq)
         s["raw_concurrent"] = spread(raw_par)
         for run_key in sorted({(x["workload"], x["method"]) for r in mine for x in r["runs"]}):
-            runs = [x for r in mine for x in r["runs"] if (x["workload"], x["method"]) == run_key]
+            pairs = [(r, x) for r in mine for x in r["runs"] if (x["workload"], x["method"]) == run_key]
+            runs = [x for _, x in pairs]
             entry: dict[str, Any] = {"pods": runs[0]["pods"], "gangs": runs[0]["gangs"]}
             for k in RUN_FIGURES:
                 entry[k] = spread([x[k] for x in runs if x.get(k) is not None])
+            entry["binding_ratio_to_raw_concurrent"] = spread(
+                [x["binding_pods_per_second"] / r["raw_bindings_per_second"]["concurrent"] for r, x in pairs]
+            )
             entry["overcommitted_nodes"] = max(x["overcommitted_nodes"] for x in runs)
             entry["writes_per_pod"] = round(statistics.median(sum(x["writes_per_pod"].values()) for x in runs), 2)
             s[f"{run_key[0]}/{run_key[1]}"] = entry
@@ -877,10 +881,12 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(f"| {title} | {_cell(ours.get(k), 0)} | {_cell(theirs.get(k), 0)} |")
     for key in keys:
         a, b = ours.get(key) or {}, theirs.get(key) or {}
-        lines.append(
-            f"| {key}: fill / raw concurrent | {_cell(a.get('ratio_to_raw_concurrent'), 2)} | "
-            f"{_cell(b.get('ratio_to_raw_concurrent'), 2)} |"
-        )
+        for k, title in (
+            ("ratio_to_raw_concurrent", "fill / raw concurrent"),
+            ("binding_ratio_to_raw_concurrent", "first-to-last binding rate / raw concurrent"),
+            ("first_bound_s", "first pod bound after the start, s"),
+        ):
+            lines.append(f"| {key}: {title} | {_cell(a.get(k), 2)} | {_cell(b.get(k), 2)} |")
         lines.append(
             f"| {key}: apiserver writes per pod | {a.get('writes_per_pod', '-')} | {b.get('writes_per_pod', '-')} |"
         )

@@ -106,37 +106,38 @@ def test_log_times(tmp_path: Path) -> None:
     assert len(found) == 1, "inference-1 must not match inference-10"
 
 
-def test_summary_and_markdown() -> None:
-    def round_(name: str, seconds: float, pre: float) -> dict[str, Any]:
-        run = {
-            "workload": "w1",
-            "method": "pre-created",
-            "pods": 80,
-            "gangs": 80,
-            "seconds": seconds,
-            "pods_per_second": 80 / seconds,
-            "first_bound_s": 1.0,
-            "binding_pods_per_second": 100.0,
-            "ratio_to_raw_sequential": 1.0,
-            "ratio_to_raw_concurrent": 0.5,
-            "overcommitted_nodes": 0,
-            "writes_per_pod": {"POST pods/binding": 1.0},
-        }
-        return {
-            "scheduler": name,
-            "raw_bindings_per_second": {"sequential": 100.0, "concurrent": 200.0},
-            "runs": [run],
-            "preemption": [{"seconds": pre, "decision_s": 0.5, "gang_nodes": 1, "victims": 8}],
-            "peak_rss_mib": {"scheduler": 100.0},
-            "load_before": [1.0, 1.0, 1.0],
-            "load_after": [2.0, 1.0, 1.0],
-        }
+def _round(name: str, seconds: float, pre: float) -> dict[str, Any]:
+    run = {
+        "workload": "w1",
+        "method": "pre-created",
+        "pods": 80,
+        "gangs": 80,
+        "seconds": seconds,
+        "pods_per_second": 80 / seconds,
+        "first_bound_s": 1.0,
+        "binding_pods_per_second": 100.0,
+        "ratio_to_raw_sequential": 1.0,
+        "ratio_to_raw_concurrent": 0.5,
+        "overcommitted_nodes": 0,
+        "writes_per_pod": {"POST pods/binding": 1.0},
+    }
+    return {
+        "scheduler": name,
+        "raw_bindings_per_second": {"sequential": 100.0, "concurrent": 200.0},
+        "runs": [run],
+        "preemption": [{"seconds": pre, "decision_s": 0.5, "gang_nodes": 1, "victims": 8}],
+        "peak_rss_mib": {"scheduler": 100.0},
+        "load_before": [1.0, 1.0, 1.0],
+        "load_after": [2.0, 1.0, 1.0],
+    }
 
+
+def test_summary_and_markdown() -> None:
     rounds = [
-        round_("kai-ray", 2.0, 1.0),
-        round_("kai", 8.0, 4.0),
-        round_("kai-ray", 4.0, 3.0),
-        round_("kai", 8.0, 6.0),
+        _round("kai-ray", 2.0, 1.0),
+        _round("kai", 8.0, 4.0),
+        _round("kai-ray", 4.0, 3.0),
+        _round("kai", 8.0, 6.0),
     ]
     summary = bv.summarize(rounds)
     assert summary["kai-ray"]["w1/pre-created"]["seconds"] == {
@@ -243,3 +244,14 @@ def test_a_queued_binding_stays_assumed_until_answered() -> None:
     cache.assumed["ns/a"].until = 0.0  # the watch never confirmed it
     cache.build(s.SchedulerConfig())
     assert "ns/a" not in cache.assumed, "an answered binding the watch never confirmed is pending again"
+
+
+def test_report_merges_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i, r in enumerate((_round("kai-ray", 2.0, 1.0), _round("kai", 8.0, 4.0))):
+        (tmp_path / f"pair{i}" / "round-00").mkdir(parents=True)
+        (tmp_path / f"pair{i}" / "round-00" / "round.json").write_text(json.dumps(r))
+    _run(["bench", "vs-kai-report", str(tmp_path / "pair0"), str(tmp_path / "pair1")])
+    assert "| W1 single-GPU pods | pre-created | 80 | 2.0 (2.0-2.0) | 8.0 (8.0-8.0) | 4.0x |" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "vs-kai-report", str(tmp_path / "nothing")])
+    assert exc.value.code == 2
