@@ -46,9 +46,9 @@ from urllib3.exceptions import HTTPError
 
 from kai_ray.controlplane.harness import Component, ControlPlane, free_port, our_crd_dir
 from kai_ray.k8s import kai_upstream as kai
-from kai_ray.k8s.bench import apiserver_requests, cpu_seconds, list_all, raw_binding_rate
+from kai_ray.k8s.bench import apiserver_requests, cpu_seconds, ensure, install_defaults, list_all, raw_binding_rate
 from kai_ray.k8s.informer import DELETE, Informer
-from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path
 
 SCHEDULERS = ("kai-ray", "kai")
 WORKLOADS = ("w1", "w2", "w3")
@@ -209,9 +209,9 @@ def create_gangs(kube: Kube, ns: str, gangs: list[Gang], workers: int) -> None:
     """Each gang's PodGroup, then its pods; gangs in parallel (``workers`` requests at a time)."""
 
     def one(g: Gang) -> None:
-        _retry(lambda: _ensure(kube, podgroups_path(ns), _podgroup(ns, g)))
+        _retry(lambda: ensure(kube, podgroups_path(ns), _podgroup(ns, g)))
         for p in g.pods:
-            _retry(lambda p=p: _ensure(kube, pods_path(ns), p))  # type: ignore[misc]
+            _retry(lambda p=p: ensure(kube, pods_path(ns), p))  # type: ignore[misc]
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, gangs))
@@ -424,41 +424,19 @@ def peak_rss(pid: int) -> int:
 # --- one round ---------------------------------------------------------------------------------------------------
 
 
-def _ensure(kube: Kube, path: str, body: dict[str, Any]) -> None:
-    try:
-        kube.create(path, body)
-    except ApiError as exc:
-        if not exc.conflict:
-            raise
-
-
 def setup_cluster(kube: Kube, plane: ControlPlane, cfg: VsConfig) -> list[str]:
     """KAI's chart objects (PriorityClasses; default queues with unlimited quota so inference may preempt), then
     the namespaces KAI expects and the KWOK nodes."""
-    for name, value in PRIORITY_CLASSES.items():
-        _ensure(
-            kube,
-            "/apis/scheduling.k8s.io/v1/priorityclasses",
-            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value},
-        )
-    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
-    res = {"gpu": unlimited, "cpu": unlimited, "memory": unlimited}
-    for name, parent in (("default-parent-queue", None), ("default-queue", "default-parent-queue")):
-        spec: dict[str, Any] = {"resources": res, **({"parentQueue": parent} if parent else {})}
-        _ensure(
-            kube,
-            queues_path(),
-            {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec},
-        )
+    install_defaults(kube, PRIORITY_CLASSES)
     for ns in (kai.KAI_NAMESPACE, kai.RESOURCE_RESERVATION, kai.SCALE_ADJUST):
-        _ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        _namespace(kube, ns)
     return plane.create_gpu_nodes(
         cfg.nodes, gpus=cfg.gpus_per_node, prefix="bench", timeout=max(300.0, cfg.nodes * 0.2)
     )
 
 
 def _namespace(kube: Kube, ns: str) -> None:
-    _ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
 
 def _retry(call: Callable[[], Any], attempts: int = 3) -> Any:
