@@ -10,3 +10,4 @@ from kai_ray.cli import bench_e2e  # noqa: F401
 from kai_ray.cli import bench_robust  # noqa: F401
 from kai_ray.cli import views  # noqa: F401
 from kai_ray.cli import fragmentation  # noqa: F401
+from kai_ray.cli import bench_vs  # noqa: F401

@@ -29,11 +29,10 @@ KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v4.2.4"
 KUBERAY_VERSION = "v1.6.1"  # v1.7.0 is answered 403 "not available" by the module proxy here
 
+KAI_VERSION = "v0.12.0"  # the only KAI tag the module proxy serves here (later tags and @v/list answer 403)
+
 KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
-# KAI Scheduler's module, for its CRDs only (downloaded, never built). v0.12.0 is the one version the module proxy
-# here serves: v0.10.0, v0.12.1, v0.13.0, v0.14.0 and the later github.com/kai-scheduler path are answered 403.
 KAI_MODULE = "github.com/NVIDIA/KAI-scheduler"
-KAI_VERSION = "v0.12.0"
 KWOK_MODULE = "sigs.k8s.io/kwok"
 
 
@@ -129,6 +128,13 @@ BINARIES: dict[str, Binary] = {
     "kuberay-operator": Binary("kuberay-operator", KUBERAY_VERSION, "source", module=KUBERAY_MODULE, package="."),
 }
 
+# Only ``kai-ray bench vs-kai`` runs KAI's own scheduler and binder: built on its first use, never by default (CI and
+# the tests never need them; a cold build takes ~15 minutes on two cores).
+OPTIONAL: dict[str, Binary] = {
+    "kai-scheduler": Binary("kai-scheduler", KAI_VERSION, "source", module=KAI_MODULE, package="./cmd/scheduler"),
+    "kai-binder": Binary("kai-binder", KAI_VERSION, "source", module=KAI_MODULE, package="./cmd/binder"),
+}
+
 KUBE_MAIN = """package main
 
 import (
@@ -217,7 +223,7 @@ def _build_source(b: Binary, work: Path, out: Path) -> None:
 
 def ensure(name: str, log: bool = True) -> Path:
     """Return the cached binary, building it first if missing."""
-    b = BINARIES[name]
+    b = BINARIES[name] if name in BINARIES else OPTIONAL[name]
     target = b.path()
     if target.exists():
         return target
@@ -239,8 +245,13 @@ def ensure(name: str, log: bool = True) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", default=list(BINARIES), help="binaries to build (default: all)")
+    parser.add_argument(
+        "names", nargs="*", default=list(BINARIES), help=f"binaries to build (default: all but {', '.join(OPTIONAL)})"
+    )
     args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in BINARIES and n not in OPTIONAL]
+    if unknown:
+        parser.error(f"unknown binaries: {', '.join(unknown)}")
     for name in args.names:
         print(ensure(name))
     return 0

@@ -93,7 +93,7 @@ def _pod(name: str, scheduler: str) -> dict[str, Any]:
     }
 
 
-def _ensure(kube: Kube, path: str, body: dict[str, Any]) -> None:
+def ensure(kube: Kube, path: str, body: dict[str, Any]) -> None:
     try:
         kube.create(path, body)
     except ApiError as exc:
@@ -121,6 +121,27 @@ def _create_pod(kube: Kube, ns: str, name: str, scheduler: str, tries: int = 5) 
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def install_defaults(kube: Kube, priority_classes: dict[str, int]) -> None:
+    """PriorityClasses and KAI's default queues (``default-parent-queue`` / ``default-queue``), unlimited quota."""
+    for name, value in priority_classes.items():
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        ensure(kube, "/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    res = {"gpu": unlimited, "cpu": unlimited, "memory": unlimited}
+    for name, parent in (("default-parent-queue", None), ("default-queue", "default-parent-queue")):
+        spec: dict[str, Any] = {"resources": res, **({"parentQueue": parent} if parent else {})}
+        ensure(
+            kube,
+            queues_path(),
+            {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec},
+        )
 
 
 def _create_pods(kube: Kube, ns: str, names: list[str], scheduler: str, workers: int) -> list[dict[str, Any]]:
@@ -249,7 +270,7 @@ def operators(kubeconfig: Path, workers: int, log_dir: Path) -> Iterator[dict[st
 def raw_binding_rate(kube: Kube, nodes: list[str], n: int, workers: int) -> tuple[float, float]:
     """(sequential, concurrent) bindings per second of this client on pods nobody schedules."""
     ns = "bench-raw"
-    _ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     created = _create_pods(kube, ns, [f"raw-{i}" for i in range(2 * n)], "nobody", workers)
     targets = [(p["metadata"]["name"], p["metadata"]["uid"], nodes[i % len(nodes)]) for i, p in enumerate(created)]
     seq, par = targets[:n], targets[n:]
@@ -271,11 +292,11 @@ def _count(kube: Kube, path: str, **query: Any) -> int:
     meta = page.get("metadata") or {}
     n = len(page.get("items") or [])
     if meta.get("continue") and meta.get("remainingItemCount") is None:
-        return len(_list_all(kube, path, **query))
+        return len(list_all(kube, path, **query))
     return n + int(meta.get("remainingItemCount") or 0)
 
 
-def _list_all(kube: Kube, path: str, **query: Any) -> list[dict[str, Any]]:
+def list_all(kube: Kube, path: str, **query: Any) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     cont = None
     while True:
@@ -315,20 +336,7 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
         say(f"control plane up in {plane.timings.total:.1f}s; installing CRDs")
         plane.install_crds(kuberay=False)
         kube = Kube(plane.api_client(pool_size=cfg.workers + 8))
-        _ensure(
-            kube,
-            "/apis/scheduling.k8s.io/v1/priorityclasses",
-            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "train"}, "value": 50},
-        )
-        unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
-        res = {"gpu": unlimited, "cpu": unlimited, "memory": unlimited}
-        for name, parent in (("default-parent-queue", None), ("default-queue", "default-parent-queue")):
-            spec: dict[str, Any] = {"resources": res, **({"parentQueue": parent} if parent else {})}
-            _ensure(
-                kube,
-                queues_path(),
-                {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec},
-            )
+        install_defaults(kube, {"train": 50})
         say(f"creating {cfg.nodes} KWOK nodes x {cfg.gpus_per_node} GPUs")
         t = time.monotonic()
         nodes = plane.create_gpu_nodes(cfg.nodes, gpus=cfg.gpus_per_node, prefix="bench", timeout=300)
@@ -338,7 +346,7 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
         assert plane.workdir is not None
         with operators(plane.kubeconfig_path, cfg.workers, plane.workdir / "logs") as ports:
             ns = "bench-e2e"
-            _ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
             pids = {**ports["pids"], **{n: c.popen.pid for n, c in plane.components.items()}}
             cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
             cpu0["bench"] = time.process_time()
@@ -367,7 +375,7 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             grouper = _metrics(ports["podgrouper"])
             bound = {
                 p["metadata"]["name"]: p["spec"]["nodeName"]
-                for p in _list_all(kube, pods_path(ns))
+                for p in list_all(kube, pods_path(ns))
                 if p["spec"].get("nodeName")
             }
         use: dict[str, int] = {}

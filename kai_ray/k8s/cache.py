@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -62,7 +63,7 @@ POD_SPEC = (
     "affinity",
     "schedulingGates",
 )
-ASSUME_TTL = 30.0  # seconds an unconfirmed binding stays assumed
+ASSUME_TTL = 30.0  # seconds a binding the API server answered stays assumed until the watch confirms it
 EVICT_TTL = 60.0
 
 
@@ -440,7 +441,8 @@ class SchedulerCache:
                 entry.errors = [str(exc)]
             self.pgs[key] = entry
             self._dirty.add(key)
-            self._changed()
+            if old is None or _unstamped(old.sig) != _unstamped(sig):
+                self._changed()
 
     def on_queue(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         with self.lock:
@@ -471,14 +473,24 @@ class SchedulerCache:
     # --- overlays (scheduler thread, binder threads) -------------------------------------------------------------
 
     def assume(self, key: str, uid: str, node: str) -> bool:
-        """Record a binding about to be sent; False if the pod is already bound or assumed (never bind twice)."""
+        """Record a binding about to be queued; False if the pod is already bound or assumed (never bind twice).
+
+        It holds while the binding waits in the binder's queue (thousands may wait behind each other in a fill) and
+        for ``ASSUME_TTL`` once the API server has answered (:meth:`sent`), or until :meth:`forget`."""
         with self.lock:
             entry = self.pods.get(key)
             if entry is None or entry.uid != uid or entry.node or key in self.assumed:
                 return False
-            self.assumed[key] = Assumed(node, uid, time.monotonic() + ASSUME_TTL)
+            self.assumed[key] = Assumed(node, uid, math.inf)
             self._touch(key)
             return True
+
+    def sent(self, key: str, uid: str) -> None:
+        """The API server answered the binding: the watch should confirm it within ``ASSUME_TTL``."""
+        with self.lock:
+            a = self.assumed.get(key)
+            if a is not None and a.uid == uid:
+                a.until = time.monotonic() + ASSUME_TTL
 
     def assume_many(self, binds: list[tuple[str, str, str]]) -> list[bool]:
         """``assume`` for a cycle's (key, uid, node) bindings under one lock."""
@@ -688,6 +700,15 @@ def _node_sig(n: s.Node) -> tuple[Any, ...]:
         n.ready,
         n.gpu_memory_mib,
     )
+
+
+OWN_STAMPS = (c.LAST_START, c.LAST_EVICTION)
+
+
+def _unstamped(sig: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A PodGroup's signature without the timestamps the scheduler itself writes after acting: re-read, but no
+    reason to wake the loop (a burst of bindings would otherwise trigger a cycle per second of stamps)."""
+    return (*sig[:2], tuple(kv for kv in sig[2] if kv[0] not in OWN_STAMPS), *sig[3:])
 
 
 def _freeze(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
