@@ -68,6 +68,7 @@ class Evict:
     whole_gang: bool = False  # True: the victim gang goes entirely
     message: str = ""
     moved_to: str | None = None  # consolidation: the node where room is held for the re-created pod
+    moved_group: str | None = None  # and, for a shared-GPU pod, the logical GPU there (as Bind.gpu_group)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,21 +54,22 @@ def build_result(ses: Session) -> CycleResult:
             base[id(ps)] = sum(1 for q in ps.pods if init[q] in ACTIVE)
     bound_jobs: dict[int, int] = {}
     for p in order:
-        if init[p] != PENDING or st[p] not in (ALLOCATED, PIPELINED):
-            continue
+        if init[p] != PENDING or st[p] not in (ALLOCATED, PIPELINED, MOVED):
+            continue  # (MOVED: allocated earlier in the cycle, then a victim re-placed elsewhere: a pipelined bind)
         ps = ses.p_set[p]
         assert ps is not None
         job = ses.jobs[ses.p_job[p]]
         n = base.get(id(ps), 0) + 1
         base[id(ps)] = n
-        pipelined = st[p] == PIPELINED
+        pipelined = st[p] in (PIPELINED, MOVED)
+        where, group = ses.p_moved[p] if st[p] == MOVED else (ses.p_node[p], ses.p_group[p])
         if pipelined:
             reason = Reason.PIPELINED
         elif n > ps.min:
             reason = Reason.ELASTIC_SCALE_UP
         else:
             reason = Reason.SCHEDULED
-        node = ses.nodes[ses.p_node[p]].name
+        node = ses.nodes[where].name
         msg = f"{'pipelined onto resources being released on' if pipelined else 'bound to'} {node}"
         res.binds.append(
             Bind(
@@ -76,7 +77,7 @@ def build_result(ses: Session) -> CycleResult:
                 job=job.key,
                 node=node,
                 reason=reason,
-                gpu_group=ses.p_group[p],
+                gpu_group=group,
                 pipelined=pipelined,
                 message=msg,
             )
@@ -99,6 +100,7 @@ def build_result(ses: Session) -> CycleResult:
                     whole_gang=info.whole_gang,
                     message=info.message,
                     moved_to=ses.nodes[moved[p][0]].name if p in moved else None,
+                    moved_group=moved[p][1] if p in moved else None,
                 )
             )
     seen_evict: set[str] = set()
@@ -147,7 +149,7 @@ def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
         return _running_status(job.key)  # untouched running job: the common case, kept cheap
     pending = sum(1 for p in job.pods if st[p] == PENDING)
     evicted = sum(1 for p in job.pods if st[p] == EVICTED)
-    pipelined = sum(1 for p in job.pods if st[p] == PIPELINED)
+    pipelined = sum(1 for p in job.pods if st[p] == PIPELINED or (st[p] == MOVED and ses.initial_status[p] == PENDING))
     satisfied = job.min_satisfied()
     if evicted and not satisfied:
         e = next(ses.evict_info[p] for p in job.pods if st[p] == EVICTED)

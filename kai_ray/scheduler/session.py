@@ -565,6 +565,36 @@ class Session:
         used, rel = self.groups[node][group]
         return 1 if used > EPS and rel >= used - EPS else 0
 
+    def _hold_share(self, node: int, group: str | None, frac: float) -> tuple[str, bool]:
+        """Add a fraction to a shared GPU (a new one when ``group`` is None or unknown); returns (group, created).
+
+        Every change to a shared GPU's use goes through here and ``_drop_share``, so a GPU whose tenants are all
+        leaving stops (or starts) counting as a whole releasing GPU in ``rel`` exactly when its use changes."""
+        groups = self.groups[node]
+        created = False
+        if group is None:
+            group = self._new_group_name(node)
+        if group not in groups:
+            groups[group] = [0.0, 0.0]
+            self.free[GPU, node] -= 1.0
+            created = True
+        before = self._group_rel_count(node, group)
+        groups[group][0] += frac
+        self.rel[GPU, node] += self._group_rel_count(node, group) - before
+        self._refresh_frac(node)
+        return group, created
+
+    def _drop_share(self, node: int, group: str, frac: float, created: bool) -> None:
+        groups = self.groups[node]
+        before = self._group_rel_count(node, group)
+        groups[group][0] -= frac
+        after = self._group_rel_count(node, group) if groups[group][0] > EPS else 0
+        self.rel[GPU, node] += after - before
+        if created or groups[group][0] <= EPS:
+            del groups[group]
+            self.free[GPU, node] += 1.0
+        self._refresh_frac(node)
+
     def _occupy(self, p: int, node: int, group: str | None, initial: bool = False) -> tuple[str | None, bool]:
         """Put pod ``p``'s resources on ``node``; returns (gpu group, whether the group was created)."""
         self.slot_dirty.add(node)
@@ -573,18 +603,7 @@ class Session:
         created = False
         frac = self.p_frac[p] if not self.p_gpumem[p] else self.node_gpu_fraction(p, node)
         if frac > 0:
-            groups = self.groups[node]
-            if group is None:
-                group = self._new_group_name(node)
-            if group not in groups:
-                groups[group] = [0.0, 0.0]
-                free[GPU, node] -= 1.0
-                created = True
-            before = self._group_rel_count(node, group)
-            groups[group][0] += frac
-            after = self._group_rel_count(node, group)
-            self.rel[GPU, node] += after - before
-            self._refresh_frac(node)
+            group, created = self._hold_share(node, group, frac)
         else:
             free[GPU, node] -= g
             group = None
@@ -602,16 +621,9 @@ class Session:
         free = self.free
         group = self.p_group[p]
         if group is not None:
-            groups = self.groups[node]
-            frac = self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p]
-            before = self._group_rel_count(node, group)
-            groups[group][0] -= frac
-            after = self._group_rel_count(node, group) if groups[group][0] > EPS else 0
-            self.rel[GPU, node] += after - before
-            if created or groups[group][0] <= EPS:
-                del groups[group]
-                free[GPU, node] += 1.0
-            self._refresh_frac(node)
+            self._drop_share(
+                node, group, self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p], created
+            )
         else:
             free[GPU, node] += g
         free[CPU, node] += c
@@ -764,15 +776,7 @@ class Session:
         created = False
         frac = self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p]
         if frac > 0:
-            groups = self.groups[node]
-            if group is None:
-                group = self._new_group_name(node)
-            if group not in groups:
-                groups[group] = [0.0, 0.0]
-                free[GPU, node] -= 1.0
-                created = True
-            groups[group][0] += frac
-            self._refresh_frac(node)
+            group, created = self._hold_share(node, group, frac)
         else:
             free[GPU, node] -= g
         free[CPU, node] -= c
@@ -811,12 +815,9 @@ class Session:
         g, c, m = self.p_req[p]
         free = self.free
         if group is not None:
-            frac = self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p]
-            self.groups[node][group][0] -= frac
-            if created:
-                del self.groups[node][group]
-                free[GPU, node] += 1.0
-            self._refresh_frac(node)
+            self._drop_share(
+                node, group, self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p], created
+            )
         else:
             free[GPU, node] += g
         free[CPU, node] += c

@@ -510,11 +510,21 @@ class JobSolver:
         node = _choose_node(ses, p, cand, _fit_mask(ses, p, base, future=False))
         shared = bool(ses.p_frac[p] or ses.p_gpumem[p])
         group = _choose_group(ses, p, node)[0] if shared else None
-        if node == self._node_of_pod[p] and (not shared or group in (None, ses.p_group[p])):
+        if node == self._node_of_pod[p] and (not shared or group == ses.p_group[p] or self._fits_back(p, group)):
             ses.unevict(p)
         else:
             ses.move(p, node, group)
         return True
+
+    def _fits_back(self, p: int, group: str | None) -> bool:
+        """A shared-GPU victim sent to "a GPU of its own" (``group`` None) may stay where it runs only if its own GPU
+        still has room for it once the releasing shares leave: another victim may have been moved into that room."""
+        ses = self.ses
+        own = ses.p_group[p]
+        if group is not None or own is None or own not in ses.groups[ses.p_node[p]]:
+            return False
+        used, rel = ses.groups[ses.p_node[p]][own]
+        return 1.0 - used + rel + EPS >= ses.p_frac_on_node(p)
 
     def _replace(self, job: JobInfo, pool: set[int], allowed: np.ndarray) -> None:
         ses = self.ses

@@ -18,9 +18,10 @@ How it runs on our core: all pods go to one unlimited queue with one priority, e
 at its arrival index, so allocate takes them in arrival order and a pod that does not fit is simply left pending.
 Arrivals are cut into batches (default 1% of GPU capacity, and always at each 10% of arrived request); each batch is
 one :func:`run_cycle` over the whole cluster, so the other actions (consolidation above all) run too. Binds are
-applied (pipelined ones too: nothing is ever releasing), consolidation moves put the pod on ``Evict.moved_to``;
-any other eviction puts the pod back to pending for one more cycle (counted). Whatever is still pending after its
-cycle is dropped. With ``actions=("allocate",)`` this is exactly the paper's pod-by-pod placement.
+applied (pipelined ones too: nothing is ever releasing), consolidation moves put the pod on ``Evict.moved_to``
+(its shared GPU: ``Evict.moved_group``); any other eviction puts the pod back to pending for one more cycle
+(counted). Whatever is still pending after its cycle is dropped. With ``actions=("allocate",)`` this is exactly
+the paper's pod-by-pod placement.
 
 The cluster's books are kept by :class:`kai_ray.sim.cluster.Cluster`, which accepts a bind only if the pod really
 fits, so a core that overcommits shows up as an error instead of a better number.
@@ -368,7 +369,7 @@ class InflationRun:
                 res.errors.append(f"cycle {res.cycles}: {f.message.splitlines()[0]}")
         waiting = {j.pods[0].uid: j for j in pending}
         again = {j.pods[0].uid for j in pending if j.pods[0].uid in self.evicted}
-        moved: list[tuple[Job, str]] = []
+        moved: list[tuple[Job, str, str | None]] = []
         back: list[Job] = []
         for e in out.evictions:
             job = self.running.pop(e.pod, None)
@@ -380,7 +381,7 @@ class InflationRun:
             self.cluster.unbind(pod, pod.node, pod.gpu_group)
             pod.node, pod.gpu_group, pod.phase = None, None, PodPhase.PENDING
             if e.moved_to is not None and e.action is Action.CONSOLIDATION:
-                moved.append((job, e.moved_to))
+                moved.append((job, e.moved_to, e.moved_group))
             else:
                 res.evictions += 1
                 back.append(job)
@@ -393,9 +394,8 @@ class InflationRun:
                 waiting[b.pod] = job
             elif b.pod not in again:
                 res.placed += 1
-        for job, node in moved:
-            pod = job.pods[0]
-            if self._bind(job, node, self._shared_gpu_for(pod, node), now):
+        for job, node, group in moved:
+            if self._bind(job, node, group, now):
                 res.moves += 1
             else:
                 back.append(job)
@@ -416,16 +416,6 @@ class InflationRun:
         pod.node, pod.phase, pod.start_time = node, PodPhase.RUNNING, now
         self.running[pod.uid] = job
         return True
-
-    def _shared_gpu_for(self, pod: Pod, node: str) -> str | None:
-        """A moved fraction's shared GPU (decisions name only the node): the fullest one it fits on, else a new one."""
-        if pod.gpu_fraction is None:
-            return None
-        best: tuple[float, str] | None = None
-        for name, used in sorted(self.cluster.state[node].shared.items()):
-            if used + pod.gpu_fraction <= 1.0 + EPS and (best is None or used > best[0]):
-                best = (used, name)
-        return best[1] if best else None
 
 
 def run_inflation(

@@ -103,11 +103,45 @@ def clusters(draw: st.DrawFn) -> Snapshot:
                 max_member=draw(st.one_of(st.none(), st.integers(len(pods), len(pods) + 2))),
             )
         )
-    for f in range(draw(st.integers(0, 4))):  # pending fractional-GPU pods
-        frac = draw(st.sampled_from([0.25, 0.5, 0.75]))
-        pod = Pod(f"f{f}", f"f{f}", "ns", f"ns/f{f}", Resources(0, 500, GIB), gpu_fraction=frac)
+    groups: dict[tuple[str, str], float] = {}  # running fractional pods share GPUs, each a whole device
+    for f in range(draw(st.integers(0, 8))):  # fractional-GPU pods, pending or running on a shared GPU
+        frac = draw(st.sampled_from([0.25, 0.4, 0.5, 0.75]))
+        phase, node, group = PodPhase.PENDING, None, None
+        if draw(st.booleans()):
+            joinable = sorted(k for k, used in groups.items() if used + frac <= 1.0 + 1e-9 and free[k[0]][2] >= 1)
+            if joinable and draw(st.booleans()):
+                node, group = draw(st.sampled_from(joinable))
+            else:
+                node = next((nm for nm, fr in free.items() if fr[0] >= 1 and fr[1] >= 500 and fr[2] >= 1), None)
+                if node is not None:
+                    free[node][0] -= 1
+                    group = f"{node}-gpu{sum(1 for k in groups if k[0] == node)}"
+            if node is not None and group is not None:
+                groups[(node, group)] = groups.get((node, group), 0.0) + frac
+                free[node][1] -= 500
+                free[node][2] -= 1
+                phase = PodPhase.RUNNING
+        pod = Pod(
+            f"f{f}",
+            f"f{f}",
+            "ns",
+            f"ns/f{f}",
+            Resources(frac if node else 0, 500, GIB),
+            phase=phase,
+            node=node,
+            gpu_fraction=frac,
+            gpu_group=group,
+            start_time=0.0,
+        )
         jobs.append(
-            Job("ns", f"f{f}", f"q{draw(st.integers(0, n_q - 1))}", priority=50, pods=[pod], created_at=100.0 + f)
+            Job(
+                "ns",
+                f"f{f}",
+                f"q{draw(st.integers(0, n_q - 1))}",
+                priority=draw(st.sampled_from([50, 75, 100, 125])),
+                pods=[pod],
+                created_at=100.0 + f,
+            )
         )
     cfg = SchedulerConfig(
         queue_priority_in_quota_reclaim=draw(st.booleans()), placement_gpu=draw(st.sampled_from(["binpack", "spread"]))
@@ -124,7 +158,7 @@ def _fingerprint(res: CycleResult) -> tuple[object, ...]:
     )
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -141,35 +175,33 @@ def test_invariants(snap: Snapshot) -> None:
     pods = {p.uid: p for j in snap.jobs for p in j.pods}
     jobs = {j.key: j for j in snap.jobs}
     evicted = {e.pod for e in res.evictions}
-    # node capacity after the cycle (victims gone, binds in; pipelined binds land on the victims' room)
+    # node capacity after the cycle (victims gone, binds in; pipelined binds land on the victims' room); a shared
+    # GPU holds at most 1.0 of fractions and occupies one whole device
     used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    shared: dict[tuple[str, str], float] = defaultdict(float)
+
+    def hold(pod: Pod, node: str, group: str | None) -> None:
+        u = used[node]
+        u[1] += pod.request.cpu
+        u[2] += 1
+        if pod.gpu_fraction is not None:
+            assert group, (pod.uid, node)
+            shared[(node, group)] += pod.gpu_fraction
+        else:
+            u[0] += pod.request.gpu
+
     for p in pods.values():
         if p.phase is PodPhase.RUNNING and p.uid not in evicted:
-            u = used[p.node or ""]
-            u[0] += p.request.gpu
-            u[1] += p.request.cpu
-            u[2] += 1
+            hold(p, p.node or "", p.gpu_group or f"{p.uid}-gpu")
     for e in res.evictions:
-        if e.moved_to and pods[e.pod].gpu_fraction is None:  # a moved (consolidated) pod's copy holds its new node
-            u = used[e.moved_to]
-            u[0] += pods[e.pod].request.gpu
-            u[1] += pods[e.pod].request.cpu
-            u[2] += 1
+        if e.moved_to:  # a moved (consolidated) pod's copy holds its new node
+            hold(pods[e.pod], e.moved_to, e.moved_group)
     for b in res.binds:
         assert pods[b.pod].phase is PodPhase.PENDING
-        u = used[b.node]
-        u[0] += pods[b.pod].request.gpu
-        u[1] += pods[b.pod].request.cpu
-        u[2] += 1
-    shared: dict[tuple[str, str], float] = defaultdict(float)  # fractional pods per physical GPU
-    for b in res.binds:
-        frac = pods[b.pod].gpu_fraction
-        if frac is not None:
-            assert b.gpu_group, b
-            shared[(b.node, b.gpu_group)] += frac
+        hold(pods[b.pod], b.node, b.gpu_group)
     for key, total in shared.items():
         assert total <= 1.0 + 1e-9, (key, total)
-        used[key[0]][0] += 1.0  # a shared GPU occupies one whole device
+        used[key[0]][0] += 1.0
     for n in snap.nodes:
         u = used[n.name]
         assert u[0] <= n.allocatable.gpu + 1e-9, (n.name, u)
