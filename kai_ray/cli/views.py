@@ -166,7 +166,7 @@ def _tree_names(rows: list[QueueRow]) -> list[str]:
     return out
 
 
-# (header, cell) per column; a new QueueRow field (e.g. time-based usage) is one more entry here
+# (header, cell) per column; a new QueueRow field is one more entry here
 QueueColumn = tuple[str, Callable[[QueueRow, str], str]]
 QUEUE_COLUMNS: list[QueueColumn] = [
     ("PRIO", lambda r, res: str(r.priority)),
@@ -180,6 +180,8 @@ QUEUE_COLUMNS: list[QueueColumn] = [
     ("PENDING", lambda r, res: str(r.pending_podgroups)),
     ("PENDING\nPODS", lambda r, res: str(r.pending_pods)),
 ]
+# shown when the scheduler accounts usage (time-based fair share): the queue's share of the cluster over the window
+USAGE_COLUMN: QueueColumn = ("USAGE", lambda r, res: f"{100 * r.usage.get(res, 0.0):.1f}%" if r.usage else "-")
 
 
 @app.command("queues")
@@ -209,11 +211,12 @@ def queues_cmd(
         title=f"Queues ({RESOURCE_UNITS[resource]}) - {src.label}", header_style="bold", box=None, padding=(0, 1)
     )
     table.add_column("QUEUE", no_wrap=True)
-    for header, _ in QUEUE_COLUMNS:
+    columns = QUEUE_COLUMNS + ([USAGE_COLUMN] if any(r.usage is not None for r in rows) else [])
+    for header, _ in columns:
         table.add_column(header, justify="right", no_wrap=True)
     for name, row in zip(_tree_names(rows), rows, strict=True):
         label = f"{name} ({row.display_name})" if row.display_name else name
-        table.add_row(label, *(cell(row, resource) for _, cell in QUEUE_COLUMNS))
+        table.add_row(label, *(cell(row, resource) for _, cell in columns))
     _print_table(console, table)
 
 

@@ -75,7 +75,21 @@ def queue_status(name: str, status: dict[str, Any] | None) -> QueueStatus | None
         allocated=alloc or dict(zero),
         allocated_non_preemptible=_core_units(status.get("allocatedNonPreemptible")) or dict(zero),
         requested=_core_units(status.get("requested")) or dict(zero),
+        usage=_usage(status.get("usage")),
     )
+
+
+def _usage(usage: Any) -> dict[str, float]:
+    """``status.usage`` (shares of the cluster's capacity per resource name, no units) by core resource key."""
+    if not isinstance(usage, dict):
+        return {}
+    keys = {c.GPU_RESOURCE: "gpu", "cpu": "cpu", "memory": "memory"}
+    out: dict[str, float] = {}
+    for name, value in usage.items():
+        key = keys.get(str(name))
+        if key is not None and isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = float(value)
+    return out
 
 
 def verdict(status: dict[str, Any] | None) -> Verdict | None:

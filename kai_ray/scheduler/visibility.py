@@ -68,6 +68,9 @@ class QueueRow:
     pending_podgroups: int  # this queue's and its descendants'
     pending_pods: int
     running_podgroups: int
+    # normalised historical usage (time-based fair share: a share of the cluster over the usage window); None: the
+    # feature is off or the scheduler has not reported it
+    usage: dict[str, float] | None = None
     display_name: str = ""
     children: list[str] = field(default_factory=list)
 
@@ -183,6 +186,7 @@ def queue_rows(snapshot: Snapshot, result: LastCycle, display_names: dict[str, s
                 pending_podgroups=groups.get(name, 0),
                 pending_pods=pods.get(name, 0),
                 running_podgroups=running.get(name, 0),
+                usage=dict(status.usage) if status is not None and status.usage else None,
                 display_name=names.get(name, ""),
                 children=sorted(children.get(name, [])),
             )

@@ -148,6 +148,19 @@ def _cases(unreachable: str, files: dict[str, str]) -> list[tuple[list[str], str
         (["bench", "replay", "--span", "0"], "--span"),
         (["bench", "e2e", "--pods", "0"], "--pods"),
         (["bench", "e2e", "--nodes", "1", "--pods", "9"], "--pods"),
+        (["bench", "fragmentation", "--seeds", "0-x"], "--seeds"),
+        (["bench", "fragmentation", "--placement", "nope"], "--placement: 'nope'"),
+        (["bench", "fragmentation", "--inflate", "0"], "--inflate"),
+        (["bench", "fragmentation", "--data", "/nonexistent"], "no such file"),
+        (["sweep", "--seeds", "x"], "--seeds"),
+        (["sweep", "--placement", "nope"], "--placement: 'nope'"),
+        (["simulate", "--trace", "alibaba-v2023", "--inflate", "1.3"], "--nodes: required with --trace"),
+        (["bench", "chaos", "--nodes", "0"], "--nodes"),
+        (["bench", "chaos", "--kills", "1"], "--kills"),
+        (["bench", "fuzz", "--objects", "0"], "--objects"),
+        (["bench", "vs-kai", "--scheduler", "nope"], "--scheduler"),
+        (["bench", "vs-kai", "--workloads", "w9"], "--workloads"),
+        (["bench", "vs-kai-report", "/nonexistent"], "not a directory"),
     ]
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from kai_ray.k8s.status import usage_status
 from kai_ray.k8s.usage import LEDGER_FIELD, InternalUsage
+from kai_ray.k8s.visibility import queue_status
 from kai_ray.scheduler.decisions import CycleResult, QueueStatus
 from kai_ray.scheduler.usage import UsageParams
 
@@ -70,3 +71,12 @@ def test_status_usage_is_keyed_by_resource_name() -> None:
         "memory": 0.0,
     }
     assert usage_status({}) is None  # no usage source: the field is cleared
+
+
+def test_views_read_status_usage_back() -> None:
+    """``kai-ray queues`` on a cluster reads the usage the scheduler wrote (shares: no quantity units)."""
+    written = usage_status({"gpu": 0.7021, "cpu": 0.5, "memory": 0.25})
+    qs = queue_status("a", {"allocated": {"nvidia.com/gpu": "2"}, "usage": written})
+    assert qs is not None and qs.usage == {"gpu": 0.7021, "cpu": 0.5, "memory": 0.25}
+    qs = queue_status("a", {"allocated": {"nvidia.com/gpu": "2"}, "usage": {"nvidia.com/gpu": "high", "x": 1}})
+    assert qs is not None and qs.usage == {}

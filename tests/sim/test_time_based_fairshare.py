@@ -102,6 +102,19 @@ def test_cli_prints_the_split_and_plots_fair_share(tmp_path: Path) -> None:
     assert set(usage["queues"]) == {"team-a", "team-b"}
 
 
+def test_queues_view_shows_each_queues_usage() -> None:
+    out = kai_ray("queues", "--scenario", str(SCENARIO), "--at", "30h", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    usage = {q["name"]: q["usage"] for q in json.loads(out.stdout)["queues"]}
+    assert usage["team-a"]["gpu"] > usage["team-b"]["gpu"] > 0  # team-a started first and held the cluster longer
+    assert usage["research"]["gpu"] == pytest.approx(usage["team-a"]["gpu"] + usage["team-b"]["gpu"], abs=1e-3)
+    text = kai_ray("queues", "--scenario", str(SCENARIO), "--at", "30h")
+    assert text.returncode == 0, text.stderr
+    assert "USAGE" in text.stdout and f"{100 * usage['team-a']['gpu']:.1f}%" in text.stdout
+    plain = kai_ray("queues", "--scenario", str(REPO / "kai_ray" / "sim" / "demo" / "scenario.yaml"), "--at", "45m")
+    assert plain.returncode == 0 and "USAGE" not in plain.stdout  # no usage accounted: no column
+
+
 @pytest.mark.parametrize(
     "config,message",
     [
