@@ -122,6 +122,16 @@ class GarbageCollector:
             if not o["metadata"].get("deletionTimestamp")
         }
 
+    def _owner_gone(self, ref: dict[str, Any]) -> bool:
+        """Checked by name just before deleting, as the real garbage collector does: an owner created after this
+        sweep listed its kind (and before it listed the dependants) is not in the list, yet very much there."""
+        try:
+            owner = self.kube.get(ray_path(str(ref.get("kind")), self.ns, str(ref.get("name"))))
+        except ApiError as exc:
+            return bool(exc.not_found)
+        meta = owner.get("metadata") or {}
+        return meta.get("uid") != ref.get("uid") or bool(meta.get("deletionTimestamp"))
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(ApiError):
@@ -136,14 +146,24 @@ class GarbageCollector:
         owners = self._uids("RayService") | self._uids("RayJob")
         for rc in self.kube.get(ray_path("RayCluster", self.ns))["items"]:
             refs = [r for r in rc["metadata"].get("ownerReferences") or [] if r.get("controller")]
-            if refs and refs[0]["uid"] not in owners and not rc["metadata"].get("deletionTimestamp"):
+            if (
+                refs
+                and refs[0]["uid"] not in owners
+                and not rc["metadata"].get("deletionTimestamp")
+                and self._owner_gone(refs[0])
+            ):
                 with contextlib.suppress(ApiError):
                     self.kube.delete(ray_path("RayCluster", self.ns, rc["metadata"]["name"]))
                     self.collected.append(f"RayCluster/{rc['metadata']['name']}")
         clusters = self._uids("RayCluster")
         for pod in self.kube.get(pods_path(self.ns))["items"]:
             refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
-            if refs and refs[0].get("kind") == "RayCluster" and refs[0]["uid"] not in clusters:
+            if (
+                refs
+                and refs[0].get("kind") == "RayCluster"
+                and refs[0]["uid"] not in clusters
+                and self._owner_gone(refs[0])
+            ):
                 with contextlib.suppress(ApiError):
                     self.kube.delete(pods_path(self.ns, pod["metadata"]["name"]), {"gracePeriodSeconds": 0})
                     self.collected.append(f"Pod/{pod['metadata']['name']}")
