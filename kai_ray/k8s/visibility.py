@@ -45,13 +45,16 @@ def list_all(kube: Kube, path: str) -> list[dict[str, Any]]:
             return items
 
 
+_CORE_KEYS = {c.GPU_RESOURCE: "gpu", "cpu": "cpu", "memory": "memory"}  # status resource name -> core key
+
+
 def _core_units(resources: dict[str, Any] | None) -> dict[str, float] | None:
     """A status resource list (``nvidia.com/gpu: "2"``, ``cpu: 4000m``) in core units (GPUs, millicores, bytes)."""
     if not isinstance(resources, dict):
         return None
     out = {"gpu": 0.0, "cpu": 0.0, "memory": 0.0}
     for name, value in resources.items():
-        key = {c.GPU_RESOURCE: "gpu", "cpu": "cpu", "memory": "memory"}.get(str(name))
+        key = _CORE_KEYS.get(str(name))
         if key is None:
             continue
         try:
@@ -83,10 +86,9 @@ def _usage(usage: Any) -> dict[str, float]:
     """``status.usage`` (shares of the cluster's capacity per resource name, no units) by core resource key."""
     if not isinstance(usage, dict):
         return {}
-    keys = {c.GPU_RESOURCE: "gpu", "cpu": "cpu", "memory": "memory"}
     out: dict[str, float] = {}
     for name, value in usage.items():
-        key = keys.get(str(name))
+        key = _CORE_KEYS.get(str(name))
         if key is not None and isinstance(value, int | float) and not isinstance(value, bool):
             out[key] = float(value)
     return out
