@@ -621,9 +621,7 @@ class Session:
         free = self.free
         group = self.p_group[p]
         if group is not None:
-            self._drop_share(
-                node, group, self.node_gpu_fraction(p, node) if self.p_gpumem[p] else self.p_frac[p], created
-            )
+            self._drop_share(node, group, self.p_frac_on_node(p), created)
         else:
             free[GPU, node] += g
         free[CPU, node] += c
