@@ -44,7 +44,7 @@ def install() -> None:
 
 
 def _wait_for_gcs(address: str, timeout_s: float | None) -> None:
-    from kai_ray.k8s.raygcs import _tcp_reachable
+    from kai_ray.k8s.ray.raygcs import _tcp_reachable
 
     start = time.monotonic()
     while True:

@@ -26,8 +26,8 @@ import requests
 from ray.autoscaler._private.kuberay.node_provider import IKubernetesHttpApiClient, KubeRayNodeProvider
 from ray.autoscaler.v2.instance_manager.cloud_providers.kuberay.cloud_provider import KubeRayProvider
 
-from kai_ray.autoscaler.headroom import MISSING_DENY, CapDecision, HeadroomGate
-from kai_ray.k8s.rest import JSON_PATCH, ApiError, Kube, podgroups_path
+from kai_ray.headroom.contract import MISSING_DENY, CapDecision, HeadroomGate
+from kai_ray.k8s.base.rest import JSON_PATCH, ApiError, Kube, podgroups_path
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def _http_error(exc: ApiError) -> requests.HTTPError:
 
 
 class RayKubeClient(IKubernetesHttpApiClient):
-    """Ray's ``IKubernetesHttpApiClient`` over :class:`~kai_ray.k8s.rest.Kube`, for one namespace.
+    """Ray's ``IKubernetesHttpApiClient`` over :class:`~kai_ray.k8s.base.rest.Kube`, for one namespace.
 
     Paths are Ray's relative ones (``pods?labelSelector=...``, ``rayclusters/<name>``) plus ``podgroups/<name>`` and
     ``events``."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from kai_ray.cli import CliError
 
 if TYPE_CHECKING:
-    from kai_ray.k8s.rest import ApiError, Kube
+    from kai_ray.k8s.base.rest import ApiError, Kube
 
 
 def _source(kubeconfig: str | None) -> tuple[str, str | None]:
@@ -50,7 +50,7 @@ def credentials_problem(kubeconfig: str | None, context: str | None, exc: Except
 
 def connect(kubeconfig: str | None, context: str | None, pool_size: int = 4) -> Kube:
     """A client for the cluster, or a CliError saying which credentials could not be used and why."""
-    from kai_ray.k8s.rest import Kube
+    from kai_ray.k8s.base.rest import Kube
 
     try:
         return Kube.connect(kubeconfig, context, pool_size=pool_size)

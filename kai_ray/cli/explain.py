@@ -39,8 +39,8 @@ def explain_cmd(
     if output not in ("text", "json"):
         raise CliError(f"--output: {output!r} is not 'text' or 'json'")
     from kai_ray.cli.cluster import api_problem, connect
-    from kai_ray.k8s.explain import ExplainError, explain_data, render
-    from kai_ray.k8s.rest import ApiError
+    from kai_ray.k8s.base.rest import ApiError
+    from kai_ray.k8s.scheduling.explain import ExplainError, explain_data, render
 
     kube = connect(kubeconfig, context, pool_size=2)
     ns = namespace or _current_namespace(kubeconfig, context)

@@ -2,7 +2,7 @@
 
 Both read the same two things: what exists now (a snapshot) and what the last scheduling cycle said (fair share,
 allocated, requested; why each workload waits). Against a cluster they come from one list of each kind and the status
-the scheduler wrote (:mod:`kai_ray.k8s.visibility`); against a scenario, from the simulator at ``--at``
+the scheduler wrote (:mod:`kai_ray.k8s.scheduling.visibility`); against a scenario, from the simulator at ``--at``
 (:mod:`kai_ray.sim.visibility`). Rows are built by :mod:`kai_ray.scheduler.visibility`; this module only renders.
 """
 
@@ -76,8 +76,8 @@ def _load(scenario: str | None, at: str | None, kubeconfig: str | None, context:
 
 def _cluster(kubeconfig: str | None, context: str | None, scheduler: str) -> Source:
     from kai_ray.cli.cluster import api_problem, connect
-    from kai_ray.k8s.rest import ApiError
-    from kai_ray.k8s.visibility import cluster_view
+    from kai_ray.k8s.base.rest import ApiError
+    from kai_ray.k8s.scheduling.visibility import cluster_view
 
     kube = connect(kubeconfig, context)
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.api.duration import seconds
-from kai_ray.k8s.usage import CLIENT_TYPES, PrometheusClient
+from kai_ray.k8s.scheduling.usage import CLIENT_TYPES, PrometheusClient
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, usage_params_from
 
@@ -85,13 +85,14 @@ class OperatorConfig:
     default_priority: dict[str, str] = field(default_factory=dict)  # podgrouper: Ray kind -> PriorityClass override
     # podgrouper: KAI's scheduler schedules; Ray owners and stamped pods get kai.scheduler/skip-podgrouper
     kai_coexistence: bool = False
-    # scheduler: Ray-aware reclaim (kai_ray.k8s.elastic)
+    # scheduler: Ray-aware reclaim (kai_ray.k8s.ray.elastic)
     elastic_reclaim: bool = True  # elastic surplus of KubeRay workers: shrink the worker group instead of evicting
     suspend_kinds: tuple[str, ...] = ("RayJob",)  # whole gangs owned by these kinds are suspended, then resumed
     drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
     max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
-    # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.usage); off unless usage_db is set
+    # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.scheduling.usage); off unless
+    # usage_db is set
     k_value: float = 1.0
     usage_db: str = "none"  # none | internal (kai-ray's own, in Queue status) | prometheus (KAI's query)
     usage_db_url: str = ""  # prometheus: base URL (KAI's connectionString)

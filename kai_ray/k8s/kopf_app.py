@@ -18,8 +18,8 @@ from typing import Any
 
 import kopf
 
+from kai_ray.k8s.base.rest import Kube
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.rest import Kube
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,11 @@ KINDS = ("podgrouper", "scheduler")
 
 def make_engine(kind: str, config: OperatorConfig) -> Any:
     if kind == "scheduler":
-        from kai_ray.k8s.scheduler import SchedulerOperator
+        from kai_ray.k8s.scheduling.operator import SchedulerOperator
 
         return SchedulerOperator(config)
     if kind == "podgrouper":
-        from kai_ray.k8s.podgrouper import PodgrouperOperator
+        from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 
         return PodgrouperOperator(config)
     raise ValueError(f"unknown operator {kind!r}: expected one of {', '.join(KINDS)}")

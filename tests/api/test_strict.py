@@ -114,8 +114,8 @@ def _at(schema: dict[str, Any], *path: str) -> set[str]:
 
 def test_field_lists_match_kuberay_and_kai_crds() -> None:
     """The lists are KubeRay's pinned CRDs (from the Go module cache the tests build KubeRay from) and ours."""
-    pytest.importorskip("kai_ray.controlplane.harness")
-    from kai_ray.controlplane.harness import ControlPlaneError, kuberay_crd_files, our_crd_dir
+    pytest.importorskip("kai_ray.testing.controlplane.harness")
+    from kai_ray.testing.controlplane.harness import ControlPlaneError, kuberay_crd_files, our_crd_dir
 
     try:
         files = {p.name: p for p in kuberay_crd_files()}

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kai_ray.controlplane.harness import ControlPlane
-from kai_ray.k8s.rest import Kube
+from kai_ray.k8s.base.rest import Kube
+from kai_ray.testing.controlplane.harness import ControlPlane
 
 
 @pytest.fixture(scope="session")

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from kai_ray import constants as c
-from kai_ray.autoscaler import headroom as hr
 from kai_ray.autoscaler.providers import podgroup_name_for
-from kai_ray.controlplane.harness import ControlPlane
-from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, ray_path
+from kai_ray.headroom import contract as hr
+from kai_ray.k8s.base.rest import Kube, events_path, podgroups_path, pods_path, ray_path
+from kai_ray.testing.controlplane.harness import ControlPlane
 from tests.autoscaler.helpers import podgroup, raycluster, start_autoscaler, stop_process, wait_until, worker_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.kuberay, pytest.mark.slow, pytest.mark.controlplane]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.k8s import elastic
+from kai_ray.k8s.ray import elastic
 from tests.autoscaler.conftest import OBJECT_STORE
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

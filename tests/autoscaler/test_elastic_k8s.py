@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kai_ray.k8s import elastic
-from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
+from kai_ray.k8s.ray import elastic
 from tests.autoscaler.helpers import podgroup, ray_pod, raycluster, rayjob, rayservice, worker_group
 
 pytestmark = pytest.mark.controlplane

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kai_ray.k8s import elastic
+from kai_ray.k8s.ray import elastic
 from tests.autoscaler.helpers import ray_pod, raycluster, rayjob, worker_group
 
 

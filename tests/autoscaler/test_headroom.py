@@ -8,8 +8,8 @@ import json
 import pytest
 
 from kai_ray import constants as c
-from kai_ray.autoscaler import headroom as hr
-from kai_ray.autoscaler.compute import autoscaling_jobs, compute_headroom
+from kai_ray.headroom import contract as hr
+from kai_ray.headroom.compute import autoscaling_jobs, compute_headroom
 from kai_ray.scheduler import snapshot as s
 
 NOW = 1_800_000_000.0
@@ -190,7 +190,7 @@ def test_core_headroom_counts_room_won_by_reclaim() -> None:
 
 
 def test_admits_tells_when_a_suspended_gang_fits_again() -> None:
-    from kai_ray.autoscaler.compute import admits
+    from kai_ray.headroom.compute import admits
 
     running = _job("b", "q", 6, 6)
     gang = [s.SubGroup("headgroup", 1, max_member=1), s.SubGroup("workers", 3, max_member=4)]
@@ -206,7 +206,7 @@ def test_admits_tells_when_a_suspended_gang_fits_again() -> None:
 def test_operator_publisher_is_rate_limited_and_writes_only_changes() -> None:
     """The scheduler operator's HeadroomPublisher: at most once per interval, one write per changed PodGroup, and
     unchanged numbers rewritten only when they would grow old."""
-    from kai_ray.k8s.elastic import HeadroomPublisher
+    from kai_ray.k8s.ray.elastic import HeadroomPublisher
 
     clock = [100.0]
     writes: list[str] = []

@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from kai_ray.autoscaler import headroom as hr
-from kai_ray.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
-from kai_ray.k8s import elastic
+from kai_ray.headroom import contract as hr
+from kai_ray.k8s.base.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.podgrouper import PodgrouperOperator
-from kai_ray.k8s.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
-from kai_ray.k8s.scheduler import SchedulerOperator
+from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
+from kai_ray.k8s.ray import elastic
+from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
 from tests.autoscaler.conftest import OBJECT_STORE
 from tests.autoscaler.helpers import queue, raycluster, start_autoscaler, stop_process, wait_until, worker_group
 

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from kai_ray import constants as c
-from kai_ray.autoscaler import headroom as hr
-from kai_ray.controlplane.harness import ControlPlane
-from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, ray_path
+from kai_ray.headroom import contract as hr
+from kai_ray.k8s.base.rest import Kube, events_path, podgroups_path, pods_path, ray_path
+from kai_ray.testing.controlplane.harness import ControlPlane
 from tests.autoscaler.helpers import podgroup, ray_pod
 
 pytestmark = [pytest.mark.ray, pytest.mark.controlplane]

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from kai_ray.cli import main
-from kai_ray.controlplane.harness import free_port
+from kai_ray.testing.controlplane.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "kai_ray" / "sim" / "demo" / "scenario.yaml"
@@ -239,7 +239,7 @@ def test_an_unreachable_server_is_one_retry_loop_with_backoff(kind: str, unreach
     assert "Traceback" not in log
     assert "Request attempt" not in log, "kopf's own retry loop must not run"
     warnings = [line for line in log.splitlines() if " WARNING " in line or " ERROR " in line]
-    retries = [w for w in warnings if "kai_ray.k8s.rest: cannot reach the API server at https://127.0.0.1:" in w]
+    retries = [w for w in warnings if "kai_ray.k8s.base.rest: cannot reach the API server at https://127.0.0.1:" in w]
     assert retries and retries[0].endswith("; retrying with backoff")
     assert [w.rsplit("next try in ", 1)[-1] for w in retries[1:3]] == ["1s", "2s"]
     others = [w for w in warnings if w not in retries and "kopf" not in w]
@@ -249,7 +249,7 @@ def test_an_unreachable_server_is_one_retry_loop_with_backoff(kind: str, unreach
 def test_informers_and_the_lease_share_the_one_loop(unreachable: str, caplog: pytest.LogCaptureFixture) -> None:
     """Without kopf (the engine alone, as in tests and benchmarks): every informer and the Lease wait on one prober."""
     from kai_ray.k8s.config import OperatorConfig
-    from kai_ray.k8s.scheduler import SchedulerOperator
+    from kai_ray.k8s.scheduling.operator import SchedulerOperator
 
     caplog.set_level(logging.INFO)
     op = SchedulerOperator(
@@ -260,7 +260,7 @@ def test_informers_and_the_lease_share_the_one_loop(unreachable: str, caplog: py
         _wait(lambda: not reach.up and any("next try in 1s" in r.getMessage() for r in caplog.records))
     finally:
         op.stop()
-    noisy: list[Any] = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name != "kai_ray.k8s.rest"]
+    noisy: list[Any] = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name != "kai_ray.k8s.base.rest"]
     assert noisy == [], [r.getMessage() for r in noisy]
     first = [r.getMessage() for r in caplog.records if r.getMessage().endswith("retrying with backoff")]
     assert len(first) == 1, first

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kai_ray.sim.cycle_scenario import agrees_with_kai, load_scenarios, run_scenario
+from kai_ray.testing.cycle_fixture import agrees_with_kai, load_scenarios, run_scenario
 
 ROOT = Path(__file__).parent
 ACTIONS = ("allocate", "reclaim", "preempt", "consolidation", "stalegangeviction", "deletion")

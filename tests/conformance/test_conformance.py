@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kai_ray.sim.cycle_scenario import Scenario, agrees_with_kai, load_scenarios, run_scenario
+from kai_ray.testing.cycle_fixture import Scenario, agrees_with_kai, load_scenarios, run_scenario
 
 ROOT = Path(__file__).parent
 

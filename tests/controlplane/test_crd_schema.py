@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.queue import Queue
-from kai_ray.controlplane.harness import our_crd_dir
+from kai_ray.testing.controlplane.harness import our_crd_dir
 
 JSON_TYPES: dict[type, set[str]] = {
     str: {"string"},

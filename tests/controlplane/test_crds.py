@@ -12,7 +12,7 @@ from kubernetes import client
 
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, SubGroup
 from kai_ray.api.queue import Queue, QueueResource, QueueResources, QueueSpec
-from kai_ray.controlplane.harness import ControlPlane, kuberay_crd_dir, our_crd_dir
+from kai_ray.testing.controlplane.harness import ControlPlane, kuberay_crd_dir, our_crd_dir
 
 GROUP = "scheduling.run.ai"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"

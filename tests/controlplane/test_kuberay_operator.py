@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kai_ray.controlplane.harness import ControlPlane, kuberay_crd_dir, wait_for
+from kai_ray.testing.controlplane.harness import ControlPlane, kuberay_crd_dir, wait_for
 
 
 @pytest.mark.kuberay

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kai_ray.controlplane.harness import ControlPlane
-from kai_ray.k8s.elastic import SUSPEND_ANNOTATION
-from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
+from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
+from kai_ray.testing.controlplane.harness import ControlPlane
 from tests.k8s.helpers import condition, events, gpu_use, wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.kuberay, pytest.mark.slow]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kai_ray.controlplane import build
+from kai_ray.testing.controlplane import build
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "kai-ray"
 NON_DEFAULT = [

@@ -1,6 +1,6 @@
 """The chart and the code agree: every argument list the chart renders is accepted by the real ``kai-ray operator``
 parser (parsed into an OperatorConfig, nothing started), and the chart's RBAC grants exactly the rules the operators
-of the rendered mode declare in ``kai_ray/k8s/rbac.py`` (no fewer: they would fail; no more: least privilege)."""
+of the rendered mode declare in ``kai_ray/k8s/base/rbac.py`` (no fewer: they would fail; no more: least privilege)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from kai_ray.cli import CliError
 from kai_ray.cli.operator import parse_args
+from kai_ray.k8s.base.rbac import LEASE_RULES, rules_for
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.rbac import LEASE_RULES, rules_for
 from tests.helm.test_chart import NON_DEFAULT, args_of, by_kind, helm, render  # noqa: F401
 
 VALUE_SETS = {

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from kai_ray.controlplane import build
-from kai_ray.controlplane.harness import ControlPlane, kai_config_crd_file, kai_crd_files
-from kai_ray.k8s.rest import ApiError, Kube
+from kai_ray.k8s.base.rest import ApiError, Kube
+from kai_ray.testing.controlplane import build
+from kai_ray.testing.controlplane.harness import ControlPlane, kai_config_crd_file, kai_crd_files
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "kai-ray"
 PCS = "/apis/scheduling.k8s.io/v1/priorityclasses"

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kai_ray.controlplane import build
-from kai_ray.controlplane.harness import ControlPlane, kuberay_crd_files
+from kai_ray.testing.controlplane import build
+from kai_ray.testing.controlplane.harness import ControlPlane, kuberay_crd_files
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kai-ray"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kai_ray.controlplane import build
+from kai_ray.testing.controlplane import build
 from tests.helm.test_chart import CHART, by_kind, render, run_helm
 
 

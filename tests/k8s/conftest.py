@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from kai_ray.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
+from kai_ray.k8s.base.rest import ApiError, Kube, queues_path
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.podgrouper import PodgrouperOperator
-from kai_ray.k8s.rest import ApiError, Kube, queues_path
-from kai_ray.k8s.scheduler import SchedulerOperator
-from kai_ray.k8s.testbed import queue_body
+from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
+from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
+from kai_ray.testing.testbed import queue_body
 from tests.k8s.helpers import PRIORITY_CLASSES, wait_until
 
 

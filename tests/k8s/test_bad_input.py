@@ -12,12 +12,12 @@ import uuid
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.autoscaler.headroom import HEADROOM_ANNOTATION
-from kai_ray.k8s.podgrouper import PodgrouperOperator
-from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
-from kai_ray.k8s.scheduler import SchedulerOperator
+from kai_ray.headroom.contract import HEADROOM_ANNOTATION
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
+from kai_ray.k8s.scheduling.operator import SchedulerOperator
 from tests.k8s.helpers import bound, condition, events, kuberay_pods, make_gang, pod_body, podgroup_body, wait_until
-from tests.k8s.test_podgrouper_operator import _cluster_spec, _create_ray, _kuberay_pods, _pg_for, _worker
+from tests.k8s.podgrouping.test_podgrouper_operator import _cluster_spec, _create_ray, _kuberay_pods, _pg_for, _worker
 
 QUEUE = c.QUEUE_LABEL
 HUGE = 1_000_000_000

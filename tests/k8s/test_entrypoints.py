@@ -19,9 +19,9 @@ import pytest
 import yaml
 from kopf.testing import KopfRunner
 
-from kai_ray.controlplane.harness import ControlPlane, free_port
-from kai_ray.k8s.rbac import LEASE_RULES, RULES
-from kai_ray.k8s.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.base.rbac import LEASE_RULES, RULES
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.testing.controlplane.harness import ControlPlane, free_port
 from tests.k8s.helpers import bound, condition, make_gang, pod_body, pods, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +182,7 @@ def test_operators_work_with_exactly_the_rbac_rules_they_declare(
     run_podgrouper: Any,
     tmp_path: Path,
 ) -> None:
-    """A ServiceAccount granted only ``kai_ray.k8s.rbac.RULES`` (what the Helm chart grants) runs both operators."""
+    """A ServiceAccount granted only ``kai_ray.k8s.base.rbac.RULES`` (what the Helm chart grants) runs both operators."""
     _, selector = node_pool(1, gpus=8)
     queues("dept")
     team = queues("team", parent="dept")

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from kai_ray.controlplane.harness import ControlPlane, kai_crd_files, kuberay_crd_files
-from kai_ray.k8s.podgrouper import PodgrouperOperator
-from kai_ray.k8s.rest import Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
-from kai_ray.k8s.scheduler import SchedulerOperator
+from kai_ray.k8s.base.rest import Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
+from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
+from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.testing.controlplane.harness import ControlPlane, kai_crd_files, kuberay_crd_files
 from tests.k8s.conftest import op_config
 from tests.k8s.helpers import (
     PRIORITY_CLASSES,

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kai_ray.controlplane import build
-from kai_ray.controlplane.harness import ControlPlane, free_port, kuberay_crd_files, our_crd_dir
-from kai_ray.k8s.rest import Kube, pods_path, queues_path
+from kai_ray.k8s.base.rest import Kube, pods_path, queues_path
+from kai_ray.testing.controlplane import build
+from kai_ray.testing.controlplane.harness import ControlPlane, free_port, kuberay_crd_files, our_crd_dir
 from tests.k8s.helpers import bound, pod_body, queue_body, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,8 +88,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 PROBE = """
 import importlib, importlib.metadata as md, json, re, sys
-for name in ("kai_ray.cli", "kai_ray.cli.commands", "kai_ray.k8s.kopf_app", "kai_ray.k8s.podgrouper",
-             "kai_ray.k8s.scheduler"):
+for name in ("kai_ray.cli", "kai_ray.cli.commands", "kai_ray.k8s.kopf_app", "kai_ray.k8s.podgrouping.operator",
+             "kai_ray.k8s.scheduling.operator"):
     importlib.import_module(name)
 by_module = md.packages_distributions()
 imported = {d.lower() for m in list(sys.modules) for d in by_module.get(m.split(".")[0], [])}

@@ -15,8 +15,8 @@ import yaml
 
 from kai_ray import constants as c
 from kai_ray.api import ManifestError, RayCluster, RayJob, RayService, parse_object
-from kai_ray.controlplane import build
 from kai_ray.podgrouper import GroupingError, group
+from kai_ray.testing.controlplane import build
 
 MAXINT = 2**31 - 1
 

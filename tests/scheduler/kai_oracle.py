@@ -8,7 +8,7 @@ calls ``SetResourcesShare`` exactly like the proportion plugin's ``setFairShareF
 usage (time-based fair share), when given, is set on its resource shares as the plugin does from the usage DB.
 
 Source of KAI, in order: the Go module proxy at the tags listed in ``CANDIDATES`` (through
-``kai_ray.controlplane.build``'s cache directory), or a local checkout named by ``KAI_SCHEDULER_SRC``. The first
+``kai_ray.testing.controlplane.build``'s cache directory), or a local checkout named by ``KAI_SCHEDULER_SRC``. The first
 that builds wins; the errors of the others are kept for the skip message and ``DIFFERENTIAL.md``.
 """
 
@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from kai_ray.controlplane.build import cache_root, go_env, go_version
+from kai_ray.testing.controlplane.build import cache_root, go_env, go_version
 
 # (module path, version): KAI moved from github.com/NVIDIA to github.com/kai-scheduler after v0.13
 CANDIDATES = [

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kai_ray.scheduler.cycle import run_cycle
-from kai_ray.sim.cycle_scenario import load_scenario
+from kai_ray.testing.cycle_fixture import load_scenario
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 

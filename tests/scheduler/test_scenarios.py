@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kai_ray.scheduler.cycle import run_cycle
-from kai_ray.sim.cycle_scenario import check, load_scenario
+from kai_ray.testing.cycle_fixture import check, load_scenario
 
 SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from kai_ray.bench.trace_gen import generate_nodes, generate_pods, write_csv
 from kai_ray.sim.trace import NODE_COLUMNS, POD_COLUMNS
-from kai_ray.sim.trace_gen import generate_nodes, generate_pods, write_csv
 from tests.sim.helpers import kai_ray, run_json
 
 

@@ -1,0 +1,64 @@
+"""``kai-ray bench e2e``: the operators end to end on the test control plane, against the raw Binding API rate."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kai_ray.bench.cli.group import bench
+from kai_ray.cli import CliError
+
+
+@bench.command("e2e")
+def e2e(
+    nodes: Annotated[int, typer.Option("--nodes", help="KWOK nodes")] = 500,
+    pods: Annotated[int, typer.Option("--pods", help="single-GPU pods to schedule")] = 4000,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node")] = 8,
+    raw_pods: Annotated[int, typer.Option("--raw-pods", help="bindings per raw-rate measurement")] = 1000,
+    workers: Annotated[int, typer.Option("--workers", help="concurrent requests (creations; the binder's pool)")] = 32,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for all pods to be bound")] = 900.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Time P single-GPU pods from creation to all bound through both operators, and the raw Binding API rate."""
+    for flag, value in (("--nodes", nodes), ("--pods", pods), ("--gpus-per-node", gpus_per_node)):
+        if value < 1:
+            raise CliError(f"{flag}: {value} must be at least 1")
+    if raw_pods < 1 or workers < 1 or timeout <= 0:
+        raise CliError("--raw-pods, --workers and --timeout must be positive")
+    if pods > nodes * gpus_per_node:
+        raise CliError(f"--pods: {pods} single-GPU pods cannot all fit on {nodes} x {gpus_per_node} GPUs")
+    from kai_ray.extras import require
+
+    require("cryptography", "kopf", "prometheus_client", purpose="kai-ray bench e2e")
+    from kai_ray.bench.e2e import E2EConfig, run_e2e
+    from kai_ray.k8s.base.rest import ApiError
+    from kai_ray.testing.controlplane.harness import ControlPlaneError
+
+    def progress(msg: str) -> None:
+        if not as_json:
+            typer.echo(f"[bench e2e] {msg}", err=True)
+
+    try:
+        result = run_e2e(
+            E2EConfig(
+                nodes=nodes, pods=pods, gpus_per_node=gpus_per_node, raw_pods=raw_pods, workers=workers, timeout=timeout
+            ),
+            progress,
+        )
+    except ControlPlaneError as exc:
+        raise CliError(f"control plane: {exc}", code=1) from None
+    except ApiError as exc:
+        raise CliError(f"API server: {exc} (the machine may be overloaded; try fewer --pods)", code=1) from None
+    except TimeoutError as exc:
+        raise CliError(f"operators: {exc}", code=1) from None
+    if as_json:
+        typer.echo(result.to_json())
+        return
+    typer.echo(
+        f"{result.bound}/{result.pods} pods bound in {result.seconds:.1f}s: {result.pods_per_second:.0f} pods/s; "
+        f"raw bindings {result.raw_bindings_per_second:.0f}/s sequential, "
+        f"{result.raw_concurrent_bindings_per_second:.0f}/s concurrent; "
+        f"{100 * result.ratio_to_raw:.0f}% of raw (target 50%: {'met' if result.target_met else 'NOT met'}); "
+        f"over-committed nodes: {result.overcommitted_nodes}"
+    )

@@ -1,0 +1,1 @@
+"""API plumbing both operators stand on; imports nothing else of ``kai_ray.k8s``."""

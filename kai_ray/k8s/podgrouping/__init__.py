@@ -1,0 +1,1 @@
+"""The podgrouper operator: Ray CRs and pods -> PodGroups and pod stamps."""
