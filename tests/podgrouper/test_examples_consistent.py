@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted([*ROOT.glob("examples/*.yaml"), *ROOT.glob("kai_ray/sim/demo/*.yaml")])
+SOURCES = sorted([*ROOT.glob("examples/**/*.yaml"), *ROOT.glob("kai_ray/sim/demo/*.yaml")])
 
 
 def _docs() -> list[tuple[str, dict[str, Any]]]:

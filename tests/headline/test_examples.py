@@ -1,0 +1,152 @@
+"""The headline's manifests (``examples/headline/*.yaml``) say what the real-node scenario relies on.
+
+Nothing runs here: the manifests are read as YAML and through ``kai-ray podgroup`` as a user runs it. What is checked
+is what would otherwise only fail minutes into a real-node run: every pod template (the submitter's too) names
+kai-scheduler and the locally built image with ``imagePullPolicy: Never``; the RayJob's entrypoint is a command line
+``train.py`` accepts, writing under the hostPath mount; the Serve app's import path resolves; the training is elastic
+(kai-ray may shrink it) and the service is ``inference`` in the same queue, with a gang that fits beside the training.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from kai_ray.api.strict import invalid_quantities, unknown_fields
+
+HEADLINE = Path(__file__).resolve().parents[2] / "examples" / "headline"
+FILES = sorted(HEADLINE.glob("*.yaml"))
+IMAGE = "kai-ray-ray"
+
+
+def _docs() -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in FILES:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out[f"{path.name}:{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return out
+
+
+DOCS = _docs()
+
+
+def _cluster(doc: dict[str, Any]) -> dict[str, Any]:
+    spec = doc["spec"]
+    cluster: dict[str, Any] = spec.get("rayClusterSpec") or spec["rayClusterConfig"]
+    return cluster
+
+
+def _templates(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    cluster = _cluster(doc)
+    yield "head", cluster["headGroupSpec"]["template"]
+    for group in cluster["workerGroupSpecs"]:
+        yield group["groupName"], group["template"]
+    if "submitterPodTemplate" in doc["spec"]:
+        yield "submitter", doc["spec"]["submitterPodTemplate"]
+
+
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"headline_{name}", HEADLINE / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_three_workloads_are_there() -> None:
+    kinds = sorted((d["kind"], d["spec"].get("submissionMode", "K8sJobMode")) for d in DOCS.values())
+    assert kinds == [("RayJob", "K8sJobMode"), ("RayJob", "SidecarMode"), ("RayService", "K8sJobMode")]
+    for path in FILES:
+        assert path.read_text().startswith("---\n"), f"{path.name}: starts a document explicitly (cat-able)"
+
+
+@pytest.mark.parametrize("name", list(DOCS))
+def test_pods_use_kai_scheduler_and_the_local_image(name: str) -> None:
+    doc = DOCS[name]
+    assert unknown_fields(doc) == [] and invalid_quantities(doc) == []
+    assert doc["metadata"]["labels"]["kai.scheduler/queue"] == "training"
+    assert _cluster(doc)["enableInTreeAutoscaling"] is False
+    for where, template in _templates(doc):
+        spec = template["spec"]
+        assert spec.get("schedulerName") == "kai-scheduler", f"{name} {where}"
+        for ctr in spec["containers"]:
+            assert (ctr["image"], ctr["imagePullPolicy"]) == (IMAGE, "Never"), f"{name} {where}"
+            assert "cpu" not in ctr["resources"].get("limits", {}), f"{name} {where}: CPU limits throttle Ray start"
+
+
+@pytest.mark.parametrize("name", [n for n, d in DOCS.items() if d["kind"] == "RayJob"])
+def test_training_is_elastic_and_its_entrypoint_is_accepted(name: str) -> None:
+    doc = DOCS[name]
+    assert doc["metadata"]["labels"]["priorityClassName"] == "train" and doc["spec"]["shutdownAfterJobFinishes"]
+    (group,) = _cluster(doc)["workerGroupSpecs"]
+    assert group["minReplicas"] < group["maxReplicas"] == group["replicas"]
+    limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "1"
+
+    argv = shlex.split(doc["spec"]["entrypoint"])
+    assert argv[:2] == ["python", "/apps/train.py"]
+    args = _module("train").parse_args(argv[2:])
+    assert args.max_workers == group["maxReplicas"] and args.min_workers == group["minReplicas"]
+    head = _cluster(doc)["headGroupSpec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in head["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in head["volumes"]}
+    assert volumes["apps"]["configMap"]["name"] == "headline-train" and mounts["apps"] == "/apps"
+    assert volumes["checkpoints"]["hostPath"]["path"] == "/var/lib/kai-ray-headline"
+    assert args.checkpoint_dir == Path(mounts["checkpoints"]) / doc["metadata"]["name"]
+
+
+def test_the_service_is_inference_in_the_same_queue_and_its_app_resolves() -> None:
+    (svc,) = [d for d in DOCS.values() if d["kind"] == "RayService"]
+    assert svc["metadata"]["labels"]["priorityClassName"] == "inference"
+    (app,) = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
+    module, attr = app["import_path"].split(":")
+    pytest.importorskip("ray.serve")
+    assert hasattr(_module(module), attr)
+    for _, template in _templates(svc):
+        spec = template["spec"]
+        env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+        mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+        assert env["PYTHONPATH"] == mounts["apps"] == "/apps"
+        assert {v["name"]: v["configMap"]["name"] for v in spec["volumes"]} == {"apps": "headline-serve"}
+
+
+def test_podgroup_cli_groups_them_all() -> None:
+    stream = "".join(p.read_text() for p in FILES)
+    out = subprocess.run(
+        [sys.executable, "-m", "kai_ray", "podgroup", "-f", "-", "-o", "json"],
+        input=stream,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    got = {
+        pg["metadata"]["name"]: (
+            pg["spec"]["queue"],
+            pg["spec"]["priorityClassName"],
+            pg["spec"]["minMember"],
+            pg["metadata"]["annotations"]["kai-ray.io/max-member"],
+        )
+        for pg in json.loads(out.stdout)
+    }
+    assert got == {
+        "pg-headline-train": ("training", "train", 2, "4"),
+        "pg-headline-train-sidecar": ("training", "train", 2, "4"),
+        "pg-headline-serve": ("training", "inference", 2, "2"),
+    }
+    for path in FILES:
+        one = subprocess.run(
+            [sys.executable, "-m", "kai_ray", "podgroup", "-f", str(path)], capture_output=True, text=True, timeout=60
+        )
+        assert one.returncode == 0 and one.stderr == "", (path.name, one.stderr)
