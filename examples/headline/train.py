@@ -8,8 +8,10 @@ and takes a step. Why this shape, and not a restart-on-failure framework:
 - **Shrink**: when kai-ray preempts a worker it drains the Ray node (PREEMPTION) and deletes the pod through
   KubeRay's ``workersToDelete``. The actor there dies; its call raises ``RayActorError``; the loop drops it and the
   same step completes on the survivors. The step counter never goes back and the job never restarts.
-- **Grow**: every ``--grow-every`` steps the driver looks for free ``GPU`` in ``ray.available_resources()`` and starts
-  actors up to ``--max-workers``; a new actor joins once its ``ready()`` answers, without stopping the others.
+- **Grow**: every ``--grow-every`` steps the driver asks for actors up to ``--max-workers`` (live plus starting) and
+  admits each once its ``ready()`` answers, without stopping the others. An actor that finds no free GPU stays
+  pending: that pending demand is what Ray's in-tree autoscaler scales the worker group up for, and kai-ray's hook
+  caps the scale-up at what the queue can get now, so no pod waits Pending while serving holds the GPU.
 - **Suspend/resume**: a whole RayJob that kai-ray suspends loses its cluster. Checkpoints (step and weights) are
   written atomically to ``--checkpoint-dir`` (a hostPath volume that outlives the pods) and a new run resumes from
   the latest one, counting the steps it had to redo as ``steps_lost``.
@@ -119,10 +121,8 @@ class Elastic:
         self.starting[shard] = (actor, actor.ready.remote(), time.monotonic())
 
     def grow(self) -> None:
-        """Start actors for free GPUs, up to ``--max-workers`` (live + starting); admit the ones that answered."""
-        wanted = self.args.max_workers - len(self.live) - len(self.starting)
-        free = int(ray.available_resources().get("GPU", 0))
-        for _ in range(max(0, min(wanted, free))):
+        """Ask for actors up to ``--max-workers`` (live + starting); admit the ones that answered."""
+        for _ in range(max(0, self.args.max_workers - len(self.live) - len(self.starting))):
             self._start_one()
         self.admit(0)
 
@@ -141,7 +141,7 @@ class Elastic:
             self.live[shard] = actor
         now = time.monotonic()
         for shard, (actor, _, since) in list(self.starting.items()):
-            if now - since > self.args.start_timeout:  # never placed (its GPU went to someone else): ask again later
+            if now - since > self.args.start_timeout:  # not placed for long: ask again (a fresh request, a fresh shard)
                 ray.kill(actor)
                 del self.starting[shard]
 
@@ -184,13 +184,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=1000, help="train until this step, then exit 0")
     p.add_argument("--min-workers", type=int, default=1, help="wait for this many workers before the first step")
     p.add_argument("--max-workers", type=int, default=3)
-    p.add_argument("--grow-every", type=int, default=5, help="look for free GPUs every N steps")
+    p.add_argument("--grow-every", type=int, default=5, help="ask for missing workers every N steps")
     p.add_argument("--checkpoint-every", type=int, default=5)
     p.add_argument("--compute-seconds", type=float, default=0.2, help="stand-in for each worker's compute per step")
     p.add_argument("--samples", type=int, default=256, help="samples per worker shard")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--call-timeout", type=float, default=120.0)
-    p.add_argument("--start-timeout", type=float, default=120.0)
+    p.add_argument("--start-timeout", type=float, default=600.0, help="seconds before a pending actor is asked again")
     p.add_argument("--address", default=None, help="Ray address (default: the job's cluster)")
     return p.parse_args(argv)
 

@@ -33,7 +33,7 @@ def _docs() -> dict[str, dict[str, Any]]:
     out = {}
     for path in FILES:
         for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
+            if doc and doc["apiVersion"].startswith("ray.io/"):
                 out[f"{path.name}:{doc['kind']}/{doc['metadata']['name']}"] = doc
     return out
 
@@ -76,7 +76,6 @@ def test_pods_use_kai_scheduler_and_the_local_image(name: str) -> None:
     doc = DOCS[name]
     assert unknown_fields(doc) == [] and invalid_quantities(doc) == []
     assert doc["metadata"]["labels"]["kai.scheduler/queue"] == "training"
-    assert _cluster(doc)["enableInTreeAutoscaling"] is False
     for where, template in _templates(doc):
         spec = template["spec"]
         assert spec.get("schedulerName") == "kai-scheduler", f"{name} {where}"
@@ -93,6 +92,16 @@ def test_training_is_elastic_and_its_entrypoint_is_accepted(name: str) -> None:
     assert group["minReplicas"] < group["maxReplicas"] == group["replicas"]
     limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "1"
+
+    # Grow-back is Ray's autoscaler's, capped by kai-ray's hook, which sitecustomize.py installs in its container.
+    cluster = _cluster(doc)
+    assert cluster["enableInTreeAutoscaling"] is True
+    auto = cluster["autoscalerOptions"]
+    assert (auto["image"], auto["imagePullPolicy"]) == (IMAGE, "Never")
+    env = {e["name"]: e["value"] for e in auto["env"]}
+    assert env == {"KAI_RAY_AUTOSCALER": "1", "PYTHONPATH": "/apps"}
+    assert {m["name"]: m["mountPath"] for m in auto["volumeMounts"]} == {"apps": "/apps"}
+    assert int(auto["idleTimeoutSeconds"]) >= 300, "workers waiting for the job to start must not count as idle"
 
     argv = shlex.split(doc["spec"]["entrypoint"])
     assert argv[:2] == ["python", "/apps/train.py"]
@@ -149,4 +158,36 @@ def test_podgroup_cli_groups_them_all() -> None:
         one = subprocess.run(
             [sys.executable, "-m", "kai_ray", "podgroup", "-f", str(path)], capture_output=True, text=True, timeout=60
         )
-        assert one.returncode == 0 and one.stderr == "", (path.name, one.stderr)
+        assert one.returncode == 0 and "warning" not in one.stderr, (path.name, one.stderr)
+
+
+def test_the_rbac_binds_the_hooks_extra_rights_for_every_service_account_of_the_namespace() -> None:
+    docs = [d for d in yaml.safe_load_all((HEADLINE / "rayjob-training-cpu.yaml").read_text()) if d]
+    role = next(d for d in docs if d["kind"] == "Role")
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    assert {(r["resources"][0], r["verbs"][0]) for r in role["rules"]} == {("podgroups", "get"), ("events", "create")}
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "Group", "name": "system:serviceaccounts:headline", "apiGroup": "rbac.authorization.k8s.io"}
+    ]
+
+
+def test_sitecustomize_installs_kai_rays_providers_only_where_asked() -> None:
+    pytest.importorskip("ray")
+    probe = (
+        "import ray.autoscaler._private.providers as v1, ray.autoscaler.v2.autoscaler as v2;"
+        "print(v1._NODE_PROVIDERS['kuberay']({}).__name__, v2.KubeRayProvider.__name__)"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(HEADLINE), "RAY_USAGE_STATS_ENABLED": "0"}
+    hooked = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**env, "KAI_RAY_AUTOSCALER": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert hooked.returncode == 0, hooked.stderr
+    assert hooked.stdout.split() == ["KaiKubeRayNodeProvider", "KaiKubeRayProvider"]
+    plain = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    assert "Kai" not in plain.stdout
