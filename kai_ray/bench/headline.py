@@ -6,11 +6,27 @@ The pure functions here are shared by the tests with real Ray processes and by `
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
-from collections.abc import Sequence
+import shutil
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from kai_ray.bench.e2e import install_defaults
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, ray_path
+from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
+from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.testing.testbed import queue_body
 
 PROGRESS = "progress.json"
 
@@ -63,3 +79,349 @@ def seconds_below(history: Sequence[Sequence[float]], full: int, start: float, e
 def steps_went_back(steps: Sequence[int]) -> int:
     """How many times a step number was not above the one before it (0 when the counter only moved forward)."""
     return sum(1 for a, b in itertools.pairwise(steps) if b <= a)
+
+
+# --- the story on a real node (kubelet + containerd, KubeRay creating real Ray pods) ---------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "headline"
+SEMANTICS = ("kai-ray", "kai")
+ORIGIN = "ray.io/originated-from-cr-name"
+PRIORITY_CLASSES = {"train": 50, "build": 100, "inference": 125}
+JOB = "headline-train"
+SERVICE = "headline-serve"
+
+
+@dataclass
+class StoryConfig:
+    """One run of the headline on a real node. ``semantics="kai"`` is KAI's way of evicting (delete the victim pods,
+    no Ray-aware shrink, no suspend) on the same podgrouper and core, for contrast."""
+
+    semantics: str = "kai-ray"
+    workers: int = 3
+    timeout: float = 900.0
+    compute_seconds: float = 0.3
+    suspend_story: bool = True
+
+
+@dataclass
+class StoryFigures:
+    semantics: str
+    serve_first_answer_seconds: float | None = None
+    serve_answered_via: str = ""
+    training_steps_lost: int = 0
+    training_step_went_back: int = 0
+    seconds_below_full_size: float | None = None
+    grow_back_seconds: float | None = None
+    pods_recreated_by_kuberay: int = 0
+    shrink_drained: bool = False
+    suspend_to_resume_seconds: float | None = None
+    resumed_from_step: int | None = None
+    job_states: list[str] = field(default_factory=list)
+    training_failed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def _manifest(name: str, namespace: str, queue: str, image: str, checkpoints: Path | None = None) -> dict[str, Any]:
+    """The example's Ray CR with the test's namespace, queue and image (and the checkpoint hostPath under a
+    directory the run owns instead of /var/lib/kai-ray-headline)."""
+    (doc,) = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d and d["kind"].startswith("Ray")]
+    text = json.dumps(doc).replace('"kai-ray-ray"', json.dumps(image))
+    if checkpoints is not None:
+        text = text.replace('"/var/lib/kai-ray-headline"', json.dumps(str(checkpoints)))
+    out: dict[str, Any] = json.loads(text)
+    out["metadata"]["namespace"] = namespace
+    out["metadata"]["labels"]["kai.scheduler/queue"] = queue
+    return out
+
+
+def _rbac(namespace: str) -> list[tuple[str, dict[str, Any]]]:
+    base = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    out = []
+    for doc in yaml.safe_load_all((EXAMPLES / "rayjob-training-cpu.yaml").read_text()):
+        if doc and doc["kind"] in ("Role", "RoleBinding"):
+            doc["metadata"]["namespace"] = namespace
+            for subject in doc.get("subjects", []):
+                subject["name"] = f"system:serviceaccounts:{namespace}"
+            out.append((f"{base}/{doc['kind'].lower()}s", doc))
+    return out
+
+
+class Story:
+    """Runs the headline against a started real node (``kai_ray.testing.controlplane.realnode.RealNode``): kai-ray's
+    podgrouper and scheduler in this process, KubeRay's operator as a host process (reaching Ray's dashboards through
+    the apiserver's service proxy), Ray pods from the lane's Ray image, training progress read from the hostPath
+    checkpoint directory."""
+
+    def __init__(self, node: Any, kube: Kube, namespace: str, cfg: StoryConfig, say: Callable[[str], None]) -> None:
+        if cfg.semantics not in SEMANTICS:
+            raise ValueError(f"semantics: {cfg.semantics!r} is not one of {', '.join(SEMANTICS)}")
+        self.node, self.kube, self.ns, self.cfg, self.say = node, kube, namespace, cfg, say
+        self.fig = StoryFigures(cfg.semantics)
+        self.ckpt_root = Path(tempfile.mkdtemp(prefix="kai-ray-headline-"))
+        self.ckpt = self.ckpt_root / JOB
+        self.operators: list[Any] = []
+        self.steps: list[int] = []
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    # -- setup ----------------------------------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+
+        plane, kube, ns, cfg = self.node.plane, self.kube, self.ns, self.cfg
+        plane.install_crds(kuberay=True)
+        self.ray_image = self.node.load_image("ray")
+        busybox = self.node.load_image("busybox")
+        install_defaults(kube, PRIORITY_CLASSES)
+        gpus = int(self.node.gpus)
+        filler = gpus - cfg.workers
+        self.q_training = f"{ns}-training"
+        kube.create(queues_path(), queue_body(f"{ns}-ml-platform", gpu_quota=gpus + 1))
+        kube.create(queues_path(), queue_body(self.q_training, gpu_quota=cfg.workers + 1, parent=f"{ns}-ml-platform"))
+        kube.create(queues_path(), queue_body(f"{ns}-other", gpu_quota=max(filler, 0), parent=f"{ns}-ml-platform"))
+        for path, doc in _rbac(ns):
+            kube.create(path, doc)
+        for cm, files in (("headline-train", ("train.py", "sitecustomize.py")), ("headline-serve", ("serve_app.py",))):
+            data = {f: (EXAMPLES / f).read_text() for f in files}
+            kube.create(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": cm}, "data": data})
+        common: dict[str, Any] = {
+            "kubeconfig": str(plane.kubeconfig_path),
+            "namespaces": (ns,),
+            "node_selector": {"kubernetes.io/hostname": self.node.name},
+            "leader_elect": False,
+            "metrics_port": 0,
+            "health_port": 0,
+            "bind_address": "127.0.0.1",
+            "schedule_period": 0.5,
+        }
+        if cfg.semantics == "kai":
+            common.update(eviction_mode="delete", elastic_reclaim=False, suspend_kinds=())
+        self.operators = [
+            PodgrouperOperator(OperatorConfig(**common)).start(),
+            SchedulerOperator(OperatorConfig(**common)).start(),
+        ]
+        plane.start_kuberay_operator(batch_scheduler=None, watch_namespace=ns, extra_args=["--use-kubernetes-proxy"])
+        if filler > 0:  # the rest of the node's GPUs, held by another team within its quota
+            kube.create(
+                podgroups_path(ns),
+                {
+                    "apiVersion": "scheduling.run.ai/v2alpha2",
+                    "kind": "PodGroup",
+                    "metadata": {"name": "filler"},
+                    "spec": {"minMember": 1, "queue": f"{ns}-other", "priorityClassName": "build"},
+                },
+            )
+            kube.create(pods_path(ns), _busybox_pod("filler", busybox, filler, "filler"))
+        self.busybox = busybox
+
+    # -- observation ----------------------------------------------------------------------------------------------
+
+    def progress(self) -> dict[str, Any]:
+        return read_progress(self.ckpt) or {}
+
+    def _sample(self) -> None:
+
+        while not self._stop.is_set():
+            step = self.progress().get("step")
+            if isinstance(step, int) and (not self.steps or step != self.steps[-1]):
+                self.steps.append(step)
+            try:
+                job = self.kube.get(ray_path("RayJob", self.ns, JOB))
+                state = (job.get("status") or {}).get("jobDeploymentStatus")
+                if state and (not self.fig.job_states or self.fig.job_states[-1] != state):
+                    self.fig.job_states.append(state)
+            except ApiError:
+                pass
+            self._stop.wait(0.5)
+
+    def worker_pods(self) -> dict[str, dict[str, Any]]:
+
+        items = self.kube.get(pods_path(self.ns), labelSelector=f"{ORIGIN}={JOB},ray.io/node-type=worker")["items"]
+        return {p["metadata"]["uid"]: p for p in items}
+
+    def _answer(self) -> str | None:
+        """POST one request to the service (its ClusterIP through kube-proxy); the route that answered, or None."""
+
+        try:
+            svc = self.kube.get(f"/api/v1/namespaces/{self.ns}/services/{SERVICE}-serve-svc")
+        except ApiError:
+            return None
+        ip = svc["spec"].get("clusterIP")
+        body = json.dumps({"features": [5.1, 3.5, 1.4, 0.2]}).encode()
+        try:
+            req = urllib.request.Request(f"http://{ip}:8000/", data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                if "predictions" in json.loads(resp.read()):
+                    return f"Service {SERVICE}-serve-svc ClusterIP {ip}:8000"
+        except (OSError, ValueError):
+            return None
+        return None
+
+    # -- the story ------------------------------------------------------------------------------------------------
+
+    def run(self) -> StoryFigures:
+
+        cfg, kube, ns, fig, t = self.cfg, self.kube, self.ns, self.fig, self.cfg.timeout
+        self._setup()
+        job = _manifest("rayjob-training-cpu.yaml", ns, self.q_training, self.ray_image, self.ckpt_root)
+        job["spec"]["entrypoint"] = (
+            job["spec"]["entrypoint"]
+            .replace("--compute-seconds 0.2", f"--compute-seconds {cfg.compute_seconds}")
+            .replace("--steps 3000", "--steps 1000000")
+        )
+        kube.create(ray_path("RayJob", ns), job)
+        self._sampler = threading.Thread(target=self._sample, name="headline-sampler", daemon=True)
+        self._sampler.start()
+
+        # (a) training fills the node
+        full = _wait(
+            f"training on {cfg.workers} workers",
+            lambda: (p := self.progress()).get("workers") == cfg.workers and p.get("step", 0) >= 3 and p,
+            t,
+        )
+        self.say(f"training runs on {full['workers']} workers at step {full['step']}")
+        before = set(self.worker_pods())
+
+        # (b) the RayService arrives; (c) it answers
+        svc = _manifest("rayservice-cpu.yaml", ns, self.q_training, self.ray_image)
+        t_serve, wall_serve = time.monotonic(), time.time()
+        kube.create(ray_path("RayService", ns), svc)
+        fig.serve_answered_via = _wait("the service's first answer", self._answer, t, 0.5)
+        fig.serve_first_answer_seconds = round(time.monotonic() - t_serve, 1)
+        self.say(f"the service answered {fig.serve_first_answer_seconds}s after its creation")
+        shrunk = _wait(
+            "training on fewer workers", lambda: (p := self.progress()).get("workers", 0) < cfg.workers and p, t
+        )
+        self.say(f"training kept going on {shrunk['workers']} workers at step {shrunk['step']}")
+        shrink = self._shrink_record()
+        fig.shrink_drained = bool(shrink) and set((shrink.get("drain") or {}).values()) == {"accepted"}
+        _wait("a few more steps on fewer workers", lambda: self.progress().get("step", 0) >= shrunk["step"] + 3, t)
+        fig.pods_recreated_by_kuberay = len(set(self.worker_pods()) - before)
+
+        # (d) the service goes away; training grows back
+        t_del = time.monotonic()
+        kube.delete(ray_path("RayService", ns, SERVICE))
+        back = _wait(
+            "training back on all its workers", lambda: (p := self.progress()).get("workers") == cfg.workers and p, t
+        )
+        fig.grow_back_seconds = round(time.monotonic() - t_del, 1)
+        fig.seconds_below_full_size = seconds_below(back["history"], cfg.workers, wall_serve, time.time())
+        self.say(f"training grew back {fig.grow_back_seconds}s after the service was deleted")
+
+        # (e) the whole gang must go: a burst of inference takes every GPU the training holds
+        if cfg.suspend_story:
+            self._suspend_story()
+        fig.training_step_went_back = steps_went_back(self.steps)
+        fig.training_steps_lost += int(self.progress().get("steps_lost", 0))
+        return fig
+
+    def _shrink_record(self) -> dict[str, Any]:
+
+        for pg in self.kube.get(podgroups_path(self.ns))["items"]:
+            raw = (pg["metadata"].get("annotations") or {}).get("kai-ray.io/last-shrink")
+            if raw and JOB in json.dumps(pg["metadata"].get("ownerReferences") or []):
+                loaded: dict[str, Any] = json.loads(raw)
+                return loaded
+        return {}
+
+    def _suspend_story(self) -> None:
+
+        kube, ns, fig, t, cfg = self.kube, self.ns, self.fig, self.cfg.timeout, self.cfg
+        kube.create(
+            podgroups_path(ns),
+            {
+                "apiVersion": "scheduling.run.ai/v2alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": "burst"},
+                "spec": {"minMember": 1, "queue": self.q_training, "priorityClassName": "inference"},
+            },
+        )
+        kube.create(pods_path(ns), _busybox_pod("burst", self.busybox, cfg.workers, "burst"))
+        step_before = self.progress().get("step", 0)
+
+        def suspended_or_failed() -> str | None:
+            try:
+                status = (kube.get(ray_path("RayJob", ns, JOB)).get("status") or {}).get("jobDeploymentStatus")
+            except ApiError:
+                return None
+            return status if status in ("Suspended", "Failed") else None
+
+        outcome = _wait("the RayJob to be suspended (or to fail)", suspended_or_failed, t)
+        if outcome == "Failed":
+            fig.training_failed = True
+            fig.training_steps_lost += int(self.progress().get("step", step_before))
+            fig.notes.append("the RayJob failed when its pods were deleted: nothing resumes it")
+            kube.delete(pods_path(ns, "burst"))
+            return
+        self.say(f"the RayJob is suspended at step {self.progress().get('step')}")
+        t_room = time.monotonic()
+        kube.delete(pods_path(ns, "burst"))
+        resumed = _wait(
+            "the RayJob to resume from its checkpoint and train again",
+            lambda: (
+                (p := self.progress()).get("starts", 1) >= 2
+                and p.get("resumed_from") is not None
+                and p.get("step", 0) > p["resumed_from"]
+                and p
+            ),
+            t,
+        )
+        fig.suspend_to_resume_seconds = round(time.monotonic() - t_room, 1)
+        fig.resumed_from_step = int(resumed["resumed_from"])
+        self.say(f"resumed from step {fig.resumed_from_step} {fig.suspend_to_resume_seconds}s after room returned")
+
+    def close(self) -> None:
+
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join(5)
+        for kind, name in (("RayService", SERVICE), ("RayJob", JOB)):
+            with contextlib.suppress(ApiError):
+                self.kube.delete(ray_path(kind, self.ns, name))
+        for op in reversed(self.operators):
+            op.stop()
+        for queue in (f"{self.ns}-training", f"{self.ns}-other", f"{self.ns}-ml-platform"):
+            with contextlib.suppress(ApiError):
+                self.kube.delete(queues_path(queue))
+        if "kuberay-operator" in self.node.plane.components:
+            self.node.plane.stop_component("kuberay-operator")
+        shutil.rmtree(self.ckpt_root, ignore_errors=True)
+
+
+def _busybox_pod(name: str, image: str, gpus: int, group: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"pod-group-name": group}},
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"],
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
+    }

@@ -1,0 +1,81 @@
+"""``kai-ray bench headline``: the headline on a real node, with kai-ray's Ray-aware evictions and with KAI's.
+
+Needs the real-node lane (``kai_ray.testing.controlplane.realnode``: kubelet + containerd on this host, as root) and
+its Ray image; the first run builds what the lane builds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Annotated, Any
+
+import typer
+
+from kai_ray.bench.cli.group import bench
+from kai_ray.cli import CliError
+
+LANE = "kai_ray.testing.controlplane.realnode"
+
+
+def _lane() -> Any:
+    try:
+        return importlib.import_module(LANE)
+    except ImportError as exc:
+        raise CliError(f"the real-node lane ({LANE}) is not in this checkout: {exc}", code=1) from None
+
+
+@bench.command("headline")
+def headline(
+    semantics: Annotated[str, typer.Option("--semantics", help="both, kai-ray or kai")] = "both",
+    workers: Annotated[int, typer.Option("--workers", help="training workers (1 GPU each)")] = 3,
+    gpus: Annotated[int, typer.Option("--gpus", help="nvidia.com/gpu the node advertises")] = 8,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds for each wait of the story")] = 900.0,
+    no_suspend: Annotated[bool, typer.Option("--no-suspend", help="skip the whole-gang (suspend) scenario")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Training fills a real node, a RayService preempts it, training shrinks and grows back, then a whole-gang
+    preemption suspends and resumes it; prints the figures for each eviction semantics."""
+    runs = {"both": ("kai-ray", "kai"), "kai-ray": ("kai-ray",), "kai": ("kai",)}.get(semantics)
+    if runs is None:
+        raise CliError(f"--semantics: {semantics!r} is not one of both, kai-ray, kai")
+    if workers < 1 or gpus <= workers or timeout <= 0:
+        raise CliError("--workers must be at least 1, --gpus more than --workers, --timeout positive")
+    lane = _lane()
+    from kai_ray.bench.headline import Story, StoryConfig
+    from kai_ray.k8s.base.rest import Kube
+
+    def say(msg: str) -> None:
+        if not as_json:
+            typer.echo(f"[bench headline] {msg}", err=True)
+
+    out: dict[str, Any] = {}
+    try:
+        with lane.RealNode(gpus=gpus) as node:
+            kube = Kube(node.plane.api_client(pool_size=16))
+            for name in runs:
+                ns = node.plane.new_namespace(f"headline-{name}")
+                story = Story(
+                    node,
+                    kube,
+                    ns,
+                    StoryConfig(semantics=name, workers=workers, timeout=timeout, suspend_story=not no_suspend),
+                    say,
+                )
+                try:
+                    out[name] = story.run().as_dict()
+                except TimeoutError as exc:
+                    out[name] = {**story.fig.as_dict(), "error": str(exc)}
+                finally:
+                    story.close()
+                    node.plane.clear_namespace(ns)
+            kube.close()
+    except lane.NodeUnavailable as exc:
+        raise CliError(f"no real node here: {exc}", code=1) from None
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    keys = [k for k in next(iter(out.values())) if k not in ("semantics", "notes", "job_states")]
+    typer.echo(f"{'':32}" + "".join(f"{n:>14}" for n in out))
+    for key in keys:
+        typer.echo(f"{key:32}" + "".join(f"{out[n].get(key)!s:>14}" for n in out))
