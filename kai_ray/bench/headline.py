@@ -109,6 +109,7 @@ class StoryFigures:
     semantics: str
     serve_first_answer_seconds: float | None = None
     serve_answered_via: str = ""
+    served_through_service: bool = False
     training_steps_lost: int = 0
     training_step_went_back: int = 0
     seconds_below_full_size: float | None = None
@@ -254,22 +255,30 @@ class Story:
         items = self.kube.get(pods_path(self.ns), labelSelector=f"{ORIGIN}={JOB},ray.io/node-type=worker")["items"]
         return {p["metadata"]["uid"]: p for p in items}
 
-    def _answer(self) -> str | None:
-        """POST one request to the service (its ClusterIP through kube-proxy); the route that answered, or None."""
-
-        try:
+    def _answer(self, service_only: bool = False) -> str | None:
+        """POST one request to the service: through its Service's ClusterIP (kube-proxy), else straight to the head
+        pod's Serve proxy. Returns the route that answered with predictions, or None."""
+        routes = []
+        with contextlib.suppress(ApiError):
             svc = self.kube.get(f"/api/v1/namespaces/{self.ns}/services/{SERVICE}-serve-svc")
-        except ApiError:
-            return None
-        ip = svc["spec"].get("clusterIP")
+            routes.append((f"Service {SERVICE}-serve-svc", svc["spec"].get("clusterIP")))
+        with contextlib.suppress(ApiError):
+            selector = f"{ORIGIN}={SERVICE},ray.io/node-type=head"
+            if service_only:
+                selector = "kai-ray.io/none=none"
+            for pod in self.kube.get(pods_path(self.ns), labelSelector=selector)["items"]:
+                routes.append((f"head pod {pod['metadata']['name']}", (pod.get("status") or {}).get("podIP")))
         body = json.dumps({"features": [5.1, 3.5, 1.4, 0.2]}).encode()
-        try:
+        for via, ip in routes:
+            if not ip or ip == "None":
+                continue
             req = urllib.request.Request(f"http://{ip}:8000/", data=body, headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=5) as resp:
-                if "predictions" in json.loads(resp.read()):
-                    return f"Service {SERVICE}-serve-svc ClusterIP {ip}:8000"
-        except (OSError, ValueError):
-            return None
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    if "predictions" in json.loads(resp.read()):
+                        return f"{via} ({ip}:8000)"
+            except (OSError, ValueError):
+                continue
         return None
 
     # -- the story ------------------------------------------------------------------------------------------------
@@ -303,7 +312,8 @@ class Story:
         kube.create(ray_path("RayService", ns), svc)
         fig.serve_answered_via = _wait("the service's first answer", self._answer, t, 0.5)
         fig.serve_first_answer_seconds = round(time.monotonic() - t_serve, 1)
-        self.say(f"the service answered {fig.serve_first_answer_seconds}s after its creation")
+        self.say(f"the service answered {fig.serve_first_answer_seconds}s after its creation ({fig.serve_answered_via})")
+        fig.served_through_service = _wait("an answer through the Service", lambda: self._answer(True), t) is not None
         shrunk = _wait(
             "training on fewer workers", lambda: (p := self.progress()).get("workers", 0) < cfg.workers and p, t
         )

@@ -40,7 +40,7 @@ def test_inference_preempts_training_which_shrinks_keeps_training_grows_back_and
     finally:
         story.close()
     print("\nheadline figures:", json.dumps(fig.as_dict()))
-    assert fig.serve_first_answer_seconds is not None and fig.serve_answered_via
+    assert fig.serve_first_answer_seconds is not None and fig.served_through_service
     assert fig.shrink_drained, "the preempted worker's Ray node is drained through the GCS before the pod goes"
     assert fig.training_step_went_back == 0, "the step counter never goes back"
     assert fig.pods_recreated_by_kuberay == 0, "KubeRay recreates no worker pod while the service runs"
