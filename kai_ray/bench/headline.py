@@ -312,7 +312,7 @@ class Story:
         kube.create(ray_path("RayService", ns), svc)
         fig.serve_answered_via = _wait("the service's first answer", self._answer, t, 0.5)
         fig.serve_first_answer_seconds = round(time.monotonic() - t_serve, 1)
-        self.say(f"the service answered {fig.serve_first_answer_seconds}s after its creation ({fig.serve_answered_via})")
+        self.say(f"the service answered {fig.serve_first_answer_seconds}s after creation ({fig.serve_answered_via})")
         fig.served_through_service = _wait("an answer through the Service", lambda: self._answer(True), t) is not None
         shrunk = _wait(
             "training on fewer workers", lambda: (p := self.progress()).get("workers", 0) < cfg.workers and p, t
