@@ -14,10 +14,10 @@ from kai_ray.scheduler.session import (
     ALLOCATED,
     EVICTED,
     MOVED,
-    OP_ALLOC,
-    OP_EVICT,
     PENDING,
     PIPELINED,
+    Allocated,
+    Evicted,
     JobInfo,
     Session,
 )
@@ -43,9 +43,9 @@ def build_result(ses: Session) -> CycleResult:
     order: list[int] = []
     seen: set[int] = set()
     for op in ses.log:
-        if op[0] == OP_ALLOC and op[1] not in seen:
-            seen.add(op[1])
-            order.append(op[1])
+        if isinstance(op, Allocated) and op.pod not in seen:
+            seen.add(op.pod)
+            order.append(op.pod)
     # count of active pods per PodSet at the start, to tell gang binds from elastic growth
     base: dict[int, int] = {}
     for p in order:
@@ -85,8 +85,8 @@ def build_result(ses: Session) -> CycleResult:
         bound_jobs[job.idx] = bound_jobs.get(job.idx, 0) + 1
     moved = ses.p_moved
     for op in ses.log:
-        if op[0] == OP_EVICT and st[op[1]] in (EVICTED, MOVED) and init[op[1]] in ACTIVE:
-            p = op[1]
+        if isinstance(op, Evicted) and st[op.pod] in (EVICTED, MOVED) and init[op.pod] in ACTIVE:
+            p = op.pod
             info = ses.evict_info[p]
             job = ses.jobs[ses.p_job[p]]
             res.evictions.append(
