@@ -139,7 +139,9 @@ TASK_STATES = {
 
 
 @dataclass
-class Scenario:
+class CycleFixture:
+    """One fixture document: a snapshot and the outcome expected of its cycle (or of KAI-style rounds)."""
+
     name: str
     description: str
     snapshot: Snapshot
@@ -506,7 +508,7 @@ def _config(raw: dict[str, Any], kai: bool) -> SchedulerConfig:
     return cfg
 
 
-def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
+def fixture_from_dict(doc: Any, path: str = "") -> CycleFixture:
     doc = _map(doc, "scenario")
     _check_keys(doc, _SCENARIO_KEYS, "scenario")
     harness = doc.get("harness")
@@ -563,7 +565,7 @@ def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
         _check_keys(diff, {"reason", "expect", "family"}, "difference")
         _req(diff, "reason", "difference")
         _map(_req(diff, "expect", "difference"), "difference.expect")
-    return Scenario(
+    return CycleFixture(
         str(_req(doc, "name", "scenario")),
         str(doc.get("description", "")),
         snap,
@@ -578,16 +580,16 @@ def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
     )
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_fixture(path: str | Path) -> CycleFixture:
     p = Path(path)
     try:
         doc = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{p}: not valid YAML: {exc}") from exc
-    return scenario_from_dict(doc, str(p))
+    return fixture_from_dict(doc, str(p))
 
 
-def load_scenarios(path: str | Path) -> list[Scenario]:
+def load_fixtures(path: str | Path) -> list[CycleFixture]:
     """Every document of a multi-document YAML file (the conformance suite keeps one upstream file per YAML file)."""
     p = Path(path)
     try:
@@ -597,7 +599,7 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
     out = []
     for i, d in enumerate(docs):
         try:
-            out.append(scenario_from_dict(d, f"{p}#{i}"))
+            out.append(fixture_from_dict(d, f"{p}#{i}"))
         except ScenarioError as exc:
             raise ScenarioError(f"{p} document {i}: {exc}") from exc
     return out
@@ -608,7 +610,7 @@ def _job_key(name: str) -> str:
 
 
 def check(
-    sc: Scenario,
+    sc: CycleFixture,
     res: CycleResult,
     expect: dict[str, Any] | None = None,
     states: dict[str, TaskState] | None = None,
@@ -733,7 +735,7 @@ def task_states(snap: Snapshot, res: CycleResult, nominal: dict[str, str] | None
     return out
 
 
-def next_round(sc: Scenario, snap: Snapshot, res: CycleResult) -> Snapshot:
+def next_round(sc: CycleFixture, snap: Snapshot, res: CycleResult) -> Snapshot:
     """The cluster one scheduling round later, as KAI's integration tests model it: bound pods run, pipelined pods
     wait again, evicted pods are re-created pending by their controllers (or keep releasing while their job is
     being deleted)."""
@@ -764,7 +766,7 @@ def _at_rest(snap: Snapshot) -> CycleResult:
     return CycleResult()
 
 
-def run_scenario(sc: Scenario) -> list[str]:
+def run_fixture(sc: CycleFixture) -> list[str]:
     """Run the scenario (one cycle, or KAI's integration rounds) and return every unmet expectation."""
     from kai_ray.scheduler.cycle import run_cycle
 
@@ -794,12 +796,12 @@ def run_scenario(sc: Scenario) -> list[str]:
     return errs
 
 
-def agrees_with_kai(sc: Scenario) -> bool:
+def agrees_with_kai(sc: CycleFixture) -> bool:
     """Whether kai-ray's outcome meets the upstream expectation (a documented difference does not)."""
     if sc.difference is None:
-        return not run_scenario(sc)
+        return not run_fixture(sc)
     plain = replace(sc, difference=None)
-    return not run_scenario(plain)
+    return not run_fixture(plain)
 
 
 def _check_counts(exp: dict[str, Any], res: CycleResult) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from kai_ray.bridge import node_from_api
 from kai_ray.sim.scenario import parse_scenario
-from kai_ray.testing.cycle_fixture import ScenarioError, scenario_from_dict
+from kai_ray.testing.cycle_fixture import ScenarioError, fixture_from_dict
 
 NODE: dict[str, Any] = {
     "name": "gpu",
@@ -27,7 +27,7 @@ NODE: dict[str, Any] = {
 
 
 def test_a_node_entry_means_the_same_in_a_fixture_and_in_a_simulator_scenario() -> None:
-    fixture_nodes = scenario_from_dict({"name": "n", "nodes": [NODE]}).snapshot.nodes
+    fixture_nodes = fixture_from_dict({"name": "n", "nodes": [NODE]}).snapshot.nodes
     scenario = parse_scenario({"nodes": [NODE]})
     sim_nodes = [node_from_api(n) for n in scenario.nodes]
     assert [n.name for n in fixture_nodes] == ["gpu-0", "gpu-1"]
@@ -56,7 +56,7 @@ def test_snake_case_keys_are_accepted_by_the_simulator_too() -> None:
 )
 def test_fixtures_get_the_simulators_checks(doc: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError) as err:
-        scenario_from_dict({"name": "bad", **doc})
+        fixture_from_dict({"name": "bad", **doc})
     assert str(err.value).startswith(message)
     with pytest.raises(ScenarioError) as err:
         parse_scenario({"nodes": [{"name": "n"}], **doc}, "s.yaml")
@@ -65,12 +65,12 @@ def test_fixtures_get_the_simulators_checks(doc: dict[str, Any], message: str) -
 
 def test_the_kai_harness_keeps_upstream_defaults_unless_the_case_sets_them() -> None:
     base = {"name": "k", "harness": "kai", "nodes": [{"name": "node0", "gpus": 2}]}
-    sc = scenario_from_dict(base)
+    sc = fixture_from_dict(base)
     node = sc.snapshot.nodes[0]
     assert (node.allocatable.cpu, node.allocatable.memory, node.gpu_memory_mib) == (20_000_000.0, 20e9, 100)
     assert node.labels == {"kai.scheduler/type": "node0"}
     assert (sc.snapshot.config.max_consolidation_preemptees, sc.snapshot.config.default_staleness_grace) == (-1, 0.0)
-    given = scenario_from_dict({**base, "config": {"maxConsolidationPreemptees": 3, "default_staleness_grace": "1m"}})
+    given = fixture_from_dict({**base, "config": {"maxConsolidationPreemptees": 3, "default_staleness_grace": "1m"}})
     assert (given.snapshot.config.max_consolidation_preemptees, given.snapshot.config.default_staleness_grace) == (
         3,
         60.0,
