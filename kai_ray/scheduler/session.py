@@ -1,9 +1,10 @@
 """The session: one cycle's mutable picture of the cluster, and the statement log that makes what-ifs cheap.
 
 Why one shared operation log instead of copying state: KAI's actions try many hypotheses (place this gang; evict
-these victims and place it; ...). Every mutation (allocate, pipeline, evict) goes through :meth:`Session.allocate`
-or :meth:`Session.evict`, appends an undo record and updates node, GPU-group, queue and gang counters in place.
-A checkpoint is the log length; rollback undoes records back to it. So a failed hypothesis costs exactly the work
+these victims and place it; ...). Every mutation goes through :meth:`Session.allocate`, :meth:`Session.evict`,
+:meth:`Session.move` or :meth:`Session.unevict`, appends a typed undo record (:class:`Allocated`, :class:`Evicted`,
+:class:`Moved`, :class:`Unevicted`) and updates node, GPU-group, queue and gang counters in place. A checkpoint is
+the log length; rollback undoes records back to it. So a failed hypothesis costs exactly the work
 it did, and the final decisions are the difference between the initial and final pod states.
 
 Node accounting lives in numpy arrays (one row per resource) so that finding a node for a pod is a few vector
