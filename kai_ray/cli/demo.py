@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import ExitStack
-from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -124,7 +122,7 @@ def demo_cmd(
     ] = False,
 ) -> None:
     """Training fills the cluster, serving preempts it, another team reclaims its quota: kai-ray vs KAI vs no gangs."""
-    from kai_ray.cli.simulate import load_scenario_or_fail
+    from kai_ray.cli.simulate import PACKAGED, load_scenario_or_fail, require_plots_or_fail
     from kai_ray.sim.compare import row, run_policies
     from kai_ray.sim.narrative import closing, tell
     from kai_ray.sim.report import PlotsUnavailable
@@ -132,13 +130,10 @@ def demo_cmd(
 
     if no_report and report is not None:
         raise CliError("--no-report: not together with --report")
-    with ExitStack() as stack:
-        packaged = files("kai_ray.sim.demo") / "scenario.yaml"
-        path = Path(scenario) if scenario else stack.enter_context(as_file(packaged))
-        if not path.exists():
-            raise CliError(f"scenario not found: {path}")
-        scn = load_scenario_or_fail(path)
-    source = str(path) if scenario else "kai_ray/sim/demo/scenario.yaml"
+    if report is not None:
+        require_plots_or_fail()
+    scn = load_scenario_or_fail(scenario or PACKAGED)
+    source = scenario or "kai_ray/sim/demo/scenario.yaml"
     runs = run_policies(scn, source)
     rows = [row(r) for r in runs]
     doc = dict(runs[0].doc)

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from kai_ray.cli import CliError, app
-from kai_ray.k8s.config import ConfigError, OperatorConfig, duration, parse_selector
+from kai_ray.durations import flag
+from kai_ray.k8s.config import ConfigError, OperatorConfig, parse_selector
 
 operator_app = typer.Typer(
     help="Run a kai-ray operator (podgrouper or scheduler) against the cluster in KUBECONFIG or in-cluster.",
@@ -20,6 +21,14 @@ HELP = {
     "podgrouper": "Group pods of our scheduler and Ray CRs into PodGroups and stamp the pods.",
     "scheduler": "Schedule PodGroups: bind, evict, and write PodGroup/Queue status and Events.",
 }
+
+
+def duration(value: str, name: str) -> float:
+    """A duration flag: a unit is required, as for every duration flag of the CLI (``15`` is refused, ``15s`` read)."""
+    try:
+        return flag(value)
+    except ValueError as exc:
+        raise CliError(f"{name}: {exc}") from None
 
 
 def build_config(**opts: Any) -> OperatorConfig:

@@ -14,12 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-
-def clock(t: float) -> str:
-    t = max(0.0, t)
-    h, rem = divmod(round(t), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}"
+from kai_ray.durations import clock
 
 
 def _gpus(x: float) -> str:
