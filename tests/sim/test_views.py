@@ -145,3 +145,12 @@ def test_demo_names_the_packaged_scenario_from_any_directory(
     assert doc["source"] == "demo at 0:45:00" and {r["name"] for r in doc["queues"]} >= {"llm", "vision"}
     out, _ = _run(capsys, "simulate", "demo", "--json")
     assert json.loads(out)["source"] == "demo"
+
+
+def test_the_gang_count_is_not_read_as_the_subgroups(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22 item 7: "4 pods required of subgroup gpu-workers" where gpu-workers has 3 pods (4 is the gang)."""
+    (row,) = _json(capsys, "pending", "--scenario", "demo", "--at", "45m")["pending"]
+    assert row["message"].startswith(
+        "gang does not fit: 4 pods required, 0 placed before pod eval-raycluster-gpu-workers-worker-0 of subgroup "
+        "gpu-workers found no node;"
+    )
