@@ -9,15 +9,13 @@ scheduling. It tells kai-ray's run as a story, prints the three runs side by sid
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, app, output
 
 DEFAULT_REPORT = "kai-ray-report"
 
@@ -156,7 +154,7 @@ def demo_cmd(
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
-    console = Console(width=None if sys.stdout.isatty() else 110, highlight=False)
+    console = output.console(110)
     console.print(
         "[bold]kai-ray demo[/bold]: training fills a GPU cluster, a vLLM RayService preempts it by priority, another "
         "team reclaims its quota, and training shrinks instead of dying, then grows back. No cluster needed: the real "

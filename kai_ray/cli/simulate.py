@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, app, warn
+from kai_ray.cli import CliError, app, output, warn
 from kai_ray.cli.fragmentation import simulate_inflation
 from kai_ray.sim.engine import EngineOptions, SimResult
 from kai_ray.sim.inflation import InflationError, check_placement
@@ -210,7 +210,7 @@ def simulate_cmd(
             check_placement(placement)
         except InflationError as exc:
             raise CliError(str(exc)) from None
-    console = Console(width=None if sys.stdout.isatty() else 110)
+    console = output.console(110)
     if trace is not None:
         if scenario is not None:
             raise CliError("SCENARIO: give a scenario file or --trace, not both")

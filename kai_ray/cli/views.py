@@ -9,17 +9,16 @@ the scheduler wrote (:mod:`kai_ray.k8s.scheduling.visibility`); against a scenar
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from kai_ray.cli import CliError, app
+from kai_ray.cli.output import console, dump_yaml
 from kai_ray.durations import EXAMPLES, clock, flag, span
 from kai_ray.scheduler.snapshot import Snapshot
 from kai_ray.scheduler.visibility import LastCycle, PendingRow, QueueRow, pending_rows, queue_rows
@@ -109,11 +108,11 @@ def _emit(doc: dict[str, Any], output: str) -> None:
     if output == "json":
         typer.echo(json.dumps(doc, indent=2))
     else:
-        typer.echo(yaml.safe_dump(doc, sort_keys=False).rstrip())
+        typer.echo(dump_yaml(doc))
 
 
 def _console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    return console(120)
 
 
 def _print_table(console: Console, table: Table) -> Console:
