@@ -42,13 +42,13 @@ def comparison_lines(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     add("GPU-hours held by partial gangs", [f"{r['partial_gang_gpu_hours']:.1f}" for r in rows])
     for key in rows[0]["service_serving_after_seconds"]:
         add(f"{key} serves after", [when(r["service_serving_after_seconds"].get(key)) for r in rows])
-    add("evictions by preempt (same queue, priority)", [str(r["preempt_events"]) for r in rows])
-    add("evictions by reclaim (across queues)", [str(r["reclaim_events"]) for r in rows])
-    add("  victim shrank and kept running", [str(r["outcomes"].get("shrink", 0)) for r in rows])
-    add("  victim restarted from its checkpoint", [str(r["outcomes"].get("restart", 0)) for r in rows])
+    add("pods evicted by preempt (same queue, priority)", [str(r["preempted_pods"]) for r in rows])
+    add("pods evicted by reclaim (across queues)", [str(r["reclaimed_pods"]) for r in rows])
+    add("  victim shrank and kept running", [str(r["outcome_pods"].get("shrink", 0)) for r in rows])
+    add("  victim restarted from its checkpoint", [str(r["outcome_pods"].get("restart", 0)) for r in rows])
     add(
         "  victim lost its whole gang",
-        [str(r["outcomes"].get("suspend", 0) + r["outcomes"].get("stop", 0)) for r in rows],
+        [str(r["outcome_pods"].get("suspend", 0) + r["outcome_pods"].get("stop", 0)) for r in rows],
     )
     for key in rows[0]["training_completed_at"]:
         add(f"{key} completes at", [when(r["training_completed_at"].get(key)) for r in rows])

@@ -78,7 +78,8 @@ def _emit(doc: dict[str, Any], as_json: bool, console: Console, trace: bool) -> 
         m = doc["metrics"]
         console.print(
             f"replayed {m['arrived']} pods on {doc['cluster']['nodes']} nodes ({doc['cluster']['gpus']:g} GPUs): "
-            f"{m['completed']} completed, {m['pending_at_end']} still pending, {m['preemptions']} preemptions; "
+            f"{m['completed']} completed, {m['pending_at_end']} still pending, {m['evicted_pods']} pods evicted, "
+            f"{m['runs_stopped']} runs stopped; "
             f"{doc['stats']['cycles']} scheduling cycles in {doc['stats']['wall_seconds']:.1f} s"
         )
         skipped = doc.get("trace", {}).get("skipped") or {}

@@ -186,9 +186,9 @@ class _Teller:
         txt = f"{key} completes (job completion time {clock(w['jct_seconds'] or 0)}"
         if w["queueing_delay_seconds"]:
             txt += f", of which {clock(w['queueing_delay_seconds'])} waiting to start"
-        if w["preemptions"]:
-            txt += f"; its run was stopped {w['preemptions']} time(s)"
-        if w["elastic_shrinks"] and not w["preemptions"]:
+        if w["runs_stopped"]:
+            txt += f"; its run was stopped {w['runs_stopped']} time(s)"
+        if w["shrink_events"] and not w["runs_stopped"]:
             txt += f"; its run never stopped, though shrinks took {_workers(w['evicted_pods'])} from it"
         return txt + (f"), freeing {_gpus(freed)}." if freed else ").")
 

@@ -268,10 +268,12 @@ def _pending(plt: Any, res: SimResult, path: Path, title: str, colors: dict[str,
         for i, w in enumerate(arrived):
             total = first[i] + later[i]
             text = f"  {clock(w.pending_seconds)}" if total > 0 else "  0 (ran as soon as it arrived)"
+            if w.evicted_pods:
+                text += f", {w.evicted_pods} pod{'' if w.evicted_pods == 1 else 's'} evicted"
             if w.preemptions:
                 text += f", run stopped x{w.preemptions}"
-            if w.shrinks:
-                text += f", shrunk x{w.shrinks}"
+            elif w.evicted_pods:
+                text += " (run kept going)"
             ax.annotate(text, (total, i), va="center", fontsize=8, color="red" if w.preemptions else "black")
         ax.set_xlabel(f"time pending ({unit})")
         from matplotlib.patches import Patch
@@ -340,6 +342,26 @@ def _settled(hist: list[tuple[float, float]], gap: float) -> list[tuple[float, f
     return out
 
 
+def _eviction_bursts(res: SimResult, gap: float = 60.0) -> list[tuple[float, str, str, int]]:
+    """(time, workload, ``shrink`` or ``stop``, pods evicted): one mark per burst of evictions of a workload with one
+    outcome, events less than ``gap`` seconds apart merged, as the demo's story tells them (the serving gang's
+    preemption takes one worker a cycle, two cycles in a row, and is one step of the story, one mark of the plot)."""
+    marks: list[tuple[float, str, str, int]] = []
+    last: dict[tuple[str, str], int] = {}
+    for e in res.events:
+        if e["type"] not in ("preempt", "reclaim", "evict") or e.get("outcome") == "cleanup":
+            continue
+        key = (e["workload"], "shrink" if e.get("outcome") == "shrink" else "stop")
+        i = last.get(key)
+        if i is not None and e["t"] - marks[i][0] < gap and marks[i][2] == key[1]:
+            t, w, kind, pods = marks[i]
+            marks[i] = (t, w, kind, pods + e["pods"])
+        else:
+            last[key] = len(marks)
+            marks.append((e["t"], key[0], key[1], e["pods"]))
+    return marks
+
+
 def _timeline(
     plt: Any, res: SimResult, path: Path, title: str, colors: dict[str, str], scale: float, unit: str
 ) -> Path:
@@ -361,11 +383,13 @@ def _timeline(
         if w.completed_at is not None:
             marks["done"][0].append(w.completed_at / scale)
             marks["done"][1].append(i)
-    for e in res.events:
-        if e["type"] in ("preempt", "reclaim", "evict") and e["workload"] in row and e.get("outcome") != "cleanup":
-            kind = "shrink" if e.get("outcome") == "shrink" else "stop"
-            marks[kind][0].append(e["t"] / scale)
-            marks[kind][1].append(row[e["workload"]])
+    for t, key, kind, pods in _eviction_bursts(res):
+        if key in row:
+            marks[kind][0].append(t / scale)
+            marks[kind][1].append(row[key])
+            if not many:
+                where = (t / scale, row[key])
+                ax.annotate(f"-{pods}", where, xytext=(-3, -14), textcoords="offset points", fontsize=7, color="red")
     for t, key, _grp, replicas, _removed, _gpus in res.scales:
         if key in row:
             marks["scale"][0].append(t / scale)
@@ -411,7 +435,7 @@ def _timeline(
             for q, col in colors.items()
             if any(w.queue == q for w in arrived)
         ],
-        Line2D([0], [0], marker="v", color="darkorange", linestyle="", label="shrunk (kept running)"),
+        Line2D([0], [0], marker="v", color="darkorange", linestyle="", label="shrunk (kept running); -N: pods evicted"),
         Line2D([0], [0], marker="X", color="red", linestyle="", label="run stopped / restarted"),
         Line2D([0], [0], marker="v", color="purple", linestyle="", label="replicas scaled"),
         Line2D([0], [0], marker="|", color="black", linestyle="", markersize=12, label="completed"),
