@@ -130,6 +130,8 @@ def demo_cmd(
         raise CliError("--no-report: not together with --report")
     if report is not None:
         require_plots_or_fail()
+    if scenario and scenario != PACKAGED and not Path(scenario).exists():
+        raise CliError(f"scenario not found: {scenario}")
     scn = load_scenario_or_fail(scenario or PACKAGED)
     source = scenario or "kai_ray/sim/demo/scenario.yaml"
     runs = run_policies(scn, source)

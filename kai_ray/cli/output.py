@@ -11,8 +11,11 @@ import io
 import sys
 from typing import IO, Any, TextIO, cast
 
+import typer.core
+import typer.rich_utils
 import yaml
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.table import Table
 
 
 class _Trimmed(io.TextIOBase):
@@ -63,3 +66,31 @@ def dump_yaml(doc: Any) -> str:
 
 def dump_yaml_all(docs: list[Any]) -> str:
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, allow_unicode=True).rstrip()
+
+
+_display_type_rich = typer.core.TyperOption.display_type_rich
+
+
+def _no_placeholder_on_flags(self: typer.core.TyperOption, ctx: Any) -> str | None:
+    """A flag (``--json``, ``--leader-elect/--no-leader-elect``, ``--help``) takes no value, so its help shows none:
+    typer 0.29's rich help prints ``<bool>`` beside every flag, as if one had to write ``--json true``."""
+    if self.is_flag and not self.count:
+        return None
+    return _display_type_rich(self, ctx)
+
+
+setattr(typer.core.TyperOption, "display_type_rich", _no_placeholder_on_flags)  # noqa: B010  (mypy: method assignment)
+
+
+class _HelpTable(Table):
+    """typer's help tables with every column but the last (the help text) kept whole: at 80 columns rich shrank the
+    widest columns alike, cutting ``--usage-tumbling-window-start-time`` to ``--usage-tumbling-window-sta…``; now
+    only the help text wraps."""
+
+    def add_row(self, *renderables: RenderableType | None, **kwargs: Any) -> None:
+        super().add_row(*renderables, **kwargs)
+        for column in self.columns[:-1]:
+            column.no_wrap = True
+
+
+setattr(typer.rich_utils, "Table", _HelpTable)  # noqa: B010

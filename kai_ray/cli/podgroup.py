@@ -79,7 +79,7 @@ def podgroup_cmd(
     ] = False,
     queue_label_key: Annotated[str | None, typer.Option(help="Label key that names the queue")] = None,
 ) -> None:
-    """Print the PodGroup(s) for the Ray CRs in FILE (KAI scheduling.run.ai/v2alpha2)."""
+    """Print the PodGroup(s) for the Ray CRs in the -f file ("-f -": stdin), as KAI's scheduling.run.ai/v2alpha2."""
     if output not in ("yaml", "json"):
         raise CliError(f"--output: {output!r} is not 'yaml' or 'json'")
     config = PodgrouperConfig.kai_compatible() if kai_defaults else PodgrouperConfig()
