@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from kai_ray.cli import CliError, app, output
+from kai_ray.durations import clock
 
 DEFAULT_REPORT = "kai-ray-report"
 
@@ -26,7 +27,6 @@ def _pct(x: float) -> str:
 
 def comparison_lines(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     """The policies side by side, as (label, cells); every cell is a field of the ``comparison`` rows of ``--json``."""
-    from kai_ray.sim.story import clock
 
     out: list[tuple[str, list[str]]] = []
 
@@ -82,7 +82,6 @@ def _write_plots(runs: list[Any], report: str) -> list[Path]:
     try:
         paths = write_report(main.result, report, "kai-ray demo")
         from kai_ray.sim.compare import row
-        from kai_ray.sim.story import clock
 
         captions = []
         for r in runs:
@@ -124,7 +123,6 @@ def demo_cmd(
     from kai_ray.sim.compare import row, run_policies
     from kai_ray.sim.narrative import closing, tell
     from kai_ray.sim.report import PlotsUnavailable
-    from kai_ray.sim.story import clock
 
     if no_report and report is not None:
         raise CliError("--no-report: not together with --report")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.sim.story import clock, gang_text, timeline_entries
+from kai_ray.durations import clock
+from kai_ray.sim.story import gang_text, timeline_entries
 
 EVICTED = ("Preempted", "Reclaimed", "Consolidated", "StaleGang")
 BURST = 60.0  # seconds: scheduler events of one kind for one workload closer than this are one sentence
