@@ -14,7 +14,6 @@ from pydantic import Field
 from kai_ray.api.errors import FieldError
 from kai_ray.api.meta import Condition, KubeModel, ObjectMeta
 
-PODGROUP_API_VERSION = "scheduling.run.ai/v2alpha2"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -44,10 +43,6 @@ class PodGroupSpec(KubeModel):
     scheduling_backoff: int | None = None
     preemption_delay: str | None = None
     staleness_grace_period: str | None = None
-
-
-class QueueDetails(KubeModel):
-    name: str | None = None
 
 
 class SchedulingReason(KubeModel):

@@ -1,7 +1,7 @@
 """Kubernetes resource quantities ("500m", "2Gi", "1e3") as floats: the one quantity parser of the house.
 
 Why here: pods, nodes and templates all carry quantities as strings; the scheduler wants numbers. Everything is
-returned in base units (cores for cpu, bytes for memory); ``cpu_millis`` gives millicores, the snapshot's unit.
+returned in base units (cores for cpu, bytes for memory); the snapshot wants millicores (x 1000).
 
 Why hand-written: ``kubernetes.utils.parse_quantity`` gives the same numbers (a test checks that on generated
 quantities) but importing it loads the whole generated client, about 0.7 s on every offline CLI call and simulator
@@ -53,7 +53,3 @@ def parse_quantity(value: str | int | float) -> float:
     except InvalidOperation as exc:
         raise QuantityError(f"not a quantity: {value!r}") from exc
     return float(number * _SUFFIX[match.group(2) or ""])
-
-
-def cpu_millis(value: str | int | float) -> float:
-    return parse_quantity(value) * 1000.0

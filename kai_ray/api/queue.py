@@ -13,9 +13,7 @@ from pydantic import Field
 from kai_ray.api.errors import FieldError
 from kai_ray.api.meta import Condition, KubeModel, ObjectMeta
 
-QUEUE_API_VERSION = "scheduling.run.ai/v2"
 DEFAULT_QUEUE = "default-queue"
-DEFAULT_PARENT_QUEUE = "default-parent-queue"
 
 
 class QueueResource(KubeModel):

@@ -25,7 +25,7 @@ import yaml
 from kai_ray import constants as c
 from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, SubGroup, TopologyConstraint
-from kai_ray.api.ray import MAX_INT32, RayCluster, RayClusterSpec, RayJob, RayObject, RayService
+from kai_ray.api.ray import MAX_INT32, RayCluster, RayClusterSpec, RayJob, RayObject
 from kai_ray.podgrouper.config import PodgrouperConfig
 from kai_ray.podgrouper.naming import subgroup_name
 
@@ -333,7 +333,3 @@ def placeholder_group(obj: ObjectMeta, kind: str, problem: str, config: Podgroup
             priority_class_name=priority or config.default_priority.get(kind, "train"),
         ),
     )
-
-
-def is_ray_object(obj: object) -> bool:
-    return isinstance(obj, RayCluster | RayJob | RayService)

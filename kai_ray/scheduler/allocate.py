@@ -11,9 +11,9 @@ queue for quota and limit failures).
 from __future__ import annotations
 
 from kai_ray.scheduler.allocation import FIT_REASONS, allocate_job, gang_shape
-from kai_ray.scheduler.gang import has_tasks_to_allocate, tasks_to_allocate
 from kai_ray.scheduler.ordering import JobsOrderByQueues
 from kai_ray.scheduler.session import JobInfo, Session
+from kai_ray.scheduler.tasks import has_tasks_to_allocate, tasks_to_allocate
 
 
 def allocate_action(ses: Session) -> None:

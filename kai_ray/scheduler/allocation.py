@@ -16,7 +16,7 @@ import numpy as np
 
 from kai_ray.scheduler.decisions import Reason
 from kai_ray.scheduler.fragmentation import bestfit_term, fgd_group, fgd_term
-from kai_ray.scheduler.gang import member_key, skippable_member, tasks_to_allocate
+from kai_ray.scheduler.gang import PodSet, SubGroupSet, member_key
 from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import (
@@ -26,12 +26,12 @@ from kai_ray.scheduler.session import (
     GPU,
     MEM,
     PIPELINED,
+    Allocated,
     JobInfo,
-    PodSet,
     Session,
-    SubGroupSet,
     le,
 )
+from kai_ray.scheduler.tasks import skippable_member, tasks_to_allocate
 from kai_ray.scheduler.topology import Request, TopologyError, subset_nodes
 
 INF = float("inf")
@@ -139,7 +139,9 @@ def _first_breach(
 # ---------------------------------------------------------------------- one pod
 
 
-def _fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarray:
+def fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarray:
+    """The nodes of ``base`` with room for pod ``p`` now, or (``future``) once releasing pods are gone: a pod that
+    only fits the future room is pipelined."""
     g, c, m = ses.p_req[p]
     free = ses.free
     if future:
@@ -212,7 +214,7 @@ def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
     return np.where(has, 9.0 * (1.0 - (nonalloc - lo) / (hi - lo)), 0.0)
 
 
-def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray, bonus: np.ndarray | None = None) -> int:
+def choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray, bonus: np.ndarray | None = None) -> int:
     """KAI's node order: the sum of plugin scores, each on its own scale so the order is lexicographic — a shared
     GPU the fraction fits on (gpusharingorder), fitting idle resources rather than pipelining (nodeavailability),
     a CPU-only node for a CPU-only pod (resourcetype), then the placement policy. Ties go to node-name order."""
@@ -232,7 +234,7 @@ def _choose_node(ses: Session, p: int, cand: np.ndarray, fit: np.ndarray, bonus:
     return int(np.where(cand, score, -INF).argmax())
 
 
-def _choose_group(ses: Session, p: int, node: int) -> tuple[str | None, bool]:
+def choose_gpu_group(ses: Session, p: int, node: int) -> tuple[str | None, bool]:
     """The shared GPU for a fraction on ``node`` and whether it must wait for releasing shares (pipelined).
 
     KAI's gpupack order: the most used shared GPU the fraction fits on, counting shares being released (a GPU
@@ -267,15 +269,15 @@ def place_pod(
     base = ses.masks.mask(ses.pods[p])
     if allowed is not None:
         base = base & allowed
-    fit = _fit_mask(ses, p, base, future=False)
-    cand = _fit_mask(ses, p, base, future=True) if ses.any_releasing or pipeline_only else fit
+    fit = fit_mask(ses, p, base, future=False)
+    cand = fit_mask(ses, p, base, future=True) if ses.any_releasing or pipeline_only else fit
     if not cand.any():
         return False
-    node = _choose_node(ses, p, cand, fit, bonus)
+    node = choose_node(ses, p, cand, fit, bonus)
     pipelined = pipeline_only or not bool(fit[node])
     group = None
     if ses.p_frac[p] or ses.p_gpumem[p]:
-        group, wait = _choose_group(ses, p, node)
+        group, wait = choose_gpu_group(ses, p, node)
         pipelined = pipelined or wait
     ses.allocate(p, node, pipelined, group)
     return True
@@ -352,7 +354,6 @@ class GangPlacer:
         self.job = job
         self.pipeline_only = pipeline_only
         self.failed_pod: int | None = None
-        self.failed_allowed: np.ndarray | None = None
         self.placed_before_fail = 0
         self.topology_error: str | None = None
         self.scores: dict[int, np.ndarray] = {}  # member id -> topology node scores (preferred level)
@@ -447,7 +448,6 @@ class GangPlacer:
                 if not place_pod(ses, p, nodes, self.pipeline_only, bonus):
                     if self.failed_pod is None:
                         self.failed_pod = p
-                        self.failed_allowed = nodes
                         self.placed_before_fail = i
                         self.shortfall = best_node_shortfall(ses, p, nodes)
                     ok = False
@@ -480,7 +480,7 @@ def allocate_job(ses: Session, job: JobInfo, explain: bool = True) -> tuple[bool
                 explain_fit_failure(ses, job, tasks, placer)
             return False, False
         skip = skip | {alt}
-    pipelined = any(ses.p_status[op[1]] == PIPELINED for op in ses.log[since:] if op[0] == 0)
+    pipelined = any(ses.p_status[op.pod] == PIPELINED for op in ses.log[since:] if isinstance(op, Allocated))
     if pipelined:
         ses.convert_to_pipelined(job, since)
     return True, pipelined
@@ -522,7 +522,7 @@ def explain_fit_failure(ses: Session, job: JobInfo, tasks: list[int], placer: Ga
     pset = ses.p_set[p]
     placed = placer.placed_before_fail
     sub = f" of subgroup {pset.name}" if pset is not None and pset.name != "default" else ""
-    msg = f"gang does not fit: {len(tasks)} pods required{sub}, {placed} placed before pod {pod.name} found no node"
+    msg = f"gang does not fit: {len(tasks)} pods required, {placed} placed before pod {pod.name}{sub} found no node"
     if best is not None:
         lacking = ", ".join(f"{k} {v:g}" for k, v in shortfall.items() if v > 0) or "pod slots"
         msg += f"; best node {best} lacks {lacking}"

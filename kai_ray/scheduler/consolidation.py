@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from kai_ray.scheduler.decisions import Action, Reason
-from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.pending import FailedJobs, pending_jobs_in_order, record_eviction_failure
 from kai_ray.scheduler.session import EPS, GPU, JobInfo, Session
 from kai_ray.scheduler.solver import JobSolver, Unit, victim_jobs
+from kai_ray.scheduler.tasks import tasks_to_allocate
 
 
 def consolidation_action(ses: Session) -> None:

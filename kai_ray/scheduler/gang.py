@@ -1,28 +1,75 @@
-"""Which pods of a gang to place next, and which to take away first.
+"""The gang tree of one PodGroup: PodSets (leaves: pods with a min and max) under SubGroupSets (inner nodes:
+satisfied when ``minSubGroup`` of their members are, all when unset), with readiness and surplus.
 
-Allocation (KAI ``GetTasksToAllocate``): while a SubGroupSet is below its minimum, the first K unsatisfied children
-(ordered least-satisfied first) contribute exactly the pods they lack; once satisfied, the job grows by ONE pod (or
-one subgroup's missing minimum) per attempt, so elastic growth interleaves with other jobs. kai-ray adds ceilings:
-``Job.max_member`` and ``SubGroup.max_member`` stop elastic growth.
-
-Eviction (KAI ``GetTasksToEvict``): one surplus pod above a PodSet's minimum first (lowest task priority, Ray head
-last), else one whole surplus subgroup above ``minSubGroup``, else the whole gang.
+Why a module of its own: the tree is plain data with counters the session keeps current (``PodSet.n_active``,
+``n_alive``); these questions are answered from the counters alone, so this module knows nothing of the session.
+Which pods of a gang to place or evict next needs the session's pod states and lives in :mod:`.tasks`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from kai_ray.scheduler.session import ACTIVE, PENDING, JobInfo, PodSet, Session, SubGroupSet
-
-if TYPE_CHECKING:
-    Member = PodSet | SubGroupSet
+from kai_ray.scheduler.snapshot import Job, TopologyConstraint
 
 
-def task_key(ses: Session, p: int) -> tuple[int, int, float, str]:
-    """Placement order within a PodSet: Ray head first, then higher task priority, then older, then uid."""
-    pod = ses.pods[p]
-    return (0 if pod.is_ray_head else 1, -pod.task_priority, pod.created_at, pod.uid)
+class PodSet:
+    """A leaf of the gang tree: pods of one subgroup (or the implicit ``default`` set), with min and max."""
+
+    __slots__ = ("max", "min", "n_active", "n_alive", "name", "parent", "pods", "topology")
+    is_set = False
+
+    def __init__(self, name: str, min_member: int, max_member: int, topology: TopologyConstraint | None) -> None:
+        self.name = name
+        self.min = min_member
+        self.max = max_member
+        self.pods: list[int] = []
+        self.n_active = 0
+        self.n_alive = 0  # non-gated pods that are not finished: readiness
+        self.parent: SubGroupSet | None = None
+        self.topology = topology
+
+    def satisfied(self) -> bool:
+        return self.n_active >= self.min
+
+    def n_satisfied_members(self) -> int:
+        return self.n_active
+
+    def k(self) -> int:
+        return self.min
+
+    def podsets(self) -> list[PodSet]:
+        return [self]
+
+
+class SubGroupSet:
+    """An inner node of the gang tree: satisfied when ``min_k`` of its members are (all when ``None``)."""
+
+    __slots__ = ("members", "min_k", "name", "parent", "topology")
+    is_set = True
+
+    def __init__(self, name: str, min_k: int | None, topology: TopologyConstraint | None) -> None:
+        self.name = name
+        self.min_k = min_k
+        self.members: list[PodSet | SubGroupSet] = []
+        self.parent: SubGroupSet | None = None
+        self.topology = topology
+
+    def k(self) -> int:
+        return self.min_k if self.min_k is not None else len(self.members)
+
+    def n_satisfied_members(self) -> int:
+        return sum(1 for m in self.members if m.satisfied())
+
+    def satisfied(self) -> bool:
+        return self.n_satisfied_members() >= self.k()
+
+    def podsets(self) -> list[PodSet]:
+        out: list[PodSet] = []
+        for m in self.members:
+            out.extend(m.podsets())
+        return out
+
+
+Member = PodSet | SubGroupSet
 
 
 def member_key(m: Member) -> tuple[int, float, str]:
@@ -36,167 +83,94 @@ def member_key(m: Member) -> tuple[int, float, str]:
     return (1, count / k, m.name)
 
 
-def _ordered(members: list[Member]) -> list[Member]:
-    return sorted(members, key=member_key)
-
-
-def tasks_to_allocate(ses: Session, job: JobInfo, skip: frozenset[str] = frozenset()) -> list[int]:
-    """The job's next allocation step. ``skip`` names subgroups to pass over in a minSubGroup gang phase."""
-    if skip:
-        return _collect_set(ses, job, job.root, skip)
-    cached = job.cache.get("tta")
-    if cached is not None and cached[0] == job.version:
-        return list(cached[1])
-    if job.n_active >= job.max_total and job.root.satisfied():
-        out: list[int] = []
-    else:
-        out = _collect_set(ses, job, job.root)
-    job.cache["tta"] = (job.version, out)
-    return list(out)
-
-
-def _pending_sorted(ses: Session, ps: PodSet, pool: set[int] | None = None) -> list[int]:
-    if pool is None:
-        st = ses.p_status
-        pods = ses.pods
-        cands = [p for p in ps.pods if st[p] == PENDING and not pods[p].gated]
-    else:
-        cands = [p for p in ps.pods if p in pool]
-    cands.sort(key=lambda p: task_key(ses, p))
-    return cands
-
-
-def _collect_podset(ses: Session, job: JobInfo, ps: PodSet, pool: set[int] | None = None) -> list[int]:
-    if ps.n_active >= ps.min:
-        if ps.n_active >= ps.max or job.n_active >= job.max_total:
-            return []
-        return _pending_sorted(ses, ps, pool)[:1]
-    return _pending_sorted(ses, ps, pool)[: ps.min - ps.n_active]
-
-
-def _collect_set(
-    ses: Session, job: JobInfo, sgs: SubGroupSet, skip: frozenset[str] = frozenset(), pool: set[int] | None = None
-) -> list[int]:
-    k = sgs.k()
-    children = _ordered(sgs.members)
-    if not sgs.satisfied():
-        if skip:
-            children = [c for c in children if c.name not in skip or c.satisfied()]
-        out: list[int] = []
-        for child in children[:k]:
-            if child.satisfied():
-                continue
-            if isinstance(child, SubGroupSet):
-                out.extend(_collect_set(ses, job, child, skip, pool))
-            else:
-                out.extend(_collect_podset(ses, job, child, pool))
-        return out
-    for child in children:
-        if isinstance(child, SubGroupSet):
-            tasks = _collect_set(ses, job, child, pool=pool)
-        else:
-            tasks = _collect_podset(ses, job, child, pool)
-        if tasks:
-            return tasks
-    return []
-
-
-def tasks_to_replace(ses: Session, job: JobInfo, pool: set[int]) -> list[int]:
-    """The next allocation step of a victim job drawn from its just-evicted pods ``pool``: what KAI re-places when it
-    simulates evicting them (its virtually releasing tasks count as allocatable)."""
-    return _collect_set(ses, job, job.root, pool=pool)
-
-
-def skippable_member(ses: Session, job: JobInfo, pod: int, skip: frozenset[str]) -> str | None:
-    """The member to pass over after ``pod`` failed, when a minSubGroup set still has spare members.
-
-    KAI only ever tries the first minSubGroup children (least satisfied, then by name); kai-ray also tries the
-    next one when a child cannot be placed, so a gang is not blocked by one oversized optional subgroup.
-    """
-    member: PodSet | SubGroupSet | None = ses.p_set[pod]
-    while member is not None and member.parent is not None:
-        parent = member.parent
-        if parent.min_k is not None and not parent.satisfied():
-            spare = [m for m in parent.members if m.name not in skip and m is not member]
-            if len(spare) >= parent.min_k - sum(1 for m in parent.members if m.satisfied()):
-                return member.name
-        member = parent
-    return None
-
-
-def has_tasks_to_allocate(ses: Session, job: JobInfo) -> bool:
-    return bool(tasks_to_allocate(ses, job))
-
-
-# ---------------------------------------------------------------------- eviction
-
-
-def evict_key(ses: Session, p: int) -> tuple[int, int, float, str]:
-    """Reverse of placement order: workers before the head, lower task priority first, newest first."""
-    pod = ses.pods[p]
-    return (1 if pod.is_ray_head else 0, pod.task_priority, -pod.created_at, _neg(pod.uid))
-
-
-def _neg(s: str) -> str:
-    return "".join(chr(0x10FFFF - ord(c)) for c in s)
-
-
-def _active_sorted(ses: Session, ps: PodSet) -> list[int]:
-    st = ses.p_status
-    cands = [p for p in ps.pods if st[p] in ACTIVE]
-    cands.sort(key=lambda p: evict_key(ses, p))
-    return cands
-
-
-def _has_surplus(m: Member) -> bool:
+def has_surplus(m: Member) -> bool:
+    """Whether some part of the tree runs more than its minimum: more pods than a PodSet's minimum, or more
+    satisfied members than a SubGroupSet needs (what elastic eviction may take without breaking the gang)."""
     if isinstance(m, PodSet):
         return m.n_active > m.min
     if m.n_satisfied_members() > m.k():
         return True
-    return any(_has_surplus(c) for c in m.members)
+    return any(has_surplus(c) for c in m.members)
 
 
-def _all_active(ses: Session, m: Member) -> list[int]:
-    out: list[int] = []
-    for ps in m.podsets():
-        out.extend(_active_sorted(ses, ps))
-    return out
+def is_ready(m: Member) -> bool:
+    """Whether enough pods exist (not gated, not finished) to reach the minimum: a gang that is not ready is not
+    tried (KAI's PodGroup readiness)."""
+    if isinstance(m, PodSet):
+        return m.n_alive >= m.min
+    ready = sum(1 for c in m.members if is_ready(c))
+    return ready >= m.k()
 
 
-def _holds_head(ses: Session, m: Member) -> bool:
-    st = ses.p_status
-    return any(ses.pods[p].is_ray_head and st[p] in ACTIVE for ps in m.podsets() for p in ps.pods)
+def build_gang_tree(j: Job) -> tuple[SubGroupSet, dict[str, PodSet], str]:
+    """The root SubGroupSet and the leaf PodSets of a PodGroup, or an error message (then a trivial tree)."""
+    big = 1 << 30
+    if not j.subgroups:
+        root = SubGroupSet("", j.min_subgroup, j.topology)
+        mm = j.min_member if j.min_member is not None else 1
+        err = ""
+        if mm < 0:
+            err, mm = "minMember is negative", 0
+        ps = PodSet("default", mm, big, None)
+        ps.parent = root
+        root.members.append(ps)
+        root.min_k = None
+        return root, {"default": ps}, err
+    names = [sg.name for sg in j.subgroups]
+    by_name = {sg.name: sg for sg in j.subgroups}
+    err = ""
+    if len(set(names)) != len(names):
+        err = "duplicate subgroup names"
+    children: dict[str | None, list[str]] = {}
+    for sg in j.subgroups:
+        parent = sg.parent or None
+        if parent is not None and parent not in by_name:
+            err = err or f"subgroup {sg.name!r} names unknown parent {parent!r}"
+            parent = None
+        children.setdefault(parent, []).append(sg.name)
+    root = SubGroupSet("", j.min_subgroup, j.topology)
+    podsets: dict[str, PodSet] = {}
+    visited: set[str] = set()
 
-
-def _elastic_from_set(ses: Session, sgs: SubGroupSet) -> list[int]:
-    n_sat = sgs.n_satisfied_members()
-    if n_sat == 0:
-        return []
-    members = _ordered(sgs.members)
-    members.reverse()
-    if _has_surplus(sgs):
-        for m in members:
-            if isinstance(m, SubGroupSet):
-                tasks = _elastic_from_set(ses, m)
-            elif m.n_active > m.min:
-                tasks = _active_sorted(ses, m)[:1]
+    def build(parent_set: SubGroupSet, names_: list[str]) -> None:
+        nonlocal err
+        for name in sorted(set(names_)):
+            if name in visited:
+                err = err or f"subgroup {name!r} is part of a cycle"
+                continue
+            visited.add(name)
+            sg = by_name[name]
+            kids = children.get(name, [])
+            if kids:
+                if sg.min_member is not None and sg.min_subgroup is None:
+                    err = err or f"subgroup {name!r} has children and minMember"
+                s = SubGroupSet(name, sg.min_subgroup, sg.topology)
+                s.parent = parent_set
+                parent_set.members.append(s)
+                build(s, kids)
+                if s.min_k is not None and not (0 <= s.min_k <= len(s.members)):
+                    err = err or f"subgroup {name!r} minSubGroup {s.min_k} out of range"
+                    s.min_k = None
             else:
-                tasks = []
-            if tasks:
-                return tasks
-    if sgs.k() < n_sat:
-        # a surplus subgroup holding the Ray head goes last (KAI would pick by name; the head is the cluster)
-        for m in sorted(members, key=lambda m: _holds_head(ses, m)):
-            if m.satisfied():
-                tasks = _all_active(ses, m)
-                if tasks:
-                    return tasks
-    return []
+                mm = sg.min_member if sg.min_member is not None else 1
+                if mm < 0:
+                    err = err or f"subgroup {name!r} minMember is negative"
+                    mm = 0
+                mx = sg.max_member if sg.max_member is not None else big
+                if mx < mm:
+                    err = err or f"subgroup {name!r} max-member {mx} is below minMember {mm}"
+                    mx = mm
+                ps = PodSet(name, mm, mx, sg.topology)
+                ps.parent = parent_set
+                parent_set.members.append(ps)
+                podsets[name] = ps
 
-
-def tasks_to_evict(ses: Session, job: JobInfo) -> tuple[list[int], bool]:
-    """The next eviction step for a victim job, and whether the job keeps running afterwards."""
-    tasks = _elastic_from_set(ses, job.root)
-    if tasks:
-        return tasks, True
-    return _all_active(ses, job.root), False
+    build(root, children.get(None, []))
+    if len(visited) != len(by_name):
+        err = err or "subgroup parents form a cycle"
+    if root.min_k is not None and not (0 <= root.min_k <= len(root.members)):
+        err = err or f"minSubGroup {root.min_k} out of range"
+        root.min_k = None
+    # KAI orders members: subgroup sets first, then pod sets
+    root.members.sort(key=lambda m: (not m.is_set, m.name))
+    return root, podsets, err

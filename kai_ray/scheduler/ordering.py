@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kai_ray.scheduler.fairshare import UNLIMITED, allocatable_share
-from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.session import EPS, JobInfo, Session, le
+from kai_ray.scheduler.tasks import tasks_to_allocate
 
 NO_SHARE_DRF_MULTIPLIER = 1000.0
 

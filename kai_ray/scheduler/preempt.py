@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from kai_ray.scheduler.allocation import capacity_failure
 from kai_ray.scheduler.decisions import Action, Reason
-from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.minruntime import preempt_min_runtime, protected
 from kai_ray.scheduler.pending import FailedJobs, pending_jobs_in_order, record_eviction_failure
 from kai_ray.scheduler.session import JobInfo, Session
 from kai_ray.scheduler.solver import JobSolver, victim_jobs
+from kai_ray.scheduler.tasks import tasks_to_allocate
 
 
 def preempt_action(ses: Session) -> None:

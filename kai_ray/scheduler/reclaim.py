@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from kai_ray.scheduler.allocation import quota_request
 from kai_ray.scheduler.decisions import Action, Reason
-from kai_ray.scheduler.gang import tasks_to_allocate
 from kai_ray.scheduler.minruntime import protected, reclaim_min_runtime
 from kai_ray.scheduler.pending import FailedJobs, pending_jobs_in_order, record_eviction_failure
 from kai_ray.scheduler.reclaimable import QueueState, can_reclaim, validate, victim_queue_allowed
 from kai_ray.scheduler.session import JobInfo, Session
 from kai_ray.scheduler.solver import JobSolver, Unit, split_victim_chunks, victim_jobs
+from kai_ray.scheduler.tasks import tasks_to_allocate
 
 
 def reclaim_action(ses: Session) -> None:

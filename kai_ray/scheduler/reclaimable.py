@@ -21,10 +21,6 @@ from kai_ray.scheduler.session import Session, le
 Vec = tuple[float, float, float]
 
 
-def _le_all(a: list[float] | Vec, b: list[float]) -> bool:
-    return all(le(a[r], b[r]) for r in range(3))
-
-
 class QueueState:
     """Queue attributes frozen at the start of one reclaimer's solution (KAI's jobSimulationQueues)."""
 

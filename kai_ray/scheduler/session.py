@@ -1,9 +1,10 @@
 """The session: one cycle's mutable picture of the cluster, and the statement log that makes what-ifs cheap.
 
 Why one shared operation log instead of copying state: KAI's actions try many hypotheses (place this gang; evict
-these victims and place it; ...). Every mutation (allocate, pipeline, evict) goes through :meth:`Session.allocate`
-or :meth:`Session.evict`, appends an undo record and updates node, GPU-group, queue and gang counters in place.
-A checkpoint is the log length; rollback undoes records back to it. So a failed hypothesis costs exactly the work
+these victims and place it; ...). Every mutation goes through :meth:`Session.allocate`, :meth:`Session.evict`,
+:meth:`Session.move` or :meth:`Session.unevict`, appends a typed undo record (:class:`Allocated`, :class:`Evicted`,
+:class:`Moved`, :class:`Unevicted`) and updates node, GPU-group, queue and gang counters in place. A checkpoint is
+the log length; rollback undoes records back to it. So a failed hypothesis costs exactly the work
 it did, and the final decisions are the difference between the initial and final pod states.
 
 Node accounting lives in numpy arrays (one row per resource) so that finding a node for a pod is a few vector
@@ -13,16 +14,16 @@ operations over all nodes rather than a Python loop.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from kai_ray.scheduler.decisions import Action, Finding, Reason
+from kai_ray.scheduler.gang import PodSet, SubGroupSet, build_gang_tree, has_surplus, is_ready
 from kai_ray.scheduler.placement import StaticMasks
 from kai_ray.scheduler.queues import QueueTree, build_queue_tree
-from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Snapshot, TopologyConstraint
+from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Snapshot
 
 GPU, CPU, MEM = 0, 1, 2
 EPS = 1e-9
@@ -30,11 +31,7 @@ EPS = 1e-9
 # pod states inside a session
 PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED, STUCK, MOVED = range(10)
 ACTIVE = frozenset((BOUND, ALLOCATED, PIPELINED, MOVED))
-STATUS_NAMES = (
-    "Pending", "Bound", "Allocated", "Pipelined", "Releasing", "Evicted", "Done", "Ignored", "Stuck", "Moved",
-)  # fmt: skip
 
-OP_ALLOC, OP_EVICT, OP_MOVE, OP_UNEVICT = 0, 1, 2, 3
 _PHASES = {
     PodPhase.PENDING: PENDING,
     PodPhase.RUNNING: BOUND,
@@ -57,65 +54,6 @@ def le(a: float, b: float) -> bool:
     if a == UNLIMITED:
         return False
     return a <= b + EPS * max(1.0, abs(b))
-
-
-class PodSet:
-    """A leaf of the gang tree: pods of one subgroup (or the implicit ``default`` set), with min and max."""
-
-    __slots__ = ("job", "max", "min", "n_active", "n_alive", "name", "parent", "pods", "topology")
-    is_set = False
-
-    def __init__(self, name: str, min_member: int, max_member: int, topology: TopologyConstraint | None) -> None:
-        self.name = name
-        self.min = min_member
-        self.max = max_member
-        self.pods: list[int] = []
-        self.n_active = 0
-        self.n_alive = 0  # non-gated pods that are not finished: readiness
-        self.parent: SubGroupSet | None = None
-        self.topology = topology
-        self.job: JobInfo | None = None
-
-    def satisfied(self) -> bool:
-        return self.n_active >= self.min
-
-    def n_satisfied_members(self) -> int:
-        return self.n_active
-
-    def k(self) -> int:
-        return self.min
-
-    def podsets(self) -> list[PodSet]:
-        return [self]
-
-
-class SubGroupSet:
-    """An inner node of the gang tree: satisfied when ``min_k`` of its members are (all when ``None``)."""
-
-    __slots__ = ("members", "min_k", "name", "parent", "topology")
-    is_set = True
-
-    def __init__(self, name: str, min_k: int | None, topology: TopologyConstraint | None) -> None:
-        self.name = name
-        self.min_k = min_k
-        self.members: list[PodSet | SubGroupSet] = []
-        self.parent: SubGroupSet | None = None
-        self.topology = topology
-
-    def k(self) -> int:
-        return self.min_k if self.min_k is not None else len(self.members)
-
-    def n_satisfied_members(self) -> int:
-        return sum(1 for m in self.members if m.satisfied())
-
-    def satisfied(self) -> bool:
-        return self.n_satisfied_members() >= self.k()
-
-    def podsets(self) -> list[PodSet]:
-        out: list[PodSet] = []
-        for m in self.members:
-            out.extend(m.podsets())
-        return out
 
 
 @dataclass(slots=True)
@@ -152,9 +90,6 @@ class JobInfo:
     def has_pending(self, ses: Session) -> bool:
         return self.n_pend > 0
 
-    def n_pending(self, ses: Session) -> int:
-        return self.n_pend
-
     def elastic_state(self) -> int:
         """0 below min, 1 exactly at min, 2 above min (KAI's elastic plugin, per PodSet)."""
         ps = self.simple
@@ -178,9 +113,7 @@ class JobInfo:
         ps = self.simple
         if ps is not None:
             return ps.n_active > ps.min
-        from kai_ray.scheduler.gang import _has_surplus
-
-        return _has_surplus(self.root)
+        return has_surplus(self.root)
 
     def fail(self, reason: Reason, message: str, details: dict[str, Any] | None = None) -> None:
         self.fail_reason = reason
@@ -198,6 +131,45 @@ class EvictInfo:
     whole_gang: bool
 
 
+@dataclass(slots=True)
+class Allocated:
+    """Undo record of :meth:`Session.allocate`: ``pod`` was pending and asked for ``prev_req``."""
+
+    pod: int
+    created: bool  # a shared GPU was opened for it
+    prev_req: tuple[float, float, float]
+
+
+@dataclass(slots=True)
+class Evicted:
+    """Undo record of :meth:`Session.evict`: ``pod``'s status and eviction record before."""
+
+    pod: int
+    prev_status: int
+    prev_info: EvictInfo | None
+
+
+@dataclass(slots=True)
+class Moved:
+    """Undo record of :meth:`Session.move`: room held on ``node`` (and shared GPU ``group``) for the pod's copy."""
+
+    pod: int
+    node: int
+    group: str | None
+    created: bool
+
+
+@dataclass(slots=True)
+class Unevicted:
+    """Undo record of :meth:`Session.unevict`: the eviction record it cancelled."""
+
+    pod: int
+    info: EvictInfo
+
+
+Op = Allocated | Evicted | Moved | Unevicted  # slotted dataclasses: half the cost of a NamedTuple per record
+
+
 class Session:
     """All state of one scheduling cycle. Built from a :class:`Snapshot`; never mutates the snapshot."""
 
@@ -213,7 +185,7 @@ class Session:
         self._build_nodes(snapshot.nodes)
         self._build_jobs(snapshot.jobs)
         self._build_queue_accounting()
-        self.log: list[tuple[Any, ...]] = []
+        self.log: list[Op] = []
         self.evict_info: dict[int, EvictInfo] = {}
         self.p_moved: dict[int, tuple[int, str | None]] = {}  # moved pod -> (node, gpu group) of its copy
         self.stats: dict[str, float] = {}
@@ -339,7 +311,7 @@ class Session:
     def _add_job(self, key: str, j: Job, seen_pods: set[str]) -> None:
         findings = self.findings
         invalid: tuple[Reason, str] | None = None
-        root, podsets, err = _build_gang_tree(j)
+        root, podsets, err = build_gang_tree(j)
         if err:
             findings.append(Finding("PodGroup", key, "subGroups", err))
             invalid = (Reason.INVALID, err)
@@ -371,8 +343,6 @@ class Session:
                     )
                 )
             info.max_total = max(j.max_member, total_min)
-        for ps in podsets.values():
-            ps.job = info
         simple = None if j.subgroups else podsets["default"]
         info.simple = simple
         self.job_index[key] = info.idx
@@ -405,7 +375,7 @@ class Session:
                     pend[0] += req[0]
                     pend[1] += req[1]
                     pend[2] += req[2]
-        info.ready = simple.n_alive >= simple.min if simple is not None else _ready(root, self)
+        info.ready = simple.n_alive >= simple.min if simple is not None else is_ready(root)
         info.init_active = act
         info.init_pending = pend
 
@@ -497,7 +467,7 @@ class Session:
                     g = min(1.0, gpumem / self.gpu_mem[node])
                     self.p_req[p] = (g, c, m)
                     self.p_frac[p] = g
-                group, _ = self._occupy(p, node, pod.gpu_group, initial=True)
+                group, _ = self._occupy(p, node, pod.gpu_group)
                 if status == RELEASING:
                     self._release(p)
                 elif status == PIPELINED and group is not None:
@@ -595,7 +565,7 @@ class Session:
             self.free[GPU, node] += 1.0
         self._refresh_frac(node)
 
-    def _occupy(self, p: int, node: int, group: str | None, initial: bool = False) -> tuple[str | None, bool]:
+    def _occupy(self, p: int, node: int, group: str | None) -> tuple[str | None, bool]:
         """Put pod ``p``'s resources on ``node``; returns (gpu group, whether the group was created)."""
         self.slot_dirty.add(node)
         g, c, m = self.p_req[p]
@@ -678,59 +648,43 @@ class Session:
         log = self.log
         while len(log) > cp:
             op = log.pop()
-            if op[0] == OP_UNEVICT:
-                _, p, info = op
-                job = self.jobs[self.p_job[p]]
+            p = op.pod
+            job = self.jobs[self.p_job[p]]
+            if isinstance(op, Unevicted):
                 self.p_status[p] = EVICTED
                 self._release(p)
-                self.charge(job, self.p_req[p], -1.0)
-                ps = self.p_set[p]
-                assert ps is not None
-                ps.n_active -= 1
-                job.n_active -= 1
-                job.version += 1
-                self.evict_info[p] = info
-                continue
-            if op[0] == OP_MOVE:
-                _, p, node, group, created = op
-                self._unhold(p, node, group, created)
-                job = self.jobs[self.p_job[p]]
-                self.charge(job, self.p_req[p], -1.0)
+                self._count_active(job, p, -1)
+                self.evict_info[p] = op.info
+            elif isinstance(op, Moved):
+                self._unhold(p, op.node, op.group, op.created)
+                self._count_active(job, p, -1)
                 self.p_status[p] = EVICTED
-                ps = self.p_set[p]
-                assert ps is not None
-                ps.n_active -= 1
-                job.n_active -= 1
-                job.version += 1
                 del self.p_moved[p]
-            elif op[0] == OP_ALLOC:
-                _, p, created, prev_req = op
-                job = self.jobs[self.p_job[p]]
-                self._vacate(p, created)
-                self.charge(job, self.p_req[p], -1.0)
-                self.p_req[p] = prev_req
+            elif isinstance(op, Allocated):
+                self._vacate(p, op.created)
+                self._count_active(job, p, -1)
+                self.p_req[p] = op.prev_req
                 self.p_status[p] = PENDING
                 job.n_pend += 1
-                ps = self.p_set[p]
-                assert ps is not None
-                ps.n_active -= 1
-                job.n_active -= 1
-                job.version += 1
             else:
-                _, p, prev_status, prev_info = op
-                job = self.jobs[self.p_job[p]]
                 self._release(p, -1.0)
-                self.p_status[p] = prev_status
-                ps = self.p_set[p]
-                if ps is not None:  # pods outside the gang tree were never counted
-                    self.charge(job, self.p_req[p], 1.0)
-                    ps.n_active += 1
-                    job.n_active += 1
-                job.version += 1
-                if prev_info is None:
+                self.p_status[p] = op.prev_status
+                self._count_active(job, p, 1)
+                if op.prev_info is None:
                     self.evict_info.pop(p, None)
                 else:
-                    self.evict_info[p] = prev_info
+                    self.evict_info[p] = op.prev_info
+
+    def _count_active(self, job: JobInfo, p: int, sign: int) -> None:
+        """Pod ``p`` starts (+1) or stops (-1) holding resources for its job: the queue chain is charged, the gang
+        counters follow, and the job's derived data (cached allocation steps) is stale. Pods outside the gang tree
+        (unknown subgroup, unusable request) were never counted: only the job's version moves."""
+        ps = self.p_set[p]
+        if ps is not None:
+            self.charge(job, self.p_req[p], sign)
+            ps.n_active += sign
+            job.n_active += sign
+        job.version += 1
 
     def allocate(self, p: int, node: int, pipelined: bool, group: str | None = None) -> None:
         job = self.jobs[self.p_job[p]]
@@ -740,28 +694,18 @@ class Session:
             self.p_req[p] = (f, prev_req[1], prev_req[2])
             self.p_frac[p] = f
         _, created = self._occupy(p, node, group)
-        self.charge(job, self.p_req[p], 1.0)
+        self._count_active(job, p, 1)
         self.p_status[p] = PIPELINED if pipelined else ALLOCATED
         job.n_pend -= 1
-        ps = self.p_set[p]
-        assert ps is not None
-        ps.n_active += 1
-        job.n_active += 1
-        job.version += 1
-        self.log.append((OP_ALLOC, p, created, prev_req))
+        self.log.append(Allocated(p, created, prev_req))
 
     def evict(self, p: int, info: EvictInfo) -> None:
         job = self.jobs[self.p_job[p]]
         prev = self.p_status[p]
         self.p_status[p] = EVICTED
         self._release(p)
-        ps = self.p_set[p]
-        if ps is not None:  # pods outside the gang tree were never counted
-            self.charge(job, self.p_req[p], -1.0)
-            ps.n_active -= 1
-            job.n_active -= 1
-        job.version += 1
-        self.log.append((OP_EVICT, p, prev, self.evict_info.get(p)))
+        self._count_active(job, p, -1)
+        self.log.append(Evicted(p, prev, self.evict_info.get(p)))
         self.evict_info[p] = info
 
     def move(self, p: int, node: int, group: str | None) -> None:
@@ -781,32 +725,20 @@ class Session:
         free[MEM, node] -= m
         self.pods_free[node] -= 1
         job = self.jobs[self.p_job[p]]
-        self.charge(job, self.p_req[p], 1.0)
+        self._count_active(job, p, 1)
         self.p_status[p] = MOVED
-        ps = self.p_set[p]
-        assert ps is not None
-        ps.n_active += 1
-        job.n_active += 1
-        job.version += 1
         self.p_moved[p] = (node, group)
-        self.log.append((OP_MOVE, p, node, group, created))
+        self.log.append(Moved(p, node, group, created))
 
     def unevict(self, p: int) -> None:
         """Cancel the eviction of ``p`` within the statement (KAI: a victim re-placed where it already runs)."""
         job = self.jobs[self.p_job[p]]
-        prev = self.p_status[p]
-        assert prev == EVICTED
+        assert self.p_status[p] == EVICTED
         info = self.evict_info.pop(p)
         self._release(p, -1.0)
-        before = next(op[2] for op in reversed(self.log) if op[0] == OP_EVICT and op[1] == p)
-        self.p_status[p] = before
-        self.charge(job, self.p_req[p], 1.0)
-        ps = self.p_set[p]
-        assert ps is not None
-        ps.n_active += 1
-        job.n_active += 1
-        job.version += 1
-        self.log.append((OP_UNEVICT, p, info))
+        self.p_status[p] = next(op.prev_status for op in reversed(self.log) if isinstance(op, Evicted) and op.pod == p)
+        self._count_active(job, p, 1)
+        self.log.append(Unevicted(p, info))
 
     def _unhold(self, p: int, node: int, group: str | None, created: bool) -> None:
         self.slot_dirty.add(node)
@@ -826,94 +758,9 @@ class Session:
         """KAI: once one task of a job is pipelined, all its tasks allocated in the statement are pipelined."""
         st = self.p_status
         for op in self.log[since:]:
-            if op[0] == OP_ALLOC and self.p_job[op[1]] == job.idx and st[op[1]] == ALLOCATED:
-                st[op[1]] = PIPELINED
+            if isinstance(op, Allocated) and self.p_job[op.pod] == job.idx and st[op.pod] == ALLOCATED:
+                st[op.pod] = PIPELINED
 
     # ------------------------------------------------------------------ helpers
     def queue_of(self, job: JobInfo) -> int:
         return job.queue
-
-    def iter_active(self, job: JobInfo) -> Iterable[int]:
-        st = self.p_status
-        return (p for p in job.pods if st[p] in ACTIVE)
-
-
-def _build_gang_tree(j: Job) -> tuple[SubGroupSet, dict[str, PodSet], str]:
-    """The root SubGroupSet and the leaf PodSets of a PodGroup, or an error message (then a trivial tree)."""
-    big = 1 << 30
-    if not j.subgroups:
-        root = SubGroupSet("", j.min_subgroup, j.topology)
-        mm = j.min_member if j.min_member is not None else 1
-        err = ""
-        if mm < 0:
-            err, mm = "minMember is negative", 0
-        ps = PodSet("default", mm, big, None)
-        ps.parent = root
-        root.members.append(ps)
-        root.min_k = None
-        return root, {"default": ps}, err
-    names = [sg.name for sg in j.subgroups]
-    by_name = {sg.name: sg for sg in j.subgroups}
-    err = ""
-    if len(set(names)) != len(names):
-        err = "duplicate subgroup names"
-    children: dict[str | None, list[str]] = {}
-    for sg in j.subgroups:
-        parent = sg.parent or None
-        if parent is not None and parent not in by_name:
-            err = err or f"subgroup {sg.name!r} names unknown parent {parent!r}"
-            parent = None
-        children.setdefault(parent, []).append(sg.name)
-    root = SubGroupSet("", j.min_subgroup, j.topology)
-    podsets: dict[str, PodSet] = {}
-    visited: set[str] = set()
-
-    def build(parent_set: SubGroupSet, names_: list[str]) -> None:
-        nonlocal err
-        for name in sorted(set(names_)):
-            if name in visited:
-                err = err or f"subgroup {name!r} is part of a cycle"
-                continue
-            visited.add(name)
-            sg = by_name[name]
-            kids = children.get(name, [])
-            if kids:
-                if sg.min_member is not None and sg.min_subgroup is None:
-                    err = err or f"subgroup {name!r} has children and minMember"
-                s = SubGroupSet(name, sg.min_subgroup, sg.topology)
-                s.parent = parent_set
-                parent_set.members.append(s)
-                build(s, kids)
-                if s.min_k is not None and not (0 <= s.min_k <= len(s.members)):
-                    err = err or f"subgroup {name!r} minSubGroup {s.min_k} out of range"
-                    s.min_k = None
-            else:
-                mm = sg.min_member if sg.min_member is not None else 1
-                if mm < 0:
-                    err = err or f"subgroup {name!r} minMember is negative"
-                    mm = 0
-                mx = sg.max_member if sg.max_member is not None else big
-                if mx < mm:
-                    err = err or f"subgroup {name!r} max-member {mx} is below minMember {mm}"
-                    mx = mm
-                ps = PodSet(name, mm, mx, sg.topology)
-                ps.parent = parent_set
-                parent_set.members.append(ps)
-                podsets[name] = ps
-
-    build(root, children.get(None, []))
-    if len(visited) != len(by_name):
-        err = err or "subgroup parents form a cycle"
-    if root.min_k is not None and not (0 <= root.min_k <= len(root.members)):
-        err = err or f"minSubGroup {root.min_k} out of range"
-        root.min_k = None
-    # KAI orders members: subgroup sets first, then pod sets
-    root.members.sort(key=lambda m: (not m.is_set, m.name))
-    return root, podsets, err
-
-
-def _ready(member: PodSet | SubGroupSet, ses: Session) -> bool:
-    if isinstance(member, PodSet):
-        return member.n_alive >= member.min
-    ready = sum(1 for m in member.members if _ready(m, ses))
-    return ready >= member.k()

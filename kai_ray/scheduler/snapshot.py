@@ -36,9 +36,6 @@ class Resources:
     def scale(self, k: float) -> Resources:
         return Resources(self.gpu * k, self.cpu * k, self.memory * k)
 
-    def fits_in(self, other: Resources, eps: float = 1e-9) -> bool:
-        return self.gpu <= other.gpu + eps and self.cpu <= other.cpu + eps and self.memory <= other.memory + eps
-
     def as_dict(self) -> dict[str, float]:
         return {"gpu": self.gpu, "cpu": self.cpu, "memory": self.memory}
 

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kai_ray.scheduler.allocation import _choose_group, _choose_node, _fit_mask, capacity_failure, place_tasks
+from kai_ray.scheduler.allocation import capacity_failure, choose_gpu_group, choose_node, fit_mask, place_tasks
 from kai_ray.scheduler.decisions import Action, Reason
-from kai_ray.scheduler.gang import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
 from kai_ray.scheduler.ordering import JobsOrderByQueues, job_key
 from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.session import (
@@ -44,12 +43,13 @@ from kai_ray.scheduler.session import (
     EVICTED,
     GPU,
     MEM,
-    OP_ALLOC,
     PIPELINED,
+    Allocated,
     EvictInfo,
     JobInfo,
     Session,
 )
+from kai_ray.scheduler.tasks import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
 
 Vec = tuple[float, float, float]
 
@@ -504,12 +504,12 @@ class JobSolver:
         (for a shared-GPU pod, only on the same GPU; another GPU of the node is a move)."""
         ses = self.ses
         base = ses.masks.mask(ses.pods[p]) & allowed
-        cand = _fit_mask(ses, p, base, future=True)
+        cand = fit_mask(ses, p, base, future=True)
         if not cand.any():
             return False
-        node = _choose_node(ses, p, cand, _fit_mask(ses, p, base, future=False))
+        node = choose_node(ses, p, cand, fit_mask(ses, p, base, future=False))
         shared = bool(ses.p_frac[p] or ses.p_gpumem[p])
-        group = _choose_group(ses, p, node)[0] if shared else None
+        group = choose_gpu_group(ses, p, node)[0] if shared else None
         if node == self._node_of_pod[p] and (not shared or group == ses.p_group[p] or self._fits_back(p, group)):
             ses.unevict(p)
         else:
@@ -710,9 +710,9 @@ class JobSolver:
     # -- kai-ray's refinements of a found solution
     def _spans_nodes(self, since: int) -> int:
         ses = self.ses
-        return len(
-            {ses.p_node[op[1]] for op in ses.log[since:] if op[0] == OP_ALLOC and ses.p_job[op[1]] == self.job.idx}
-        )
+        idx = self.job.idx
+        placed = {op.pod for op in ses.log[since:] if isinstance(op, Allocated)}
+        return len({ses.p_node[p] for p in placed if ses.p_job[p] == idx})
 
     def _fits_one_node(self, tasks: list[int]) -> bool:
         ses = self.ses

@@ -20,7 +20,6 @@ from kai_ray.scheduler.decisions import CycleResult, QueueStatus
 from kai_ray.scheduler.ordering import JobsOrderByQueues
 from kai_ray.scheduler.snapshot import PodPhase, Resources, Snapshot
 
-RESOURCES = ("gpu", "cpu", "memory")
 NOT_CONSIDERED = "NotYetConsidered"
 
 

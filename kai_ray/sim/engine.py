@@ -27,11 +27,10 @@ from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
 from kai_ray.scheduler.snapshot import ZERO, Node, Pod, PodPhase, Queue, Resources, SchedulerConfig, Snapshot, Topology
 from kai_ray.sim.cluster import Cluster
 from kai_ray.sim.usage import SimUsage, UsageRecord
-from kai_ray.sim.workloads import COMPLETED, NOT_ARRIVED, PENDING, RUNNING, RayWorkload, WorkloadBase
+from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, RayWorkload, WorkloadBase
 
 # event kinds, in the order they are handled at the same instant
 COMPLETE, RELEASE, ARRIVE, SCALE, AUTOSCALE, CYCLE, WARM = range(7)
-EVENT_TYPES = ("bind", "evict", "preempt", "reclaim", "complete")
 
 
 @dataclass
@@ -229,6 +228,11 @@ class Engine:
         return len(self.with_pending) > len(self.hopeless)
 
     # ------------------------------------------------------------------ the loop
+    @property
+    def drained(self) -> bool:
+        """No event is left: the run is over, and ``now`` is the time of its last event."""
+        return not self._heap
+
     def run(self) -> SimResult:
         """Run to the end (or ``until``). The world's long-lived objects are frozen out of the cyclic GC while it
         runs: the core creates and drops many objects per cycle, and full collections would rescan them all."""
@@ -730,7 +734,3 @@ class Engine:
             q = self._queue_by_name.get(q.parent) if q.parent else None
             seen += 1
         return {v for v in out if v and v > 0}
-
-
-def workload_states() -> tuple[str, ...]:
-    return (NOT_ARRIVED, PENDING, RUNNING, COMPLETED)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kai_ray.bridge import node_from_api, queue_from_api
 from kai_ray.sim.engine import Engine, EngineOptions, SimResult
 from kai_ray.sim.policy import KAI_RAY, Policy
-from kai_ray.sim.scenario import Scenario, SimulationOptions, load_scenario
+from kai_ray.sim.scenario import Scenario, SimulationOptions
 from kai_ray.sim.workloads import RayWorkload
 
 
@@ -55,8 +53,3 @@ def build_engine(scn: Scenario, policy: Policy = KAI_RAY) -> Engine:
 
 def simulate(scn: Scenario, policy: Policy = KAI_RAY) -> SimResult:
     return build_engine(scn, policy).run()
-
-
-def simulate_file(path: str | Path) -> tuple[Scenario, SimResult]:
-    scn = load_scenario(path)
-    return scn, simulate(scn)

@@ -1,5 +1,8 @@
 """Scenario files: the cluster, the queues, the Ray workloads and the scheduler options of one simulation.
 
+The node vocabulary (:class:`NodeSpec`) and the ``config:`` parser (:func:`config_from`) are shared with the
+one-cycle test fixtures of :mod:`kai_ray.testing.cycle_fixture`: a node or an option reads the same in both.
+
 Why pydantic models here: a scenario is user input. Every mistake must come back as one line naming the field
 (``scenario.yaml: workloads[1].duration: ...``), so each section is a strict model (unknown keys are errors) and the
 Ray manifests and Queues are parsed by the same :mod:`kai_ray.api` models the operators use. YAML itself is read by
@@ -17,16 +20,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic.alias_generators import to_camel
 
 from kai_ray import constants as c
-from kai_ray.api.duration import seconds
 from kai_ray.api.loader import ManifestError, describe, field_path, load_documents, parse_object, what_is
 from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
 from kai_ray.api.strict import did_you_mean, invalid_quantities, unknown_fields
+from kai_ray.durations import seconds
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
-from kai_ray.scheduler.snapshot import SchedulerConfig
+from kai_ray.scheduler.snapshot import Node, Resources, SchedulerConfig, Taint
 from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
 
 MAX_NODES = 100_000  # per node entry: the simulator holds every node in memory
@@ -58,8 +61,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel)
 
 
+class NodeTaint(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
 class NodeSpec(_Strict):
-    """One node, or ``count`` identical nodes named ``<name>-0 .. <name>-<count-1>``."""
+    """One node, or ``count`` identical nodes named ``<name>-0 .. <name>-<count-1>``.
+
+    Keys in camelCase (``maxPods``, as in scenario files) or snake_case (``max_pods``, as in cycle fixtures)."""
 
     name: str = Field(min_length=1)
     count: int = Field(default=1, ge=1, le=MAX_NODES)
@@ -69,6 +80,9 @@ class NodeSpec(_Strict):
     gpu_memory: Quantity = 0.0  # per GPU: MiB as a number, or a quantity with a unit ("80Gi")
     max_pods: int = Field(default=110, ge=1)
     labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[NodeTaint] = Field(default_factory=list)
+    unschedulable: bool = False  # cordoned
+    ready: bool = True  # False: the node's Ready condition is False
 
     @model_validator(mode="before")
     @classmethod
@@ -102,15 +116,37 @@ class NodeSpec(_Strict):
                 "pods": str(self.max_pods),
                 c.GPU_RESOURCE: str(self.gpus),
             }
-            out.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": name, "labels": {**labels, "kubernetes.io/hostname": name}},
-                    "status": {"allocatable": alloc, "capacity": alloc},
+            node: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {**labels, "kubernetes.io/hostname": name}},
+                "status": {"allocatable": alloc, "capacity": alloc},
+            }
+            if self.taints or self.unschedulable:
+                node["spec"] = {
+                    **({"taints": [t.model_dump() for t in self.taints]} if self.taints else {}),
+                    **({"unschedulable": True} if self.unschedulable else {}),
                 }
-            )
+            if not self.ready:
+                node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+            out.append(node)
         return out
+
+    def as_nodes(self) -> list[Node]:
+        """Scheduler-core Nodes, for callers that build a snapshot without the API's shapes (cycle fixtures)."""
+        return [
+            Node(
+                name=name,
+                allocatable=Resources(float(self.gpus), self.cpu * 1000.0, self.memory),
+                max_pods=self.max_pods,
+                labels=dict(self.labels),
+                taints=[Taint(t.key, t.value, t.effect) for t in self.taints],
+                gpu_memory_mib=int(self.gpu_memory),
+                unschedulable=self.unschedulable,
+                ready=self.ready,
+            )
+            for name in self.node_names()
+        ]
 
 
 class QueueEntry(_Strict):
@@ -229,6 +265,33 @@ def scheduler_config(raw: dict[str, Any] | None) -> SchedulerConfig:
     if values["k_value"] < 0:
         raise ValueError(f"kValue: {values['k_value']:g} must not be negative (0 turns time-based fair share off)")
     return SchedulerConfig(**values, usage_params=usage)
+
+
+def node_spec(raw: Any, where: str, defaults: dict[str, Any] | None = None) -> NodeSpec:
+    """One node entry -> NodeSpec, or ScenarioError naming the field (``nodes[2].maxPods: ...``). ``defaults`` fill
+    the keys (snake_case) the entry gives in neither spelling: a test harness's own node defaults."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    data = dict(raw)
+    for key, value in (defaults or {}).items():
+        if key not in data and to_camel(key) not in data:
+            data[key] = value
+    try:
+        return NodeSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_first_error(exc, where, NodeSpec)) from None
+
+
+def config_from(raw: Any) -> SchedulerConfig:
+    """A ``config:`` section -> SchedulerConfig, or ScenarioError naming the field (``config.kValue: ...``)."""
+    if raw is not None and not isinstance(raw, dict):
+        raise ScenarioError(f"config: expected a mapping, got {type(raw).__name__}")
+    try:
+        return scheduler_config(raw)
+    except ValidationError as exc:
+        raise ScenarioError(_first_error(exc, "config", SchedulerOptions)) from None
+    except ValueError as exc:
+        raise ScenarioError(f"config.{exc}") from None
 
 
 class ScenarioFile(_Strict):
@@ -455,11 +518,9 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
     except ValidationError as exc:
         raise ScenarioError(f"{source}: {_first_error(exc, model=ScenarioFile)}") from None
     try:
-        config = scheduler_config(raw.config)
-    except ValidationError as exc:
-        raise ScenarioError(f"{source}: {_first_error(exc, 'config', SchedulerOptions)}") from None
-    except ValueError as exc:
-        raise ScenarioError(f"{source}: config.{exc}") from None
+        config = config_from(raw.config)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
     nodes: list[dict[str, Any]] = []
     names: set[str] = set()
     for i, ns in enumerate(raw.nodes):

@@ -81,10 +81,6 @@ class WorkloadBase:
         return False
 
     # ------------------------------------------------------------------ shared bookkeeping
-    def active_pods(self) -> list[Pod]:
-        assert self.job is not None
-        return [p for p in self.job.pods if p.phase is PodPhase.RUNNING]
-
     def running_pods_any(self) -> bool:
         return self.job is not None and any(p.phase is PodPhase.RUNNING for p in self.job.pods)
 

@@ -1,9 +1,15 @@
 """Declarative scheduling scenarios: a YAML picture of a cluster plus the expected outcome of one cycle.
 
 Modelled on KAI's in-memory action tests (nodes, queues, jobs with pods and their state, then expected per-job and
-per-pod results). The scenario suite under ``tests/scheduler/scenarios`` uses it; the simulator and ``kai-ray
-bench`` may load the same files. It lives beside the simulator, not in the core: it reads YAML and parses quantities
-with :mod:`kai_ray.api.quantity` (the house's one quantity parser), and the core imports nothing outside itself.
+per-pod results). The scenario suite under ``tests/scheduler/scenarios`` and the KAI conformance suite under
+``tests/conformance`` use it. It is test tooling, not part of the core: it reads YAML and parses quantities with
+:mod:`kai_ray.api.quantity` (the house's one quantity parser), and the core imports nothing outside itself.
+
+Its purpose differs from a simulator scenario (:mod:`kai_ray.sim.scenario`: Ray CRs arriving over time) -- this is
+one cycle's snapshot with pods in given states, and the expected decisions -- but nodes and ``config:`` are read by
+the simulator's own code, so they mean the same in both: a node entry is a
+:class:`kai_ray.sim.scenario.NodeSpec` (snake_case keys here) and ``config:`` goes through
+:func:`kai_ray.sim.scenario.config_from` (unknown placement policies and actions are rejected in both).
 
 Units: node and pod ``cpu`` in cores or Kubernetes quantities (``"500m"``), ``memory`` in bytes or quantities
 (``"16Gi"``), ``gpu`` in GPUs. Queue resources use KAI's Queue units: ``cpu`` millicores, ``memory`` MB
@@ -15,9 +21,9 @@ Schema (every key optional unless noted)::
     name: str                       # required
     description: str
     now: float                      # snapshot clock, seconds
-    config: {SchedulerConfig field: value}
-    nodes: [{name (req), count, gpu, cpu, memory, pods (max pods), labels, taints: [{key, value, effect}],
-             gpu_memory_mib, unschedulable, ready}]
+    config: {SchedulerConfig field: value}   # the simulator's config section (snake_case or camelCase)
+    nodes: [{name (req), count, gpus, cpu, memory, max_pods, labels, taints: [{key, value, effect}],
+             gpu_memory (MiB per GPU), unschedulable, ready}]   # the simulator's node entry
     queues: [{name (req), parent, priority, created_at, gpu|cpu|memory: {quota, limit, weight},
               preempt_min_runtime, reclaim_min_runtime}]
     topologies: [{name, levels: [label keys]}]
@@ -77,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic.alias_generators import to_camel
 
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.scheduler.decisions import CycleResult
@@ -92,11 +99,11 @@ from kai_ray.scheduler.snapshot import (
     SchedulerConfig,
     Snapshot,
     SubGroup,
-    Taint,
     Toleration,
     Topology,
     TopologyConstraint,
 )
+from kai_ray.sim.scenario import ScenarioError, config_from, node_spec
 
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 
@@ -112,10 +119,6 @@ def _count(d: dict[str, Any], where: str) -> int:
     if not 1 <= count <= MAX_COUNT:
         raise ScenarioError(f"{where}.count: {count} is not in [1, {MAX_COUNT}]")
     return count
-
-
-class ScenarioError(ValueError):
-    """Bad scenario input; the message names the field."""
 
 
 HARNESS_KAI = "kai"
@@ -136,7 +139,9 @@ TASK_STATES = {
 
 
 @dataclass
-class Scenario:
+class CycleFixture:
+    """One fixture document: a snapshot and the outcome expected of its cycle (or of KAI-style rounds)."""
+
     name: str
     description: str
     snapshot: Snapshot
@@ -198,50 +203,16 @@ def _num(v: Any, where: str, kind: type = float) -> Any:
     return kind(v)
 
 
-_NODE_KEYS = {
-    "name", "count", "gpu", "cpu", "memory", "pods", "labels", "taints", "gpu_memory_mib", "unschedulable", "ready",
-}  # fmt: skip
-
-
 def _nodes(raw: list[Any], kai: bool) -> list[Node]:
+    """Nodes in the simulator's node vocabulary (:class:`kai_ray.sim.scenario.NodeSpec`); harness kai brings
+    upstream's node defaults and labels every node with its own name."""
     out: list[Node] = []
-    defaults = ("20000", "20G", 110) if kai else (64, "512Gi", 110)
+    defaults = {"cpu": "20000", "memory": "20G", "gpu_memory": 100} if kai else None
     for i, n in enumerate(raw):
-        w = f"nodes[{i}]"
-        n = _map(n, w)
-        _check_keys(n, _NODE_KEYS, w)
-        name = str(_req(n, "name", w))
-        count = _count(n, w)
-        taints = [
-            Taint(
-                str(_req(_map(t, f"{w}.taints[{k}]"), "key", f"{w}.taints[{k}]")),
-                str(t.get("value", "")),
-                str(t.get("effect", "NoSchedule")),
-            )
-            for k, t in enumerate(_list(n.get("taints"), f"{w}.taints"))
-        ]
-        gpu_mem = int(n.get("gpu_memory_mib", 100 if kai else 0))
-        for k in range(count):
-            node_name = name if count == 1 else f"{name}-{k}"
-            labels = {str(a): str(b).replace("{i}", str(k)) for a, b in _map(n.get("labels"), f"{w}.labels").items()}
+        for node in node_spec(n, f"nodes[{i}]", defaults).as_nodes():
             if kai:
-                labels.setdefault(KAI_NODE_NAME_LABEL, node_name)
-            out.append(
-                Node(
-                    name=node_name,
-                    allocatable=Resources(
-                        quantity(n.get("gpu", 0), f"{w}.gpu"),
-                        _cpu(n.get("cpu", defaults[0]), f"{w}.cpu"),
-                        quantity(n.get("memory", defaults[1]), f"{w}.memory"),
-                    ),
-                    max_pods=int(n.get("pods", defaults[2])),
-                    labels=labels,
-                    taints=list(taints),
-                    gpu_memory_mib=gpu_mem,
-                    unschedulable=bool(n.get("unschedulable", False)),
-                    ready=bool(n.get("ready", True)),
-                )
-            )
+                node.labels.setdefault(KAI_NODE_NAME_LABEL, node.name)
+            out.append(node)
     return out
 
 
@@ -525,21 +496,19 @@ _SCENARIO_KEYS = {
 
 
 def _config(raw: dict[str, Any], kai: bool) -> SchedulerConfig:
-    names = {f.name for f in fields(SchedulerConfig)}
-    for k in raw:
-        if k not in names:
-            raise ScenarioError(f"config.{k}: unknown scheduler option")
-    args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+    """The simulator's ``config:`` parser; harness kai changes two defaults the case does not set."""
+    cfg = config_from(raw)
     if kai:
-        args.setdefault("max_consolidation_preemptees", -1)  # upstream's test session moves any number of pods
-        args.setdefault("default_staleness_grace", 0.0)  # ... and leaves the global staleness grace at zero
-    try:
-        return SchedulerConfig(**args)
-    except TypeError as exc:
-        raise ScenarioError(f"config: {exc}") from exc
+        given = {f.name for f in fields(SchedulerConfig) if f.name in raw or to_camel(f.name) in raw}
+        upstream: dict[str, Any] = {
+            "max_consolidation_preemptees": -1,  # upstream's test session moves any number of pods
+            "default_staleness_grace": 0.0,  # ... and leaves the global staleness grace at zero
+        }
+        cfg = replace(cfg, **{k: v for k, v in upstream.items() if k not in given})
+    return cfg
 
 
-def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
+def fixture_from_dict(doc: Any, path: str = "") -> CycleFixture:
     doc = _map(doc, "scenario")
     _check_keys(doc, _SCENARIO_KEYS, "scenario")
     harness = doc.get("harness")
@@ -596,7 +565,7 @@ def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
         _check_keys(diff, {"reason", "expect", "family"}, "difference")
         _req(diff, "reason", "difference")
         _map(_req(diff, "expect", "difference"), "difference.expect")
-    return Scenario(
+    return CycleFixture(
         str(_req(doc, "name", "scenario")),
         str(doc.get("description", "")),
         snap,
@@ -611,16 +580,16 @@ def scenario_from_dict(doc: Any, path: str = "") -> Scenario:
     )
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_fixture(path: str | Path) -> CycleFixture:
     p = Path(path)
     try:
         doc = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{p}: not valid YAML: {exc}") from exc
-    return scenario_from_dict(doc, str(p))
+    return fixture_from_dict(doc, str(p))
 
 
-def load_scenarios(path: str | Path) -> list[Scenario]:
+def load_fixtures(path: str | Path) -> list[CycleFixture]:
     """Every document of a multi-document YAML file (the conformance suite keeps one upstream file per YAML file)."""
     p = Path(path)
     try:
@@ -630,7 +599,7 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
     out = []
     for i, d in enumerate(docs):
         try:
-            out.append(scenario_from_dict(d, f"{p}#{i}"))
+            out.append(fixture_from_dict(d, f"{p}#{i}"))
         except ScenarioError as exc:
             raise ScenarioError(f"{p} document {i}: {exc}") from exc
     return out
@@ -641,7 +610,7 @@ def _job_key(name: str) -> str:
 
 
 def check(
-    sc: Scenario,
+    sc: CycleFixture,
     res: CycleResult,
     expect: dict[str, Any] | None = None,
     states: dict[str, TaskState] | None = None,
@@ -766,7 +735,7 @@ def task_states(snap: Snapshot, res: CycleResult, nominal: dict[str, str] | None
     return out
 
 
-def next_round(sc: Scenario, snap: Snapshot, res: CycleResult) -> Snapshot:
+def next_round(sc: CycleFixture, snap: Snapshot, res: CycleResult) -> Snapshot:
     """The cluster one scheduling round later, as KAI's integration tests model it: bound pods run, pipelined pods
     wait again, evicted pods are re-created pending by their controllers (or keep releasing while their job is
     being deleted)."""
@@ -797,7 +766,7 @@ def _at_rest(snap: Snapshot) -> CycleResult:
     return CycleResult()
 
 
-def run_scenario(sc: Scenario) -> list[str]:
+def run_fixture(sc: CycleFixture) -> list[str]:
     """Run the scenario (one cycle, or KAI's integration rounds) and return every unmet expectation."""
     from kai_ray.scheduler.cycle import run_cycle
 
@@ -827,12 +796,12 @@ def run_scenario(sc: Scenario) -> list[str]:
     return errs
 
 
-def agrees_with_kai(sc: Scenario) -> bool:
+def agrees_with_kai(sc: CycleFixture) -> bool:
     """Whether kai-ray's outcome meets the upstream expectation (a documented difference does not)."""
     if sc.difference is None:
-        return not run_scenario(sc)
+        return not run_fixture(sc)
     plain = replace(sc, difference=None)
-    return not run_scenario(plain)
+    return not run_fixture(plain)
 
 
 def _check_counts(exp: dict[str, Any], res: CycleResult) -> list[str]:

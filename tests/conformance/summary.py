@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kai_ray.testing.cycle_fixture import agrees_with_kai, load_scenarios, run_scenario
+from kai_ray.testing.cycle_fixture import agrees_with_kai, load_fixtures, run_fixture
 
 ROOT = Path(__file__).parent
 ACTIONS = ("allocate", "reclaim", "preempt", "consolidation", "stalegangeviction", "deletion")
@@ -35,7 +35,7 @@ def table() -> str:
     for action in ACTIONS:
         n = agree = diff = fail = 0
         for path in sorted((ROOT / action).glob("*.yaml")):
-            for sc in load_scenarios(path):
+            for sc in load_fixtures(path):
                 n += 1
                 if sc.difference is not None:
                     diff += 1
@@ -43,7 +43,7 @@ def table() -> str:
                 elif sc.known_failure:
                     fail += 1
                 else:
-                    agree += not run_scenario(sc)
+                    agree += not run_fixture(sc)
         row = [n, agree, diff, fail, _skipped(action)]
         tot = [a + b for a, b in zip(tot, row, strict=True)]
         lines.append(f"| {action} | " + " | ".join(str(v) for v in row) + " |")

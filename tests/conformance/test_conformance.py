@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from kai_ray.testing.cycle_fixture import Scenario, agrees_with_kai, load_scenarios, run_scenario
+from kai_ray.testing.cycle_fixture import CycleFixture, agrees_with_kai, load_fixtures, run_fixture
 
 ROOT = Path(__file__).parent
 
 
-def _cases() -> list[Scenario]:
-    out: list[Scenario] = []
+def _cases() -> list[CycleFixture]:
+    out: list[CycleFixture] = []
     for path in sorted(ROOT.rglob("*.yaml")):
-        out.extend(load_scenarios(path))
+        out.extend(load_fixtures(path))
     return out
 
 
@@ -29,8 +29,8 @@ CASES = _cases()
 
 
 @pytest.mark.parametrize("sc", CASES, ids=[f"{Path(sc.path).stem}:{sc.name}" for sc in CASES])
-def test_case(sc: Scenario) -> None:
-    errors = run_scenario(sc)
+def test_case(sc: CycleFixture) -> None:
+    errors = run_fixture(sc)
     if sc.known_failure:
         if errors:
             pytest.xfail(f"known disagreement: {sc.known_failure}")

@@ -10,13 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from kai_ray.scheduler.cycle import run_cycle
-from kai_ray.testing.cycle_fixture import load_scenario
+from kai_ray.testing.cycle_fixture import load_fixture
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
 
 def _run(name: str, **options: object):  # type: ignore[no-untyped-def]
-    sc = load_scenario(SCENARIOS / f"{name}.yaml")
+    sc = load_fixture(SCENARIOS / f"{name}.yaml")
     snap = replace(sc.snapshot, config=replace(sc.snapshot.config, **options))
     return run_cycle(snap)
 

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from kai_ray.scheduler.cycle import run_cycle
-from kai_ray.testing.cycle_fixture import check, load_scenario
+from kai_ray.testing.cycle_fixture import check, load_fixture
 
 SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_scenario(path: Path) -> None:
-    sc = load_scenario(path)
+    sc = load_fixture(path)
     res = run_cycle(sc.snapshot)
     internal = [f for f in res.findings if f.kind == "Cycle"]
     assert not internal, internal[0].message
