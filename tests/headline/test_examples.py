@@ -191,3 +191,35 @@ def test_sitecustomize_installs_kai_rays_providers_only_where_asked() -> None:
     plain = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0, plain.stderr
     assert "Kai" not in plain.stdout
+
+
+@pytest.mark.controlplane
+def test_the_real_crds_and_rbac_accept_them(control_plane: Any, namespace: str) -> None:
+    """Dry-run creates on the real apiserver with KubeRay's CRDs: enums (``upgradeStrategy: None``,
+    ``submissionMode``), ``autoscalerOptions`` fields and the RBAC documents are what KubeRay and Kubernetes accept."""
+    from kai_ray.k8s.base.rest import Kube, ray_path
+
+    kube = Kube(control_plane.api_client(pool_size=2))
+    try:
+        created = []
+        for path in FILES:
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc:
+                    continue
+                doc["metadata"]["namespace"] = namespace
+                kind = doc["kind"]
+                if kind.startswith("Ray"):
+                    url = ray_path(kind, namespace)
+                else:
+                    url = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{kind.lower()}s"
+                out = kube.request("POST", url, query={"dryRun": "All"}, body=doc)
+                created.append(f"{out['kind']}/{out['metadata']['name']}")
+        assert sorted(created) == [
+            "RayJob/headline-train",
+            "RayJob/headline-train-sidecar",
+            "RayService/headline-serve",
+            "Role/kai-ray-autoscaler-hook",
+            "RoleBinding/kai-ray-autoscaler-hook",
+        ]
+    finally:
+        kube.close()
