@@ -218,16 +218,7 @@ class Story:
         ]
         plane.start_kuberay_operator(batch_scheduler=None, watch_namespace=ns, extra_args=["--use-kubernetes-proxy"])
         if filler > 0:  # the rest of the node's GPUs, held by another team within its quota
-            kube.create(
-                podgroups_path(ns),
-                {
-                    "apiVersion": "scheduling.run.ai/v2alpha2",
-                    "kind": "PodGroup",
-                    "metadata": {"name": "filler"},
-                    "spec": {"minMember": 1, "queue": f"{ns}-other", "priorityClassName": "build"},
-                },
-            )
-            kube.create(pods_path(ns), _busybox_pod("filler", busybox, filler, "filler"))
+            kube.create(pods_path(ns), _busybox_pod("filler", busybox, filler, f"{ns}-other", "build"))
         self.busybox = busybox
 
     # -- observation ----------------------------------------------------------------------------------------------
@@ -352,16 +343,7 @@ class Story:
     def _suspend_story(self) -> None:
 
         kube, ns, fig, t, cfg = self.kube, self.ns, self.fig, self.cfg.timeout, self.cfg
-        kube.create(
-            podgroups_path(ns),
-            {
-                "apiVersion": "scheduling.run.ai/v2alpha2",
-                "kind": "PodGroup",
-                "metadata": {"name": "burst"},
-                "spec": {"minMember": 1, "queue": self.q_training, "priorityClassName": "inference"},
-            },
-        )
-        kube.create(pods_path(ns), _busybox_pod("burst", self.busybox, cfg.workers, "burst"))
+        kube.create(pods_path(ns), _busybox_pod("burst", self.busybox, cfg.workers, self.q_training, "inference"))
         step_before = self.progress().get("step", 0)
 
         def suspended_or_failed() -> str | None:
@@ -413,11 +395,12 @@ class Story:
         shutil.rmtree(self.ckpt_root, ignore_errors=True)
 
 
-def _busybox_pod(name: str, image: str, gpus: int, group: str) -> dict[str, Any]:
+def _busybox_pod(name: str, image: str, gpus: int, queue: str, priority: str) -> dict[str, Any]:
+    """A pod that only holds GPUs; kai-ray's podgrouper makes it a one-pod gang in ``queue`` at ``priority``."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": {"pod-group-name": group}},
+        "metadata": {"name": name, "labels": {"kai.scheduler/queue": queue, "priorityClassName": priority}},
         "spec": {
             "schedulerName": "kai-scheduler",
             "restartPolicy": "Never",
