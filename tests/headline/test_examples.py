@@ -226,3 +226,21 @@ def test_the_real_crds_and_rbac_accept_them(control_plane: Any, namespace: str) 
         ]
     finally:
         kube.close()
+
+
+def test_a_head_that_lists_ports_keeps_the_ones_kuberay_needs() -> None:
+    """Listing any port on the head container replaces KubeRay's defaults; without a ``dashboard`` port KubeRay
+    cannot deploy a RayService's apps ("dashboard port is not found", seen on the real node) nor follow a RayJob."""
+    root = HEADLINE.parents[1]
+    checked = 0
+    for path in sorted(root.glob("examples/**/*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not (isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith("ray.io/")):
+                continue
+            head = _cluster(doc) if doc["kind"] != "RayCluster" else doc["spec"]
+            ports = head["headGroupSpec"]["template"]["spec"]["containers"][0].get("ports")
+            if ports:
+                checked += 1
+                names = {p.get("name") for p in ports}
+                assert {"dashboard", "gcs-server"} <= names, f"{path.name} {doc['metadata']['name']}: {names}"
+    assert checked >= 2
