@@ -111,7 +111,7 @@ class StoryFigures:
     serve_answered_via: str = ""
     served_through_service: bool = False
     training_steps_lost: int = 0
-    training_step_went_back: int = 0
+    training_step_went_back: int = 0  # across the shrink and grow-back (a resume's redone steps are steps_lost)
     seconds_below_full_size: float | None = None
     grow_back_seconds: float | None = None
     pods_recreated_by_kuberay: int = 0
@@ -324,10 +324,13 @@ class Story:
         fig.seconds_below_full_size = seconds_below(back["history"], cfg.workers, wall_serve, time.time())
         self.say(f"training grew back {fig.grow_back_seconds}s after the service was deleted")
 
+        # Across the shrink and the grow-back the counter only moves forward; a resume redoes the steps since the last
+        # checkpoint, which count as lost instead.
+        fig.training_step_went_back = steps_went_back(self.steps)
+
         # (e) the whole gang must go: a burst of inference takes every GPU the training holds
         if cfg.suspend_story:
             self._suspend_story()
-        fig.training_step_went_back = steps_went_back(self.steps)
         fig.training_steps_lost += int(self.progress().get("steps_lost", 0))
         return fig
 
@@ -360,7 +363,7 @@ class Story:
             fig.notes.append("the RayJob failed when its pods were deleted: nothing resumes it")
             kube.delete(pods_path(ns, "burst"))
             return
-        self.say(f"the RayJob is suspended at step {self.progress().get('step')}")
+        self.say(f"the RayJob is suspended (its pods terminating) at step {self.progress().get('step')}")
         t_room = time.monotonic()
         kube.delete(pods_path(ns, "burst"))
         resumed = _wait(
