@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kai_ray.k8s.base.rest import ApiError, Kube, iter_json_lines
+from kai_ray.k8s.base.rest import ApiError, Kube, iter_json_lines, resource_version
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class Informer:
                 self._emit(DELETE, key, obj)
         for key, obj in items.items():
             prev = old.get(key)
-            if prev is None or _rv(prev) != _rv(obj):
+            if prev is None or resource_version(prev) != resource_version(obj):
                 self._emit(UPSERT, key, obj)
         self.synced.set()
         with self._relisted:
@@ -256,10 +256,6 @@ class Informer:
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
-
-
-def _rv(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
 def wait_all_synced(informers: list[Informer], stop: threading.Event, warn_every: float = 30.0) -> bool:
