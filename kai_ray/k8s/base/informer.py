@@ -72,7 +72,6 @@ class Informer:
         self.synced = threading.Event()
         self.missing = False
         self.resource_version = ""
-        self.events_seen = 0
         self._stop = threading.Event()
         self._relist = threading.Event()
         self._relisted = threading.Condition()
@@ -81,9 +80,6 @@ class Informer:
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
-
-    def add_handler(self, handler: Handler) -> None:
-        self.handlers.append(handler)
 
     def start(self) -> Informer:
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
@@ -232,7 +228,6 @@ class Informer:
                     continue
                 obj = self.transform(obj)
                 key = object_key(obj)
-                self.events_seen += 1
                 with self.lock:
                     if kind == "DELETED":
                         self.store.pop(key, None)

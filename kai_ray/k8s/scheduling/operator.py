@@ -158,7 +158,6 @@ class SchedulerOperator:
         self._last_report = 0.0
         self.last_result: CycleResult | None = None
         self.cycles = 0
-        self.started_at = time.monotonic()
 
     # --- wiring -----------------------------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kai_ray import constants as c
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.snapshot import Node, Resources
 from kai_ray.scheduler.usage import UsageLedger, UsageParams, Vec, parse_window_duration
@@ -37,7 +36,6 @@ log = logging.getLogger(__name__)
 
 LEDGER_FIELD = "usageLedger"
 CLIENT_TYPES = ("none", "internal", "prometheus")
-RESOURCE_KEYS = (c.GPU_RESOURCE, "cpu", "memory")
 
 # KAI's defaults for the Prometheus client (usageDBConfig.usageParams.extraParams overrides them)
 PROMETHEUS_DEFAULTS = {
