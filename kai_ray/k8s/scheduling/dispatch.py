@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from kai_ray import constants as c
@@ -28,7 +28,7 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import FALLBACK_CODES, ReclaimRecord
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
-from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, pg_ref, pod_ref, rfc3339
+from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, object_ref, pod_ref, rfc3339
 from kai_ray.k8s.scheduling.resume import is_virtual
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus
 
@@ -52,40 +52,28 @@ class _GangTiming:
     queue: str
 
 
+@dataclass(eq=False)
 class Dispatch:
     """Bindings and evictions of one scheduler replica. ``interceptors`` is the operator's list (it may grow after
     construction); ``is_leader`` is asked again just before each call is sent."""
 
-    def __init__(
-        self,
-        config: OperatorConfig,
-        kube: Kube,
-        cache: SchedulerCache,
-        metrics: SchedulerMetrics,
-        events: EventRecorder,
-        binder: Dispatcher,
-        writer: Dispatcher,
-        reporter: Reporter,
-        interceptors: list[EvictionInterceptor],
-        is_leader: Callable[[], bool],
-    ) -> None:
-        self.config = config
-        self.kube = kube
-        self.cache = cache
-        self.metrics = metrics
-        self.events = events
-        self.binder = binder
-        self.writer = writer
-        self.reporter = reporter
-        self.interceptors = interceptors
-        self.is_leader = is_leader
-        self.last_bind = 0.0  # monotonic time bindings were last handed to the binder pool
-        self._lock = threading.Lock()
-        self._gangs_binding: dict[str, _GangTiming] = {}
-        self._scheduled_once: dict[str, str] = {}  # job -> uid of the PodGroup whose time-to-schedule was observed
-        self._made_room: dict[str, str] = {}  # job -> the action that evicted for it (until it starts)
-        self._victim_queues: dict[str, str] = {}  # pod key -> queue, while a Ray-aware reclaim handles it
-        self._awaited_victims: set[str] = set()  # pods evicted for pipelined gangs, until they are gone
+    config: OperatorConfig
+    kube: Kube
+    cache: SchedulerCache
+    metrics: SchedulerMetrics
+    events: EventRecorder
+    binder: Dispatcher
+    writer: Dispatcher
+    reporter: Reporter
+    interceptors: list[EvictionInterceptor]
+    is_leader: Callable[[], bool]
+    last_bind: float = 0.0  # monotonic time bindings were last handed to the binder pool
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _gangs_binding: dict[str, _GangTiming] = field(default_factory=dict, init=False)
+    _scheduled_once: dict[str, str] = field(default_factory=dict, init=False)  # job -> PodGroup uid timed
+    _made_room: dict[str, str] = field(default_factory=dict, init=False)  # job -> the action that evicted for it
+    _victim_queues: dict[str, str] = field(default_factory=dict, init=False)  # pod -> queue, while reclaim handles it
+    _awaited_victims: set[str] = field(default_factory=set, init=False)  # evicted for pipelined gangs, until gone
 
     def binds(self, view: SnapshotView, result: CycleResult) -> None:
         """Assume and send the cycle's bindings (pipelined ones wait for their victims to go), and stamp the
@@ -188,7 +176,7 @@ class Dispatch:
         now = rfc3339()
         for job, evs in by_job.items():
             pg = self.cache.pgs.get(job)
-            ref = pg_ref(pg.raw) if pg is not None else None
+            ref = object_ref("PodGroup", pg.raw) if pg is not None else None
             if pg is not None and ref is not None:
                 self.reporter.write_pg_status(job, st.evicted_status(evs, now))
                 self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))

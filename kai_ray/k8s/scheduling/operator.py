@@ -84,8 +84,8 @@ class SchedulerOperator:
             self.metrics,
             self.events,
             self.writer,
-            self.quarantine,
-            self.usage,
+            quarantine=self.quarantine,
+            usage=self.usage,
             on_verdicts=lambda verdicts: self.dispatch.forget(verdicts),
         )
         self.pruned = self.reporter.pruned  # status fields the installed CRDs do not store
@@ -98,9 +98,9 @@ class SchedulerOperator:
             self.events,
             self.binder,
             self.writer,
-            self.reporter,
-            self.eviction_interceptors,
-            self.is_leader,
+            reporter=self.reporter,
+            interceptors=self.eviction_interceptors,
+            is_leader=self.is_leader,
         )
         self.reclaimer: ElasticReclaimer | None = None
         if config.elastic_reclaim or config.suspend_kinds:

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -59,6 +59,7 @@ class _Verdict:
     first_seen: float
 
 
+@dataclass(eq=False)
 class Reporter:
     """Status, Events and metrics for one scheduler replica; called by the cycle loop after dispatch, and by
     :class:`~kai_ray.k8s.scheduling.dispatch.Dispatch` for the status and annotations of evicted and starting gangs.
@@ -67,36 +68,24 @@ class Reporter:
     be dropped once a job has none.
     """
 
-    def __init__(
-        self,
-        config: OperatorConfig,
-        kube: Kube,
-        cache: SchedulerCache,
-        metrics: SchedulerMetrics,
-        events: EventRecorder,
-        writer: Dispatcher,
-        quarantine: Quarantine,
-        usage: UsageSource | None,
-        on_verdicts: Callable[[Mapping[str, JobStatus]], None],
-    ) -> None:
-        self.config = config
-        self.kube = kube
-        self.cache = cache
-        self.metrics = metrics
-        self.events = events
-        self.writer = writer
-        self.quarantine = quarantine
-        self.usage = usage
-        self._on_verdicts = on_verdicts
-        self.guard = Guard("reporting", log)
-        self.pruned = PruneGuard()  # status fields the installed CRDs do not store (KAI's: Queue status.fairShare)
-        self._verdicts: dict[str, _Verdict] = {}
-        self._status_lock = threading.Lock()
-        self._status_pending: dict[str, dict[str, Any]] = {}
-        self._status_written: dict[str, tuple[int, dict[str, Any]]] = {}  # PodGroup -> (resourceVersion, status)
-        self._queue_written: dict[str, tuple[dict[str, Any], float]] = {}
-        self._reported_invalid: dict[str, str] = {}
-        self._queue_fields_checked: dict[str, tuple[Any, ...]] = {}  # Queue -> the version whose fields were checked
+    config: OperatorConfig
+    kube: Kube
+    cache: SchedulerCache
+    metrics: SchedulerMetrics
+    events: EventRecorder
+    writer: Dispatcher
+    quarantine: Quarantine
+    usage: UsageSource | None
+    on_verdicts: Callable[[Mapping[str, JobStatus]], None]
+    guard: Guard = field(default_factory=lambda: Guard("reporting", log))
+    pruned: PruneGuard = field(default_factory=PruneGuard)  # status fields the installed CRDs do not store
+    _verdicts: dict[str, _Verdict] = field(default_factory=dict, init=False)
+    _status_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _status_pending: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    _status_written: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict, init=False)  # rv, status
+    _queue_written: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict, init=False)
+    _reported_invalid: dict[str, str] = field(default_factory=dict, init=False)
+    _queue_fields_checked: dict[str, tuple[Any, ...]] = field(default_factory=dict, init=False)  # Queue -> version
 
     def record_cycle(
         self, view: SnapshotView, result: CycleResult, marks: tuple[float, float, float, float, float]
@@ -161,7 +150,7 @@ class Reporter:
             del self._verdicts[key]
             with self._status_lock:
                 self._status_written.pop(key, None)
-        self._on_verdicts(verdicts)
+        self.on_verdicts(verdicts)
         self._queue_metrics(view, result, verdicts)
         self._report_findings(result)
         self._report_queues(result, bad_queues, now, iso)
@@ -221,7 +210,7 @@ class Reporter:
         self.write_pg_status(key, st.podgroup_status(current, v, iso))
         if written:
             return  # a message refresh: Events are for transitions
-        ref = pg_ref(pg.raw)
+        ref = object_ref("PodGroup", pg.raw)
         if v.scheduled:
             if v.reason is not Reason.SCHEDULED or len(members(key)) > 1:
                 self.events.emit(ref, NORMAL, v.reason.value, v.message)
@@ -253,7 +242,7 @@ class Reporter:
                 continue  # in the Queue's Valid condition, with an Event when it changes (_report_queues)
             if f.kind == "PodGroup":
                 pg = self.cache.pgs.get(f.name)
-                ref = pg_ref(pg.raw) if pg is not None else None
+                ref = object_ref("PodGroup", pg.raw) if pg is not None else None
             text = f"{f.field}: {f.message}" if f.field else f.message
             if ref is not None:
                 self.events.emit(ref, WARNING, f"Invalid{f.kind}", text)
@@ -297,7 +286,7 @@ class Reporter:
             self._queue_written[name] = (compare, now + delay)
             self.writer.submit(f"qstatus/{name}", partial(self._write_queue_status, name, body), STATUS_PRIORITY, delay)
             if invalid_now:
-                self.events.emit(queue_ref(q.raw), WARNING, "InvalidQueue", "; ".join(bad[name]))
+                self.events.emit(object_ref("Queue", q.raw), WARNING, "InvalidQueue", "; ".join(bad[name]))
                 self.metrics.findings.labels("Queue").inc()
 
     def _check_queue_fields(self, name: str, raw: dict[str, Any]) -> None:
@@ -312,20 +301,25 @@ class Reporter:
         if unknown:
             self.metrics.findings.labels("Queue").inc()
             text = f"{'; '.join(map(str, unknown))}; ignored by kai-ray"
-            self.events.emit(queue_ref(raw), WARNING, "UnknownField", text)
+            self.events.emit(object_ref("Queue", raw), WARNING, "UnknownField", text)
 
     def _write_queue_status(self, name: str, body: dict[str, Any]) -> None:
-        sent = {"status": body}
+        self._patch_status("Queue", queues_path(name), name, {"status": body})
+
+    def _patch_status(self, kind: str, path: str, name: str, sent: dict[str, Any]) -> dict[str, Any] | None:
+        """Merge-patch a status subresource: the stored object, or None when the write failed (counted, and logged
+        unless the object is gone). A field the installed CRD prunes is reported once, on the first object."""
         try:
-            stored = self.kube.merge_patch(queues_path(name) + "/status", sent)
-            self.metrics.status_writes.labels("queue", "ok").inc()
+            stored = self.kube.merge_patch(path + "/status", sent)
+            self.metrics.status_writes.labels(kind.lower(), "ok").inc()
         except ApiError as exc:
-            self.metrics.status_writes.labels("queue", "error").inc()
+            self.metrics.status_writes.labels(kind.lower(), "error").inc()
             if not exc.not_found:
-                log.info("status of Queue %s: %s", name, exc)
-            return
-        if self.pruned.check("Queue", sent, stored, f"Queue {name}"):
-            self._report_pruned(queue_ref(stored), "Queue")
+                log.info("status of %s %s: %s", kind, name, exc)
+            return None
+        if self.pruned.check(kind, sent, stored, f"{kind} {name}"):
+            self._report_pruned(object_ref(kind, stored), kind)
+        return stored
 
     def _report_pruned(self, ref: dict[str, Any], kind: str) -> None:
         """One Warning Event on the object where a field was first seen pruned (the log line is the guard's)."""
@@ -436,16 +430,9 @@ class Reporter:
             pending["conditions"] = sorted(by_type.values(), key=lambda cond: str(cond.get("type")))
         ns, _, name = job.partition("/")
         sent = self.pruned.strip("PodGroup", {"status": pending})
-        try:
-            updated = self.kube.merge_patch(podgroups_path(ns, name) + "/status", sent)
-            self.metrics.status_writes.labels("podgroup", "ok").inc()
-        except ApiError as exc:
-            self.metrics.status_writes.labels("podgroup", "error").inc()
-            if not exc.not_found:
-                log.info("status of PodGroup %s: %s", job, exc)
+        updated = self._patch_status("PodGroup", podgroups_path(ns, name), job, sent)
+        if updated is None:
             return
-        if self.pruned.check("PodGroup", sent, updated, f"PodGroup {job}"):
-            self._report_pruned(pg_ref(updated), "PodGroup")
         with self._status_lock:
             self._status_written[job] = (resource_version(updated), dict(updated.get("status") or {}))
 
@@ -474,22 +461,14 @@ def pod_ref(p: PodEntry) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "name": p.name, "namespace": p.namespace, "uid": p.uid}
 
 
-def pg_ref(raw: dict[str, Any]) -> dict[str, Any]:
-    meta = raw.get("metadata") or {}
-    return {
-        "apiVersion": "scheduling.run.ai/v2alpha2",
-        "kind": "PodGroup",
-        "name": meta.get("name", ""),
-        "namespace": meta.get("namespace", ""),
-        "uid": meta.get("uid", ""),
-    }
+API_VERSIONS = {"PodGroup": "scheduling.run.ai/v2alpha2", "Queue": "scheduling.run.ai/v2"}
 
 
-def queue_ref(raw: dict[str, Any]) -> dict[str, Any]:
+def object_ref(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """An Event's ``involvedObject`` for a PodGroup or a Queue (cluster-scoped: no namespace)."""
     meta = raw.get("metadata") or {}
-    return {
-        "apiVersion": "scheduling.run.ai/v2",
-        "kind": "Queue",
-        "name": meta.get("name", ""),
-        "uid": meta.get("uid", ""),
-    }
+    ref = {"apiVersion": API_VERSIONS[kind], "kind": kind, "name": meta.get("name", "")}
+    if kind == "PodGroup":
+        ref["namespace"] = meta.get("namespace", "")
+    ref["uid"] = meta.get("uid", "")
+    return ref
