@@ -254,6 +254,7 @@ class Dispatcher:
         self._stop = False
         self._threads: list[threading.Thread] = []
         self._last_expiry = time.monotonic()
+        self.failed = 0
         self.retries = 0
 
     def start(self) -> Dispatcher:
@@ -352,6 +353,7 @@ class Dispatcher:
             try:
                 work()
             except Exception:
+                self.failed += 1
                 log.exception("%s: work for %s failed", self.name, key)
             finally:
                 with self._cond:
