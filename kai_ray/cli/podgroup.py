@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 import yaml
 
-from kai_ray.api.loader import SIM_SCENARIO, ManifestError, describe, load_documents, parse_object, what_is
+from kai_ray.api.loader import (
+    SIM_SCENARIO,
+    ManifestError,
+    decode_text,
+    describe,
+    load_documents,
+    parse_object,
+    read_text,
+    what_is,
+)
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.api.strict import invalid_quantities, unknown_fields
 from kai_ray.cli import CliError, app, note, warn
@@ -20,13 +28,16 @@ RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 
 
 def read_source(path: str) -> tuple[str, str]:
-    """Read FILE or stdin ('-'); a missing or unreadable file is a one-line error."""
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
+    """Read FILE or stdin ('-') as text; a missing, unreadable or undecodable file is a one-line error."""
     try:
-        return Path(path).read_text(), path
+        if path == "-":
+            raw = getattr(sys.stdin, "buffer", None)  # None when a caller replaced stdin with a text stream
+            return (decode_text(raw.read(), "<stdin>") if raw is not None else sys.stdin.read()), "<stdin>"
+        return read_text(path), path
     except OSError as exc:
         raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ManifestError as exc:
+        raise CliError(str(exc)) from None
 
 
 def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> list[dict[str, object]]:

@@ -18,7 +18,15 @@ from pydantic.alias_generators import to_camel
 
 from kai_ray import constants as c
 from kai_ray.api.duration import seconds
-from kai_ray.api.loader import ManifestError, describe, field_path, load_documents, parse_object, what_is
+from kai_ray.api.loader import (
+    ManifestError,
+    describe,
+    field_path,
+    load_documents,
+    parse_object,
+    read_text,
+    what_is,
+)
 from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
@@ -305,9 +313,11 @@ def _known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> set[str]:
 
 def _read(path: Path, what: str) -> str:
     try:
-        return path.read_text()
+        return read_text(path)
     except OSError as exc:
         raise ScenarioError(f"{what}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except ManifestError as exc:
+        raise ScenarioError(str(exc) if what == str(path) else f"{what}: {exc}") from None
 
 
 def _queue_from_entry(entry: QueueEntry, where: str, warnings: list[str]) -> Queue:
