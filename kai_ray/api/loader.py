@@ -81,7 +81,25 @@ def parse_object(doc: Any, where: str = "document") -> BaseModel:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = field_path(tuple(err["loc"])) or "(root)"
-        raise ManifestError(f"{where} ({describe(doc)}): field {field}: {err['msg']}") from None
+        raise ManifestError(f"{where} ({describe(doc)}): {field}: {pydantic_message(err)}") from None
+
+
+def pydantic_message(err: Any) -> str:
+    """A pydantic error as the "what is wrong" of an error line: no "Value error, " prefix, and the value given when
+    pydantic's own text does not say it."""
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    value = err.get("input")
+    if err["type"] != "value_error" and isinstance(value, str | int | float | bool) and value is not None:
+        msg += f", got {value!r}"
+    return msg
+
+
+def located(label: str, message: str, doc: Any = None) -> str:
+    """``<label>: <message>``, where a message from the podgrouper that starts with the object's own ``<Kind> <name>:``
+    (already in ``label``, as ``<file> document N (<Kind> <name>)``) loses that prefix, for one error layout."""
+    if isinstance(doc, dict):
+        message = message.removeprefix(f"{describe(doc)}: ")
+    return f"{label}: {message}"
 
 
 class _Loader(yaml.SafeLoader):

@@ -270,6 +270,11 @@ class UnknownField:
         hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
         return f"unknown field {self.field}{hint}"
 
+    def located(self) -> str:
+        """``<field>: unknown field (did you mean ...?)``: the error layout of the command line."""
+        hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
+        return f"{self.field}: unknown field{hint}"
+
 
 def did_you_mean(name: str, known: frozenset[str] | set[str]) -> str | None:
     """The known field a typo most likely meant: same letters in another case, snake_case for camelCase, or close."""

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, StrictOpt, app
 
 DEFAULT_REPORT = "kai-ray-report"
 
@@ -122,6 +122,7 @@ def demo_cmd(
     markdown: Annotated[
         bool, typer.Option("--markdown", help="Print only the comparison table, in Markdown", hidden=True)
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Training fills the cluster, serving preempts it, another team reclaims its quota: kai-ray vs KAI vs no gangs."""
     from kai_ray.cli.simulate import load_scenario_or_fail
@@ -137,7 +138,7 @@ def demo_cmd(
         path = Path(scenario) if scenario else stack.enter_context(as_file(packaged))
         if not path.exists():
             raise CliError(f"scenario not found: {path}")
-        scn = load_scenario_or_fail(path)
+        scn = load_scenario_or_fail(path, strict)
     source = str(path) if scenario else "kai_ray/sim/demo/scenario.yaml"
     runs = run_policies(scn, source)
     rows = [row(r) for r in runs]

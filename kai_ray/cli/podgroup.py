@@ -15,13 +15,15 @@ from kai_ray.api.loader import (
     decode_text,
     describe,
     load_documents,
+    located,
     parse_object,
     read_text,
     what_is,
 )
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.api.strict import invalid_quantities, unknown_fields
-from kai_ray.cli import CliError, app, note, warn
+from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_fail
+from kai_ray.constants import INVALID
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group
 
 RAY_KINDS = ("RayCluster", "RayJob", "RayService")
@@ -40,9 +42,12 @@ def read_source(path: str) -> tuple[str, str]:
         raise CliError(str(exc)) from None
 
 
-def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> list[dict[str, object]]:
+def podgroups_from_text(
+    text: str, source: str, config: PodgrouperConfig, strict: bool = False
+) -> list[dict[str, object]]:
     """PodGroups for the Ray CRs in a manifest stream. Other documents (a Role, a Service) are skipped with a note;
-    unknown fields are warnings; a bad quantity, a bad Ray CR or a file that is not manifests at all is an error."""
+    unknown fields are warnings (errors with ``strict``); a resource Kubernetes would refuse, a gang kai-ray refuses,
+    a bad Ray CR or a file that is not manifests at all is an error."""
     out: list[dict[str, object]] = []
     skipped: list[str] = []
     try:
@@ -57,15 +62,19 @@ def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> lis
                 continue
             label = f"{where} ({describe(doc)})"
             for unknown in unknown_fields(doc):
-                warn(f"{label}: {unknown}; ignored")
+                warn_or_fail(f"{label}: {unknown.located()}", strict)
             for bad in invalid_quantities(doc):
-                raise CliError(f"{label}: field {bad}")
+                raise CliError(f"{label}: {bad}")
             obj = parse_object(doc, where)
             assert isinstance(obj, RayCluster | RayJob | RayService)
             try:
-                out.append(group(obj, config=config).to_dict())
+                pg = group(obj, config=config)
             except GroupingError as exc:
-                raise CliError(f"{where}: {exc}") from None
+                raise CliError(located(label, str(exc), doc)) from None
+            problem = pg.metadata.annotations.get(INVALID)
+            if problem:  # the operator would still write this PodGroup, to explain on it why nothing is scheduled
+                raise CliError(located(label, problem, doc))
+            out.append(pg.to_dict())
     except ManifestError as exc:
         raise CliError(str(exc)) from None
     if not out:
@@ -89,15 +98,15 @@ def podgroup_cmd(
         bool, typer.Option("--kai-defaults", help="KAI's priority defaults (every Ray kind -> train)")
     ] = False,
     queue_label_key: Annotated[str | None, typer.Option(help="Label key that names the queue")] = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Print the PodGroup(s) for the Ray CRs in FILE (KAI scheduling.run.ai/v2alpha2)."""
-    if output not in ("yaml", "json"):
-        raise CliError(f"--output: {output!r} is not 'yaml' or 'json'")
+    output = output_format(output, ("yaml", "json"))
     config = PodgrouperConfig.kai_compatible() if kai_defaults else PodgrouperConfig()
     if queue_label_key:
         config.queue_label_key = queue_label_key
     text, source = read_source(filename)
-    groups = podgroups_from_text(text, source, config)
+    groups = podgroups_from_text(text, source, config, strict)
     if output == "json":
         typer.echo(json.dumps(groups, indent=2))
     else:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, app, warn
+from kai_ray.cli import CliError, StrictOpt, app, warn_or_fail
 from kai_ray.cli.fragmentation import simulate_inflation
 from kai_ray.sim.engine import EngineOptions, SimResult
 from kai_ray.sim.inflation import InflationError, check_placement
@@ -22,14 +22,15 @@ from kai_ray.sim.trace import TraceError
 TRACE_FORMATS = ("alibaba-v2023",)
 
 
-def load_scenario_or_fail(path: str | Path) -> Scenario:
-    """A scenario, its warnings (unknown fields) on stderr; a bad one is a CliError naming the field."""
+def load_scenario_or_fail(path: str | Path, strict: bool = False) -> Scenario:
+    """A scenario, its warnings (unknown fields) on stderr, or with ``strict`` the first of them as the error; a bad
+    one is a CliError naming the field."""
     try:
         scn = load_scenario(path)
     except ScenarioError as exc:
         raise CliError(str(exc)) from None
     for text in scn.warnings:
-        warn(text)
+        warn_or_fail(text, strict)
     return scn
 
 
@@ -161,6 +162,7 @@ def simulate_cmd(
     batch: Annotated[
         float, typer.Option("--batch", help="--inflate: share of GPU capacity arriving per scheduling cycle")
     ] = 0.01,
+    strict: StrictOpt = False,
 ) -> None:
     """Simulate a scenario (or replay a trace) with the real podgrouper and scheduler core, no cluster needed."""
     from kai_ray.sim.metrics import result_document
@@ -203,7 +205,7 @@ def simulate_cmd(
         for opt, val in (("--nodes", nodes), ("--pods", pods), ("--limit", limit)):
             if val is not None:
                 raise CliError(f"{opt}: only used with --trace")
-        scn = load_scenario_or_fail(scenario)
+        scn = load_scenario_or_fail(scenario, strict)
         if placement:
             scn.config.placement_gpu = scn.config.placement_cpu = placement
         res = simulate(scn, POLICIES[policy])
