@@ -98,7 +98,7 @@ def located(label: str, message: str, doc: Any = None) -> str:
     """``<label>: <message>``, where a message from the podgrouper that starts with the object's own ``<Kind> <name>:``
     (already in ``label``, as ``<file> document N (<Kind> <name>)``) loses that prefix, for one error layout."""
     if isinstance(doc, dict):
-        message = message.removeprefix(f"{describe(doc)}: ")
+        message = message.removeprefix(f"{describe(doc)}: ").removeprefix(f"{doc.get('kind')}: ")
     return f"{label}: {message}"
 
 
