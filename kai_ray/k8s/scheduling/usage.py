@@ -28,7 +28,6 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kai_ray import constants as c
 from kai_ray.durations import parse_duration
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.snapshot import Node, Resources
@@ -38,7 +37,6 @@ log = logging.getLogger(__name__)
 
 LEDGER_FIELD = "usageLedger"
 CLIENT_TYPES = ("none", "internal", "prometheus")
-RESOURCE_KEYS = (c.GPU_RESOURCE, "cpu", "memory")
 
 # KAI's defaults for the Prometheus client (usageDBConfig.usageParams.extraParams overrides them)
 PROMETHEUS_DEFAULTS = {
