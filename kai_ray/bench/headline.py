@@ -349,33 +349,50 @@ class Story:
         kube.create(pods_path(ns), _busybox_pod("burst", self.busybox, cfg.workers, self.q_training, "inference"))
         step_before = self.progress().get("step", 0)
 
-        def suspended_or_failed() -> str | None:
+        def evicted() -> str | None:
+            """Suspended or Failed (kai-ray's path), or, under KAI's semantics, the burst running on GPUs the
+            training's pods held (they were deleted: KubeRay recreates them, Pending)."""
             try:
-                status = (kube.get(ray_path("RayJob", ns, JOB)).get("status") or {}).get("jobDeploymentStatus")
+                status = kube.get(ray_path("RayJob", ns, JOB)).get("status") or {}
+                burst = kube.get(pods_path(ns, "burst"))
             except ApiError:
                 return None
-            return status if status in ("Suspended", "Failed") else None
+            state = status.get("jobDeploymentStatus")
+            if state in ("Suspended", "Failed") or status.get("jobStatus") == "FAILED":
+                return str(state if state in ("Suspended", "Failed") else "Failed")
+            if cfg.semantics == "kai" and (burst.get("status") or {}).get("phase") == "Running":
+                return "PodsDeleted"
+            return None
 
-        outcome = _wait("the RayJob to be suspended (or to fail)", suspended_or_failed, t)
+        outcome = _wait("the RayJob to be suspended, to fail or to lose its pods", evicted, t)
+        if outcome != "Suspended":
+            fig.notes.append(f"the whole-gang preemption left the RayJob {outcome}, not suspended")
         if outcome == "Failed":
             fig.training_failed = True
             fig.training_steps_lost += int(self.progress().get("step", step_before))
             fig.notes.append("the RayJob failed when its pods were deleted: nothing resumes it")
             kube.delete(pods_path(ns, "burst"))
             return
-        self.say(f"the RayJob is suspended (its pods terminating) at step {self.progress().get('step')}")
+        self.say(f"the RayJob is {outcome} at step {self.progress().get('step')} (its pods terminating)")
         t_room = time.monotonic()
         kube.delete(pods_path(ns, "burst"))
-        resumed = _wait(
-            "the RayJob to resume from its checkpoint and train again",
-            lambda: (
-                (p := self.progress()).get("starts", 1) >= 2
-                and p.get("resumed_from") is not None
-                and p.get("step", 0) > p["resumed_from"]
-                and p
-            ),
-            t,
-        )
+
+        def resumed_or_failed() -> dict[str, Any] | None:
+            p = self.progress()
+            if p.get("starts", 1) >= 2 and p.get("resumed_from") is not None and p.get("step", 0) > p["resumed_from"]:
+                return p
+            with contextlib.suppress(ApiError):
+                status = kube.get(ray_path("RayJob", ns, JOB)).get("status") or {}
+                if status.get("jobDeploymentStatus") == "Failed" or status.get("jobStatus") == "FAILED":
+                    return {"failed": True, **p}
+            return None
+
+        resumed = _wait("the RayJob to resume from its checkpoint and train again (or to fail)", resumed_or_failed, t)
+        if resumed.get("failed"):
+            fig.training_failed = True
+            fig.training_steps_lost += int(resumed.get("step", step_before))
+            fig.notes.append("the RayJob failed after its pods were deleted: nothing resumes it")
+            return
         fig.suspend_to_resume_seconds = round(time.monotonic() - t_room, 1)
         fig.resumed_from_step = int(resumed["resumed_from"])
         self.say(f"resumed from step {fig.resumed_from_step} {fig.suspend_to_resume_seconds}s after room returned")
