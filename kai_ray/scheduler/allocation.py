@@ -52,7 +52,14 @@ def gang_shape(ses: Session, job: JobInfo, tasks: list[int]) -> tuple[object, ..
     return (
         job.spec.topology,
         tuple(
-            (ses.p_req[p], ses.p_frac[p], ses.p_gpumem[p], signature(pods[p]), getattr(sets[p], "topology", None))
+            (
+                ses.p_req[p],
+                ses.p_frac[p],
+                ses.p_gpumem[p],
+                signature(pods[p]),
+                getattr(sets[p], "topology", None),
+                pods[p].claims,  # DRA: devices are per claim, so no two claiming steps share a shape
+            )
             for p in tasks
         ),
     )
@@ -164,6 +171,9 @@ def fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarray
         mask = mask & (free[CPU] + EPS * max(1.0, c) >= c)
     if m > 0:
         mask = mask & (free[MEM] + EPS * max(1.0, m) >= m)
+    claims = ses.pods[p].claims
+    if claims and ses.dra is not None and mask.any():
+        mask = ses.dra.mask(claims, mask, future)
     return mask
 
 
@@ -297,6 +307,8 @@ def place_batch(ses: Session, tasks: list[int], allowed: np.ndarray | None) -> i
     if ses.p_frac[p0] or ses.p_gpumem[p0]:
         return 0
     pods = ses.pods
+    if pods[p0].claims:
+        return 0  # each pod's devices are chosen on its node (place_pod)
     sig0 = signature(pods[p0])
     for p in tasks[1:]:
         if ses.p_req[p] != req or ses.p_frac[p] or ses.p_gpumem[p] or signature(pods[p]) != sig0:
@@ -565,6 +577,8 @@ def never_fits(ses: Session, p: int) -> str | None:
     ok = ok & (alloc[CPU] + EPS * max(1.0, c) >= c) & (alloc[MEM] + EPS * max(1.0, m) >= m)
     if not ok.any():
         return f"bigger than every eligible node (gpu={g:g} cpu={c:g}m memory={m:g})"
+    if pod.claims and ses.dra is not None:
+        return ses.dra.unsatisfiable(pod.claims, base)
     return None
 
 

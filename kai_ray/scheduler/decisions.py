@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from kai_ray.scheduler.dra import ClaimAllocation
+
 
 class Action(str, Enum):  # noqa: UP042  (str() kept as before)
     ALLOCATE = "allocate"
@@ -55,6 +57,7 @@ class Bind:
     gpu_group: str | None = None  # fractional pods: the shared GPU they go on
     pipelined: bool = False  # True: wait for victims to release before binding
     message: str = ""
+    claims: tuple[ClaimAllocation, ...] = ()  # DRA: write each claim's allocation and reservedFor before binding
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ and evicted at the end is an eviction, carrying the action and preemptor recorde
 from __future__ import annotations
 
 from kai_ray.scheduler.decisions import Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
+from kai_ray.scheduler.dra import ClaimAllocation
 from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import (
     ACTIVE,
@@ -80,6 +81,7 @@ def build_result(ses: Session) -> CycleResult:
                 gpu_group=group,
                 pipelined=pipelined,
                 message=msg,
+                claims=_claim_allocations(ses, p),
             )
         )
         bound_jobs[job.idx] = bound_jobs.get(job.idx, 0) + 1
@@ -205,3 +207,12 @@ def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
     if pending == 0:
         return JobStatus(job.key, False, Reason.GANG_DOES_NOT_FIT, "no schedulable pods")
     return JobStatus(job.key, False, Reason.GANG_DOES_NOT_FIT, "not attempted this cycle")
+
+
+def _claim_allocations(ses: Session, p: int) -> tuple[ClaimAllocation, ...]:
+    """The devices of each of the pod's claims (new or already allocated): the adapter writes what is missing."""
+    claims = ses.pods[p].claims
+    if not claims or ses.dra is None:
+        return ()
+    names = [n.name for n in ses.nodes]
+    return tuple(a for a in (ses.dra.allocation(k, names) for k in claims) if a is not None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kai_ray.scheduler.dra import Claim, Device
 from kai_ray.scheduler.usage import UsageParams
 
 UNLIMITED = -1.0
@@ -121,6 +122,7 @@ class Pod:
     start_time: float | None = None  # seconds (snapshot clock) when it became Running
     gated: bool = False  # has scheduling gates: not ready to schedule
     created_at: float = 0.0  # creation time (snapshot clock): older pods are placed first within a PodSet
+    claims: tuple[str, ...] = ()  # keys of its ResourceClaims (Snapshot.claims); DRA GPUs are already in request
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,3 +238,6 @@ class Snapshot:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     # queue name -> normalised historical usage (KAI's U'; absent: 0); None: no usage is accounted (feature off)
     usage: dict[str, Resources] | None = None
+    # Dynamic Resource Allocation: published devices and the claims pods name (kai_ray.scheduler.dra)
+    devices: list[Device] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
