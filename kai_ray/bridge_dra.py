@@ -317,3 +317,55 @@ def node_gpu_devices(catalog: DraCatalog) -> dict[str, int]:
         if dev.gpu:
             out[dev.node] = out.get(dev.node, 0) + 1
     return out
+
+
+DEFAULT_GPU_CLASS = {
+    "apiVersion": "resource.k8s.io/v1beta1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+}
+
+
+def catalog_from_documents(docs: Iterable[dict[str, Any]], problems: list[str] | None = None) -> DraCatalog:
+    """A catalog from DRA manifests (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate); without any
+    DeviceClass, NVIDIA's ``gpu.nvidia.com`` class (every device of that driver) is assumed, as its driver installs."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for doc in docs:
+        by_kind.setdefault(str(doc.get("kind")), []).append(doc)
+    classes = by_kind.get("DeviceClass") or [DEFAULT_GPU_CLASS]
+    return DraCatalog(
+        [DeviceClass.model_validate(x) for x in classes],
+        [ResourceSlice.model_validate(x) for x in by_kind.get("ResourceSlice", [])],
+        [ResourceClaim.model_validate(x) for x in by_kind.get("ResourceClaim", [])],
+        [ResourceClaimTemplate.model_validate(x) for x in by_kind.get("ResourceClaimTemplate", [])],
+        problems,
+    )
+
+
+def template_pod_claims(
+    pod: ApiPod, catalog: DraCatalog
+) -> tuple[tuple[str, ...], dict[str, tuple[d.DeviceRequest, ...]], float]:
+    """For a pod template (the simulator's KubeRay pods): the core pod's claim entries (the pod claim's name for a
+    claim made per pod from a template, the claim's key for a shared one), the requests of each per-pod claim, and
+    the GPUs the per-pod claims charge. A missing template is a problem and the claim asks for nothing."""
+    ns = pod.metadata.namespace or ""
+    entries: list[str] = []
+    requests: dict[str, tuple[d.DeviceRequest, ...]] = {}
+    gpus = 0.0
+    for prc in pod_resource_claims(pod.spec):
+        if prc.resource_claim_name:
+            entries.append(f"{ns}/{prc.resource_claim_name}")
+            continue
+        tpl = catalog.templates.get(f"{ns}/{prc.resource_claim_template_name}")
+        if tpl is None:
+            catalog.problems.append(
+                f"Pod {pod.metadata.name} resourceClaims[{prc.name}]: ResourceClaimTemplate "
+                f"{prc.resource_claim_template_name!r} not found"
+            )
+            continue
+        claim = catalog.claim(f"{ns}/{prc.name}", tpl.spec.spec.devices.requests, None)
+        entries.append(prc.name)
+        requests[prc.name] = claim.requests
+        gpus += claim_gpus(claim)
+    return tuple(entries), requests, gpus

@@ -22,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kai_ray.bridge_dra import DraCatalog
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
+from kai_ray.scheduler.dra import Claim
 from kai_ray.scheduler.snapshot import ZERO, Node, Pod, PodPhase, Queue, Resources, SchedulerConfig, Snapshot, Topology
 from kai_ray.sim.cluster import Cluster
 from kai_ray.sim.usage import SimUsage, UsageRecord
@@ -103,6 +105,8 @@ class Engine:
         self.opt = options or EngineOptions()
         self.topologies = topologies or []
         self.cluster = Cluster(nodes)
+        self.dra: DraCatalog | None = None  # DRA devices and claim templates (kai_ray.sim.run sets it)
+        self.claims: dict[str, Claim] = {}  # live claims made for pods, with the allocation of each bound one
         parents = {q.parent for q in queues if q.parent}
         self.leaf_queues = [q.name for q in queues if q.name not in parents]
         self._queue_by_name = {q.name: q for q in queues}
@@ -427,15 +431,33 @@ class Engine:
 
     def snapshot(self, t: float) -> Snapshot:
         """The world as the scheduler core sees it at ``t``: every node and queue, every arrived, unfinished job."""
+        jobs = [w.job for w in self.active.values() if w.job is not None]
         return Snapshot(
             nodes=self.nodes,
             queues=self.queues,
-            jobs=[w.job for w in self.active.values() if w.job is not None],
+            jobs=jobs,
             now=t,
             topologies=self.topologies,
             config=self.config,
             usage=self.usage.for_cycle(t) if self.usage is not None else None,
+            devices=self.dra.devices if self.dra is not None else [],
+            claims=self._live_claims() if self.dra is not None else [],
         )
+
+    def _live_claims(self) -> list[Claim]:
+        """The claims of the pods that exist (a claim made from a template goes with its pod, releasing its devices);
+        a new pod's claims are made from its template, unallocated."""
+        live: dict[str, Claim] = {}
+        for w in self.active.values():
+            if w.job is None or not isinstance(w, RayWorkload):
+                continue
+            for pod in w.job.pods:
+                if not pod.claims or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+                    continue
+                for key, requests in w.claim_requests(pod).items():
+                    live[key] = self.claims.get(key) or Claim(key=key, requests=requests)
+        self.claims = live
+        return list(live.values())
 
     def _apply(self, res: CycleResult, t: float) -> dict[str, WorkloadBase]:
         touched: dict[str, WorkloadBase] = {}
@@ -472,6 +494,13 @@ class Engine:
                 continue
             owner_w.advance(t, self._gpus_held(owner_w))
             self._bind(owner_w, pod_obj, b.node, b.gpu_group, t)
+            for alloc in b.claims:  # the adapter's part of DRA: write the claim's allocation before binding
+                claim = self.claims.get(alloc.claim)
+                if claim is not None and claim.allocation is None:
+                    per: dict[str, tuple[str, ...]] = {}
+                    for req, dev in alloc.devices:
+                        per[req] = (*per.get(req, ()), dev)
+                    claim.allocation = per
             binds.setdefault(b.job, []).append(b)
             touched[b.job] = owner_w
         self._record(evicted, binds, t)

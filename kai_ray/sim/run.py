@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from kai_ray.bridge import node_from_api, queue_from_api
+from kai_ray.bridge_dra import catalog_from_documents, node_gpu_devices
+from kai_ray.scheduler.snapshot import Resources
 from kai_ray.sim.engine import Engine, EngineOptions, SimResult
 from kai_ray.sim.policy import KAI_RAY, Policy
 from kai_ray.sim.scenario import Scenario, SimulationOptions
@@ -27,10 +31,20 @@ def build_engine(scn: Scenario, policy: Policy = KAI_RAY) -> Engine:
     """The scenario's nodes and queues through the same bridge the operators use, and its Ray CRs as workloads."""
     problems: list[str] = []
     nodes = [node_from_api(n, problems) for n in scn.nodes]
+    dra = catalog_from_documents(scn.dra, problems) if scn.dra else None
+    if dra is not None:
+        gpus_of = node_gpu_devices(dra)
+        nodes = [
+            dataclasses.replace(n, allocatable=n.allocatable + Resources(gpu=gpus_of[n.name]))
+            if n.name in gpus_of
+            else n
+            for n in nodes
+        ]
     queues = [queue_from_api(q) for q in scn.queues]
     opts = engine_options(scn.simulation, policy)
     pg_config = policy.podgrouper(scn.podgrouper)
     engine = Engine(nodes, queues, scn.config, opts)
+    engine.dra = dra
     for text in problems:
         engine.findings[text] = None
     for w in scn.workloads:
@@ -44,6 +58,7 @@ def build_engine(scn: Scenario, policy: Policy = KAI_RAY) -> Engine:
             pg_config=pg_config,
             priority_classes=scn.priority_classes,
             gang_scheduling=policy.gang_scheduling,
+            dra=dra,
         )
         engine.add(rw)
         for step in w.scale:

@@ -67,6 +67,28 @@ class NodeTaint(_Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
 
+class DeviceSpec(_Strict):
+    """DRA devices of a node, as its driver would publish them in a ResourceSlice: ``count`` devices named
+    ``<name>-0 ..`` with the same attributes (string, integer or boolean) and capacities (quantities)."""
+
+    driver: str = Field(default="gpu.nvidia.com", min_length=1)
+    name: str = Field(default="gpu", min_length=1)
+    count: int = Field(default=1, ge=1, le=1024)
+    attributes: dict[str, str | bool | int] = Field(default_factory=dict)
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
+
+    def as_api(self, start: int = 0) -> list[dict[str, Any]]:
+        attrs = {
+            k: {"bool": v} if isinstance(v, bool) else {"int": v} if isinstance(v, int) else {"string": v}
+            for k, v in self.attributes.items()
+        }
+        caps = {k: {"value": str(int(v)) if float(v).is_integer() else str(v)} for k, v in self.capacity.items()}
+        return [
+            {"name": f"{self.name}-{i}", "attributes": attrs, "capacity": caps}
+            for i in range(start, start + self.count)
+        ]
+
+
 class NodeSpec(_Strict):
     """One node, or ``count`` identical nodes named ``<name>-0 .. <name>-<count-1>``.
 
@@ -83,6 +105,7 @@ class NodeSpec(_Strict):
     taints: list[NodeTaint] = Field(default_factory=list)
     unschedulable: bool = False  # cordoned
     ready: bool = True  # False: the node's Ready condition is False
+    devices: list[DeviceSpec] = Field(default_factory=list)  # DRA devices (ResourceSlices of the node)
 
     @model_validator(mode="before")
     @classmethod
@@ -130,6 +153,25 @@ class NodeSpec(_Strict):
             if not self.ready:
                 node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
             out.append(node)
+        return out
+
+    def as_resource_slices(self) -> list[dict[str, Any]]:
+        """One ResourceSlice (resource.k8s.io/v1beta2 shape) per node and driver, as a DRA driver would publish."""
+        out = []
+        for node in self.node_names():
+            by_driver: dict[str, list[dict[str, Any]]] = {}
+            for dev in self.devices:
+                have = by_driver.setdefault(dev.driver, [])
+                have.extend(dev.as_api(sum(1 for d in have if d["name"].startswith(f"{dev.name}-"))))
+            for driver, devices in by_driver.items():
+                out.append(
+                    {
+                        "apiVersion": "resource.k8s.io/v1beta2",
+                        "kind": "ResourceSlice",
+                        "metadata": {"name": f"{node}-{driver}"},
+                        "spec": {"driver": driver, "nodeName": node, "pool": {"name": node}, "devices": devices},
+                    }
+                )
         return out
 
     def as_nodes(self) -> list[Node]:
@@ -298,6 +340,9 @@ class ScenarioFile(_Strict):
     nodes: list[NodeSpec] = Field(min_length=1)
     queues: list[QueueEntry] = Field(default_factory=list)
     workloads: list[WorkloadSpec] = Field(default_factory=list)
+    # DRA objects: DeviceClass, ResourceClaimTemplate and ResourceClaim manifests (a workload's file may hold its
+    # templates too); without a DeviceClass, gpu.nvidia.com (NVIDIA's DRA driver) is assumed
+    dra: list[dict[str, Any]] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)
     simulation: SimulationOptions = Field(default_factory=SimulationOptions)
     priority_classes: dict[str, int] = Field(default_factory=lambda: dict(c.PRIORITY_CLASSES))
@@ -334,6 +379,7 @@ class Scenario:
     source: str
     description: str | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)  # unknown fields, ignored (one line each)
+    dra: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # DRA manifests and the nodes' ResourceSlices
 
 
 def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
@@ -451,8 +497,17 @@ def _load_queues(entries: list[QueueEntry], base: Path, source: str, warnings: l
     return queues
 
 
+DRA_KINDS = ("DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "ResourceSlice")
+
+
 def _load_workload(
-    spec: WorkloadSpec, i: int, base: Path, source: str, pg_config: PodgrouperConfig, warnings: list[str]
+    spec: WorkloadSpec,
+    i: int,
+    base: Path,
+    source: str,
+    pg_config: PodgrouperConfig,
+    warnings: list[str],
+    dra_out: list[dict[str, Any]] | None = None,
 ) -> Workload:
     where = f"{source}: workloads[{i}]"
     if spec.path is not None:
@@ -461,6 +516,10 @@ def _load_workload(
             docs = list(load_documents(text, spec.path))
         except ManifestError as exc:
             raise ScenarioError(f"{where}.path: {exc}") from None
+        dra_docs = [doc for _, doc in docs if isinstance(doc, dict) and doc.get("kind") in DRA_KINDS]
+        docs = [d for d in docs if not (isinstance(d[1], dict) and d[1].get("kind") in DRA_KINDS)]
+        if dra_out is not None:
+            dra_out.extend(dra_docs)
         if len(docs) != 1:
             raise ScenarioError(f"{where}.path: {spec.path} holds {len(docs)} documents; a workload is one Ray CR")
         label, doc = docs[0]
@@ -533,7 +592,13 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
     warnings: list[str] = []
     queues = _load_queues(raw.queues, base, source, warnings)
     pg_config = PodgrouperConfig(priority_classes=dict(raw.priority_classes))
-    workloads = [_load_workload(w, i, base, source, pg_config, warnings) for i, w in enumerate(raw.workloads)]
+    dra: list[dict[str, Any]] = []
+    for i, doc in enumerate(raw.dra):
+        if doc.get("kind") not in DRA_KINDS:
+            raise ScenarioError(f"{source}: dra[{i}].kind: {doc.get('kind')!r} is not one of {', '.join(DRA_KINDS)}")
+        dra.append(doc)
+    workloads = [_load_workload(w, i, base, source, pg_config, warnings, dra) for i, w in enumerate(raw.workloads)]
+    dra.extend(sl for ns in raw.nodes for sl in ns.as_resource_slices())
     keys: set[str] = set()
     leaves = {q.name for q in queues} - {q.spec.parent_queue for q in queues if q.spec.parent_queue}
     for i, w in enumerate(workloads):
@@ -556,6 +621,7 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         source=source,
         description=raw.description,
         warnings=warnings,
+        dra=dra,
     )
 
 

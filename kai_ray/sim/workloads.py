@@ -16,8 +16,10 @@ from kai_ray import constants as c
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.ray import RayCluster, RayJob, RayObject
 from kai_ray.bridge import job_from_podgroup, pod_from_api
+from kai_ray.bridge_dra import DraCatalog, template_pod_claims
 from kai_ray.podgrouper import PodgrouperConfig, cluster_name, expand_pods, group, stamp
-from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, SubGroup
+from kai_ray.scheduler.dra import DeviceRequest
+from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, Resources, SubGroup
 
 NOT_ARRIVED, PENDING, RUNNING, COMPLETED = "NotArrived", "Pending", "Running", "Completed"
 
@@ -221,6 +223,7 @@ def _fresh(template: Pod, name: str, t: float) -> Pod:
         gpu_group=None,
         start_time=None,
         created_at=t,
+        claims=tuple(k if "/" in k else f"{template.namespace}/{name}-{k}" for k in template.claims),
     )
 
 
@@ -244,6 +247,8 @@ class RayWorkload(WorkloadBase):
     scripted: bool = False  # scale steps come from the scenario; the simple autoscaler policy stays out
     gang_scheduling: bool = True  # False: the scheduler is shown each pod as its own gang of one (head first)
     _gang: Gang | None = None  # the real gang minimum, kept when the scheduler is shown another
+    dra: DraCatalog | None = None  # DRA devices and claim templates of the scenario
+    _claim_requests: dict[str, dict[str, tuple[DeviceRequest, ...]]] = field(default_factory=dict)  # group -> claim
 
     def _spec(self):  # type: ignore[no-untyped-def]
         obj = self.obj
@@ -320,7 +325,11 @@ class RayWorkload(WorkloadBase):
             st = stamp(api_pod, pg)
             api_pod.metadata.annotations.update(st.annotations)
             labels.update(st.labels)
-            self._templates[grp] = pod_from_api(api_pod, job.key, self.problems)
+            tpl = self._templates[grp] = pod_from_api(api_pod, job.key, self.problems)
+            if self.dra is not None:
+                entries, self._claim_requests[grp], gpus = template_pod_claims(api_pod, self.dra)
+                tpl.claims = entries
+                tpl.request = tpl.request + Resources(gpu=gpus)
         self._desired = {c.RAY_HEAD_GROUP: 1}
         if c.RAY_SUBMITTER_GROUP in self._templates:
             self._desired[c.RAY_SUBMITTER_GROUP] = 1
@@ -385,6 +394,12 @@ class RayWorkload(WorkloadBase):
                         job.pods.remove(p)
                         dropped.append(p)
         return dropped
+
+    def claim_requests(self, pod: Pod) -> dict[str, tuple[DeviceRequest, ...]]:
+        """The requests of each claim made for ``pod`` from its group's templates, by claim key."""
+        per = self._claim_requests.get(self._group_of(pod), {})
+        prefix = f"{pod.namespace}/{pod.name}-"
+        return {k: per[k[len(prefix) :]] for k in pod.claims if k.startswith(prefix) and k[len(prefix) :] in per}
 
     def _group_of(self, pod: Pod) -> str:
         return self._pod_group.get(pod.name, "")
