@@ -39,14 +39,14 @@ from kai_ray.api.loader import ManifestError, parse_object
 from kai_ray.api.meta import ObjectMeta, Pod
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayJob, RayService
-from kai_ray.api.strict import LAST_APPLIED, invalid_quantities, object_unknown_fields
+from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
 from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder, object_ref
 from kai_ray.k8s.base.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.base.isolate import Guard
 from kai_ray.k8s.base.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import PodgrouperMetrics
 from kai_ray.k8s.base.pruning import PruneGuard, strip
-from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
+from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path, resource_version
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.grouping import (
@@ -259,7 +259,7 @@ class PodgrouperOperator:
     def _on_pg(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         with self._local_lock:
             local = self._local_pgs.get(key)
-            if local is not None and (kind == DELETE or _rv(obj) >= _rv(local)):
+            if local is not None and (kind == DELETE or resource_version(obj) >= resource_version(local)):
                 del self._local_pgs[key]
         if kind == DELETE:
             ns, _, name = key.partition("/")
@@ -414,7 +414,7 @@ class PodgrouperOperator:
         obj = self._get_cached(self.pgs, key)
         with self._local_lock:
             local = self._local_pgs.get(key)
-        if local is not None and (obj is None or _rv(local) > _rv(obj)):
+        if local is not None and (obj is None or resource_version(local) > resource_version(obj)):
             return local
         return obj
 
@@ -625,7 +625,8 @@ class PodgrouperOperator:
 
     def _check_fields(self, kind: str, raw: dict[str, Any]) -> None:
         """One Warning Event per version of a Ray CR naming its unknown fields (kept by the object, or pruned by the
-        API server but remembered by kubectl's last-applied annotation) and its unparsable quantities."""
+        API server but remembered by kubectl's last-applied annotation). Resources Kubernetes would refuse (a bad
+        quantity, a negative or fractional GPU count) make the object ungroupable: :meth:`_ray_group` reports them."""
         meta = raw.get("metadata") or {}
         ckey = f"{kind}/{meta.get('namespace')}/{meta.get('name')}"
         version = (meta.get("uid"), meta.get("generation"), (meta.get("annotations") or {}).get(LAST_APPLIED))
@@ -637,10 +638,6 @@ class PodgrouperOperator:
         if unknown:
             self.metrics.findings.labels(kind).inc()
             self.events.emit(ref, WARNING, "UnknownField", f"{'; '.join(map(str, unknown))}; ignored by kai-ray")
-        bad = invalid_quantities(raw, kind)
-        if bad:
-            self.metrics.findings.labels(kind).inc()
-            self.events.emit(ref, WARNING, "InvalidQuantity", "; ".join(map(str, bad)))
 
     def reconcile_ray(self, kind: str, key: str) -> None:
         raw = self._get_cached(self.ray[kind], key)
@@ -793,13 +790,6 @@ def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
 
 def _frozen(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((d or {}).items()))
-
-
-def _rv(obj: dict[str, Any]) -> int:
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 def _belongs(pod: dict[str, Any], owner: dict[str, Any], kind: str) -> bool:
