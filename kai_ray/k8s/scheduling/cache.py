@@ -39,6 +39,7 @@ from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.grouping import own_group_name
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
+from kai_ray.k8s.scheduling.dra import DraStore
 from kai_ray.scheduler import snapshot as s
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,7 @@ class SchedulerCache:
         self._dirty: set[str] = set()
         self.suspended: set[str] = set()  # PodGroups whose owner kai-ray suspended (kai-ray.io/suspended)
         self.problems: dict[str, dict[str, tuple[str, ...]]] = {}  # job -> pod key -> bad fields of the pod
+        self.dra: DraStore | None = None  # DRA devices and claims (the operator sets it)
 
     def _changed(self) -> None:
         self.changes += 1
@@ -651,6 +653,8 @@ class SchedulerCache:
             now=time.time() if now is None else now,
             config=config,
         )
+        if self.dra is not None:
+            snap = self.dra.attach(snap)
         return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending)
 
 

@@ -27,8 +27,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any
 
+from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.k8s.base.events import EventRecorder
 from kai_ray.k8s.base.informer import Informer, wait_all_synced
 from kai_ray.k8s.base.isolate import Quarantine
@@ -38,8 +40,10 @@ from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import ElasticReclaimer, HeadroomPublisher, ray_owner
+from kai_ray.k8s.scheduling import dra
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, slim_pod
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
+from kai_ray.k8s.scheduling.dra import DraStore, slim_pod_claims
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
 from kai_ray.k8s.scheduling.usage import capacity_of, make_source
@@ -102,6 +106,11 @@ class SchedulerOperator:
             interceptors=self.eviction_interceptors,
             is_leader=self.is_leader,
         )
+        # Dynamic Resource Allocation: devices and claims join the snapshot; a deleted pod's claims are released
+        self.dra = DraStore(self.wake)
+        self.cache.dra = self.dra
+        self.dispatch.dra_reserve = partial(dra.reserve, self.kube)
+        self.dra.release = self._release_claims
         self.reclaimer: ElasticReclaimer | None = None
         if config.elastic_reclaim or config.suspend_kinds:
             self.reclaimer = ElasticReclaimer(
@@ -173,7 +182,8 @@ class SchedulerOperator:
                 handler=self.cache.on_priority_class,
             ),
             Informer(self.kube, queues_path(), name="queues", handler=self.cache.on_queue, missing_ok=True),
-            Informer(self.kube, pods_path(), name="pods", handler=self.cache.on_pod, transform=slim_pod),
+            Informer(self.kube, pods_path(), name="pods", handler=self._on_pod, transform=_slim_pod),
+            *self.dra.informers(self.kube),
         ]
         for ns in cfg.namespaces or (None,):
             infs.append(
@@ -188,6 +198,15 @@ class SchedulerOperator:
         if self.gangs is not None:
             infs.extend(self.gangs.informers)
         return infs
+
+    def _on_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
+        self.dra.on_pod(event, key, obj)
+        self.cache.on_pod(event, key, obj)
+
+    def _release_claims(self, pod: ApiPod) -> None:
+        if self.is_leader():
+            key = f"release-claims/{pod.metadata.namespace}/{pod.metadata.name}"
+            self.writer.submit(key, partial(dra.release, self.kube, pod), priority=STATUS_PRIORITY)
 
     def start(self) -> SchedulerOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)
@@ -401,3 +420,7 @@ class SchedulerOperator:
     def _cached_owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
         pg = self.cache.pgs.get(f"{namespace}/{podgroup}")
         return ray_owner(pg.raw) if pg is not None else None
+
+
+def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    return slim_pod_claims(obj, slim_pod(obj))
