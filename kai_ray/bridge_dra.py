@@ -22,6 +22,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
+from kai_ray import constants as c
 from kai_ray.api.dra import (
     DeviceClass,
     ExactDeviceRequest,
@@ -265,13 +266,16 @@ def pod_claim_keys(pod: ApiPod, catalog: DraCatalog) -> tuple[tuple[str, bool], 
     return tuple(out)
 
 
-def attach(snap: s.Snapshot, api_pods: dict[str, ApiPod], catalog: DraCatalog) -> None:
+def attach(
+    snap: s.Snapshot, api_pods: dict[str, ApiPod], catalog: DraCatalog, queue_label: str = c.QUEUE_LABEL
+) -> None:
     """Give the snapshot its devices and claims, the pods their claim keys and claimed GPUs, the nodes their GPU
     devices. ``api_pods``: the API pod of each snapshot pod, by the core pod's uid. The snapshot's pods are changed
     in place (adapters build them per snapshot); its nodes are replaced by copies."""
     claims: dict[str, d.Claim] = {}
     charged: set[str] = set()
     pods = sorted((p for j in snap.jobs for p in j.pods), key=lambda p: p.uid)
+    uids = {p.uid for p in pods} | {api.metadata.uid for api in api_pods.values() if api.metadata.uid}
     for pod in pods:
         api = api_pods.get(pod.uid)
         if api is None:
@@ -291,6 +295,10 @@ def attach(snap: s.Snapshot, api_pods: dict[str, ApiPod], catalog: DraCatalog) -
                 else:
                     claim = catalog.claim(key, api_claim.spec.devices.requests, _allocation_of(api_claim))
                     claim.shared = not from_template
+                    if claim.shared and any(is_gpu_class(r.device_class) for r in claim.requests):
+                        claim.queue = api_claim.metadata.labels.get(queue_label, "")
+                    reserved = api_claim.status.reserved_for if api_claim.status is not None else []
+                    claim.consumers = sum(1 for r in reserved if r.uid not in uids)
                 claims[key] = claim
             if key in charged or key == ext_claim:
                 continue

@@ -173,7 +173,7 @@ def fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarray
         mask = mask & (free[MEM] + EPS * max(1.0, m) >= m)
     claims = ses.pods[p].claims
     if claims and ses.dra is not None and mask.any():
-        mask = ses.dra.mask(claims, mask, future)
+        mask = ses.dra.mask(claims, mask, future, ses.jobs[ses.p_job[p]].spec.queue)
     return mask
 
 
@@ -578,7 +578,7 @@ def never_fits(ses: Session, p: int) -> str | None:
     if not ok.any():
         return f"bigger than every eligible node (gpu={g:g} cpu={c:g}m memory={m:g})"
     if pod.claims and ses.dra is not None:
-        return ses.dra.unsatisfiable(pod.claims, base)
+        return ses.dra.unsatisfiable(pod.claims, base, ses.jobs[ses.p_job[p]].spec.queue)
     return None
 
 

@@ -53,6 +53,12 @@ class Claim:
     requests: tuple[DeviceRequest, ...] = ()
     allocation: dict[str, tuple[str, ...]] | None = None
     shared: bool = False  # a named claim, not one made from a template for one pod
+    # KAI: a shared GPU claim must carry the queue label of the jobs using it ("" = no label); None = not checked
+    queue: str | None = None
+    consumers: int = 0  # reservedFor entries of pods outside the snapshot (a claim has at most MAX_CONSUMERS)
+
+
+MAX_CONSUMERS = 256  # resource.k8s.io ResourceClaimReservedForMaxSize
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,21 @@ class DeviceLedger:
         o = self.owner.get(d)
         return o is None or (future and self.users.get(o, 0) <= 0)
 
+    def refusal(self, claims: tuple[str, ...], queue: str) -> str | None:
+        """Why the pod may not use its claims wherever it goes (KAI's pre-filter): a shared GPU claim whose queue
+        label is missing or names another queue, or a claim whose consumers are at the API's limit."""
+        for key in claims:
+            claim = self.claims.get(key)
+            if claim is None:
+                continue
+            if claim.queue is not None and claim.queue != queue:
+                if not claim.queue:
+                    return f"claim {key} is a shared GPU claim without a queue label (kai.scheduler/queue)"
+                return f"claim {key} is a shared GPU claim of queue {claim.queue!r}, not {queue!r}"
+            if claim.consumers + self.users.get(key, 0) >= MAX_CONSUMERS:
+                return f"claim {key} has reached its maximum number of consumers ({MAX_CONSUMERS})"
+        return None
+
     def _choose(self, claims: tuple[str, ...], node: int, future: bool) -> dict[str, dict[str, tuple[str, ...]]] | None:
         """Devices on ``node`` for each not-yet-allocated claim, or None when some request cannot be met (kube-
         scheduler's allocator, greedy in request order: devices are interchangeable once they pass the selectors)."""
@@ -143,14 +164,20 @@ class DeviceLedger:
             chosen[key] = per
         return chosen
 
-    def mask(self, claims: tuple[str, ...], base: np.ndarray, future: bool) -> np.ndarray:
+    def mask(self, claims: tuple[str, ...], base: np.ndarray, future: bool, queue: str) -> np.ndarray:
         out = np.zeros_like(base)
+        if self.refusal(claims, queue) is not None:
+            return out
         for n in np.flatnonzero(base).tolist():
             out[n] = self._choose(claims, n, future) is not None
         return out
 
-    def unsatisfiable(self, claims: tuple[str, ...], base: np.ndarray) -> str | None:
-        """The first request no eligible node could meet even with every device free (the pod never fits)."""
+    def unsatisfiable(self, claims: tuple[str, ...], base: np.ndarray, queue: str) -> str | None:
+        """Why the pod can never use its claims: a refusal, or the first request no eligible node could meet even
+        with every device free."""
+        refused = self.refusal(claims, queue)
+        if refused is not None:
+            return refused
         for key in claims:
             claim = self.claims.get(key)
             if claim is None:

@@ -171,7 +171,7 @@ def test_all_mode_takes_every_matching_device() -> None:
 def test_shared_claim_is_charged_once_and_pins_its_users_to_one_node() -> None:
     shared = ResourceClaim.model_validate(
         {
-            "metadata": {"name": "shared-gpu", "namespace": "ns"},
+            "metadata": {"name": "shared-gpu", "namespace": "ns", "labels": {"kai.scheduler/queue": "q"}},
             "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com", "count": 2}]}},
         }
     )

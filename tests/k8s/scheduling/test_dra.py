@@ -68,7 +68,8 @@ def slices(kube: Kube) -> Iterator[Callable[[str, int, str], None]]:
             kube.delete(f"{API}/resourceslices/{name}")
 
 
-def make_claim(kube: Kube, ns: str, name: str, count: int, selector: str | None = None) -> None:
+def make_claim(kube: Kube, ns: str, name: str, count: int, queue: str, selector: str | None = None) -> None:
+    """A named claim, so (as KAI requires of a shared GPU claim) labelled with the queue of the pods using it."""
     request: dict[str, Any] = {"name": "gpu", "deviceClassName": "gpu.nvidia.com", "count": count}
     if selector:
         request["selectors"] = [{"cel": {"expression": selector}}]
@@ -77,7 +78,7 @@ def make_claim(kube: Kube, ns: str, name: str, count: int, selector: str | None 
         {
             "apiVersion": "resource.k8s.io/v1beta1",
             "kind": "ResourceClaim",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": {"kai.scheduler/queue": queue}},
             "spec": {"devices": {"requests": [request]}},
         },
     )
@@ -121,7 +122,7 @@ def test_single_pod_gets_matching_devices_charged_and_released(
     slices(nodes[1], 4, H100)
     team = queues("team", gpu_quota=8)
     run_scheduler(node_selector=selector)
-    make_claim(kube, namespace, "a-0-gpu", 2, f"device.attributes['gpu.nvidia.com'].productName == '{H100}'")
+    make_claim(kube, namespace, "a-0-gpu", 2, team, f"device.attributes['gpu.nvidia.com'].productName == '{H100}'")
     gang(kube, namespace, "a", ["a-0-gpu"], team)
 
     assert wait_until("the pod to be bound", lambda: bound(kube, namespace, ["a-0"]), 30) == {"a-0": nodes[1]}
@@ -154,8 +155,8 @@ def test_gang_across_nodes_and_a_shared_claim(
         slices(n, 4)
     team = queues("team", gpu_quota=16)
     run_scheduler(node_selector=selector)
-    make_claim(kube, namespace, "g-0-gpu", 4)
-    make_claim(kube, namespace, "g-1-gpu", 4)
+    make_claim(kube, namespace, "g-0-gpu", 4, team)
+    make_claim(kube, namespace, "g-1-gpu", 4, team)
     names = gang(kube, namespace, "g", ["g-0-gpu", "g-1-gpu"], team)
     placed = wait_until(
         "the gang to be bound", lambda: (lambda b: b if len(b) == 2 else None)(bound(kube, namespace, names))
@@ -165,7 +166,7 @@ def test_gang_across_nodes_and_a_shared_claim(
         assert {pool for pool, _ in devices(claim(kube, namespace, f"{pod}-gpu"))} == {node}
 
     # Nothing is left: a gang sharing one claim of 1 GPU waits ...
-    make_claim(kube, namespace, "shared", 1)
+    make_claim(kube, namespace, "shared", 1, team)
     shared = gang(kube, namespace, "s", ["shared", "shared"], team)
     wait_until(
         "the shared-claim gang to be unschedulable",
@@ -191,7 +192,7 @@ def test_a_claim_no_node_satisfies_names_request_and_selector(
     team = queues("team", gpu_quota=8)
     run_scheduler(node_selector=selector)
     sel = "device.attributes['gpu.nvidia.com'].productName == 'B200'"
-    make_claim(kube, namespace, "b-0-gpu", 1, sel)
+    make_claim(kube, namespace, "b-0-gpu", 1, team, sel)
     gang(kube, namespace, "b", ["b-0-gpu"], team)
     cond = wait_until(
         "Scheduled=False naming the request",
@@ -211,10 +212,10 @@ def test_preemption_frees_devices(
     slices(nodes[0], 4)
     team = queues("team", gpu_quota=4)
     run_scheduler(node_selector=selector)
-    make_claim(kube, namespace, "low-0-gpu", 4)
+    make_claim(kube, namespace, "low-0-gpu", 4, team)
     gang(kube, namespace, "low", ["low-0-gpu"], team, "train")
     wait_until("the low-priority pod to be bound", lambda: bound(kube, namespace, ["low-0"]))
-    make_claim(kube, namespace, "high-0-gpu", 4)
+    make_claim(kube, namespace, "high-0-gpu", 4, team)
     gang(kube, namespace, "high", ["high-0-gpu"], team, "inference")
     wait_until("the high-priority pod to be bound", lambda: bound(kube, namespace, ["high-0"]), 60)
     assert bound(kube, namespace, ["low-0"]) == {}
