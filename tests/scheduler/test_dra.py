@@ -14,9 +14,10 @@ from kai_ray.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, R
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.bridge import pod_from_api
 from kai_ray.bridge_dra import DraCatalog, attach
+from kai_ray.headroom.compute import compute_headroom
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import Reason
-from kai_ray.scheduler.snapshot import Job, Node, PodPhase, Queue, Resources, Snapshot
+from kai_ray.scheduler.snapshot import Job, Node, PodPhase, Queue, Resources, Snapshot, SubGroup
 
 pytestmark = pytest.mark.dra
 
@@ -26,6 +27,7 @@ GPU_CLASS = DeviceClass.model_validate(
         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
     }
 )
+H100_SELECTOR = "device.attributes['gpu.nvidia.com'].productName == 'H100'"
 NIC_CLASS = DeviceClass.model_validate(
     {
         "metadata": {"name": "nic.example.com"},
@@ -228,3 +230,39 @@ def test_queue_quota_counts_dra_gpus() -> None:
     res = run_cycle(snap)
     assert res.binds == []
     assert res.jobs["ns/a"].reason is Reason.OVER_LIMIT
+
+
+def test_headroom_probes_get_their_own_claims() -> None:
+    """A running DRA worker's probe copies get fresh per-pod claims: the headroom is the matching devices left, not
+    the GPU count (7 free-or-held GPUs would admit 2 more workers)."""
+    running = ResourceClaim.model_validate(
+        {
+            "metadata": {"name": "w-0-gpu", "namespace": "ns"},
+            "spec": template("two", 2, H100_SELECTOR).spec.spec.model_dump(by_alias=True, exclude_none=True),
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": f"gpu-{i}"}
+                            for i in range(2)
+                        ]
+                    }
+                }
+            },
+        }
+    )
+    worker = api_pod(
+        "w-0",
+        "two",
+        status={"phase": "Running", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "w-0-gpu"}]},
+    )
+    a100 = gpu_slice("n1", 3, "A100")
+    a100.spec.pool.name = "n1-a100"
+    snap = snapshot(
+        {"w": ("q", [worker], 1)}, [gpu_slice("n1", 4), a100], [template("two", 2, H100_SELECTOR)], [running]
+    )
+    job = snap.jobs[0]
+    job.subgroups = [SubGroup("workers", min_member=1, max_member=8)]
+    job.pods[0].subgroup = "workers"
+    room = compute_headroom(snap, ["ns/w"])["ns/w"]["workers"]
+    assert (room.pods, room.headroom) == (1, 1)  # 4 H100s: 2 held, 2 for one more worker; the 3 A100s do not match
