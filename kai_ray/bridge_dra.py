@@ -235,9 +235,10 @@ def template_claim_name(pod_name: str, claim_name: str) -> str:
     return f"{pod_name}-{claim_name}"
 
 
-def pod_claim_keys(pod: ApiPod, catalog: DraCatalog) -> tuple[tuple[str, bool], ...]:
-    """(claim key, from a template) for each entry of the pod's ``spec.resourceClaims``; a template claim that
-    Kubernetes has not created yet gets one here, built from the template."""
+def pod_claim_keys(pod: ApiPod, catalog: DraCatalog, make: bool = True) -> tuple[tuple[str, bool], ...]:
+    """(claim key, from a template) for each entry of the pod's ``spec.resourceClaims``. A template claim that
+    Kubernetes has not created yet is built here from the template when ``make`` (offline: nothing else would make
+    it); against a cluster (``make`` False) kube-controller-manager makes it, and the pod waits for it."""
     ns = pod.metadata.namespace or ""
     statuses = {
         st.get("name"): st.get("resourceClaimName")
@@ -253,7 +254,7 @@ def pod_claim_keys(pod: ApiPod, catalog: DraCatalog) -> tuple[tuple[str, bool], 
             continue
         name = statuses.get(prc.name) or template_claim_name(pod.metadata.name or "", prc.name)
         key = f"{ns}/{name}"
-        if key not in catalog.api_claims:
+        if make and key not in catalog.api_claims:
             tpl = catalog.templates.get(f"{ns}/{prc.resource_claim_template_name}")
             if tpl is None:
                 catalog.problems.append(
@@ -267,7 +268,11 @@ def pod_claim_keys(pod: ApiPod, catalog: DraCatalog) -> tuple[tuple[str, bool], 
 
 
 def attach(
-    snap: s.Snapshot, api_pods: dict[str, ApiPod], catalog: DraCatalog, queue_label: str = c.QUEUE_LABEL
+    snap: s.Snapshot,
+    api_pods: dict[str, ApiPod],
+    catalog: DraCatalog,
+    queue_label: str = c.QUEUE_LABEL,
+    make_template_claims: bool = True,
 ) -> None:
     """Give the snapshot its devices and claims, the pods their claim keys and claimed GPUs, the nodes their GPU
     devices. ``api_pods``: the API pod of each snapshot pod, by the core pod's uid. The snapshot's pods are changed
@@ -280,7 +285,7 @@ def attach(
         api = api_pods.get(pod.uid)
         if api is None:
             continue
-        keys = pod_claim_keys(api, catalog)
+        keys = pod_claim_keys(api, catalog, make_template_claims)
         if not keys:
             continue
         ext = ((api.status.model_extra or {}).get("extendedResourceClaimStatus") or {}) if api.status else {}
@@ -291,7 +296,7 @@ def attach(
             if claim is None:
                 api_claim = catalog.api_claims.get(key)
                 if api_claim is None:
-                    claim = d.Claim(key=key)  # the core reports it missing; the pod never fits
+                    claim = d.Claim(key=key, exists=False)  # the pod waits; the core says the claim is missing
                 else:
                     claim = catalog.claim(key, api_claim.spec.devices.requests, _allocation_of(api_claim))
                     claim.shared = not from_template

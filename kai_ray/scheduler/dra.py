@@ -56,6 +56,7 @@ class Claim:
     # KAI: a shared GPU claim must carry the queue label of the jobs using it ("" = no label); None = not checked
     queue: str | None = None
     consumers: int = 0  # reservedFor entries of pods outside the snapshot (a claim has at most MAX_CONSUMERS)
+    exists: bool = True  # False: named by a pod but not created (yet): its pods wait
 
 
 MAX_CONSUMERS = 256  # resource.k8s.io ResourceClaimReservedForMaxSize
@@ -146,7 +147,7 @@ class DeviceLedger:
                     return None
                 continue
             claim = self.claims.get(key)
-            if claim is None:
+            if claim is None or not claim.exists:
                 return None
             per: dict[str, tuple[str, ...]] = {}
             for req in claim.requests:
@@ -180,8 +181,8 @@ class DeviceLedger:
             return refused
         for key in claims:
             claim = self.claims.get(key)
-            if claim is None:
-                return f"claim {key} does not exist"
+            if claim is None or not claim.exists:
+                return f"claim {key} does not exist (yet)"
             if key in self.state:
                 st = self.state[key]
                 if st.node < 0 or not base[st.node]:

@@ -266,3 +266,22 @@ def test_headroom_probes_get_their_own_claims() -> None:
     job.pods[0].subgroup = "workers"
     room = compute_headroom(snap, ["ns/w"])["ns/w"]["workers"]
     assert (room.pods, room.headroom) == (1, 1)  # 4 H100s: 2 held, 2 for one more worker; the 3 A100s do not match
+
+
+def test_a_claim_not_created_yet_keeps_its_pod_waiting() -> None:
+    """Against a cluster, a template's claim is made by kube-controller-manager: until then the pod waits."""
+    api = api_pod("a-0", "two")
+    job = Job(namespace="ns", name="a", queue="q")
+    job.pods.append(pod_from_api(api, job.key))
+    snap = Snapshot(
+        nodes=[Node("n1", Resources(0, 64000, 512e9))], queues=[Queue("q", quota=Resources(-1, -1, -1))], jobs=[job]
+    )
+    attach(
+        snap,
+        {"ns/a-0": api},
+        DraCatalog([GPU_CLASS], [gpu_slice("n1", 4)], [], [template("two", 2)]),
+        make_template_claims=False,
+    )
+    res = run_cycle(snap)
+    assert res.binds == []
+    assert "claim ns/a-0-gpu does not exist (yet)" in res.jobs["ns/a"].message

@@ -111,6 +111,7 @@ class DraStore:
                 self.pods[uid] = pod
         if event == DELETE and self.release is not None:
             self.release(pod)
+        self.on_change()  # e.g. the claim controller named the pod's claim in its status
 
     def active(self) -> bool:
         return bool(self.pods or self.objects["ResourceSlice"])
@@ -138,11 +139,7 @@ class DraStore:
             for j in snap.jobs
         ]
         out = replace(snap, jobs=jobs)
-        saved = dict(cat.api_claims)
-        try:
-            attach(out, pods, cat)
-        finally:
-            cat.api_claims = saved  # claims synthesised for template claims are this snapshot's only
+        attach(out, pods, cat, make_template_claims=False)  # kube-controller-manager makes them
         return out
 
 

@@ -221,3 +221,64 @@ def test_preemption_frees_devices(
     assert bound(kube, namespace, ["low-0"]) == {}
     assert len(devices(claim(kube, namespace, "high-0-gpu"))) == 4
     wait_until("the victim's claim to be released", lambda: not devices(claim(kube, namespace, "low-0-gpu")), 30)
+
+
+def test_a_template_claim_is_scheduled_once_its_claim_exists(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, slices: Any, run_scheduler: Any, priority_classes: Any
+) -> None:
+    """The pod names a ResourceClaimTemplate; the test then does what kube-controller-manager's resourceclaim
+    controller does (not run by the harness): creates the pod's claim from the template and names it in the pod's
+    ``status.resourceClaimStatuses``. Until then the pod waits, saying which claim it waits for."""
+    nodes, selector = node_pool(1, gpus=0)
+    slices(nodes[0], 4)
+    team = queues("team", gpu_quota=4)
+    run_scheduler(node_selector=selector)
+    spec = {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com", "count": 2}]}}
+    kube.create(
+        f"{API}/namespaces/{namespace}/resourceclaimtemplates",
+        {
+            "apiVersion": "resource.k8s.io/v1beta1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "two"},
+            "spec": {"spec": spec},
+        },
+    )
+    kube.create(podgroups_path(namespace), podgroup_body("t", 1, team))
+    body = pod_body("t-0", 0, group="t")
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "two"}]
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}
+    pod = kube.create(pods_path(namespace), body)
+    cond = wait_until(
+        "the pod to wait for its claim",
+        lambda: (lambda cd: cd if cd and cd.get("status") == "False" else None)(
+            condition(podgroup(kube, namespace, "t"), "Scheduled")
+        ),
+    )
+    assert "does not exist (yet)" in cond["message"]
+    kube.create(
+        f"{API}/namespaces/{namespace}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1beta1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "name": "t-0-gpu-x7k2p",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": "t-0",
+                        "uid": pod["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        },
+    )
+    kube.merge_patch(
+        f"{pods_path(namespace)}/t-0/status",
+        {"status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "t-0-gpu-x7k2p"}]}},
+    )
+    wait_until("the pod to be bound", lambda: bound(kube, namespace, ["t-0"]), 30)
+    c = claim(kube, namespace, "t-0-gpu-x7k2p")
+    assert len(devices(c)) == 2 and reserved(c) == ["t-0"]
