@@ -21,6 +21,7 @@ from kai_ray.scheduler.results import build_result
 from kai_ray.scheduler.session import Session
 from kai_ray.scheduler.snapshot import Snapshot
 from kai_ray.scheduler.stale import stale_gang_action
+from kai_ray.scheduler.workloss import assess
 
 ACTIONS = {
     "allocate": allocate_action,
@@ -33,6 +34,7 @@ ACTIONS = {
 
 def open_session(snapshot: Snapshot) -> Session:
     ses = Session(snapshot)
+    assess(ses)
     compute_fair_share(ses)
     return ses
 

@@ -74,6 +74,7 @@ class VictimJob:
     states: list[int] = field(default_factory=list)  # elastic state of what remains before the step
     allocs: list[Vec] = field(default_factory=list)  # resources of what remains before the step
     nodes: list[int] = field(default_factory=list)  # nodes the job runs on (sorted by name)
+    risks: list[float] = field(default_factory=list)  # work the step's pods would lose (kai-ray, :mod:`.workloss`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ class Unit:
 class _Rep:
     """What KAI's victims queue holds: a victim job from one step on (its remaining pods)."""
 
-    __slots__ = ("alloc", "created_at", "priority", "queue", "state", "step", "uid", "vj")
+    __slots__ = ("alloc", "created_at", "priority", "queue", "risk", "state", "step", "uid", "vj")
 
     def __init__(self, vj: VictimJob, step: int) -> None:
         job = vj.job
@@ -109,9 +110,17 @@ class _Rep:
         self.uid = job.uid
         self.state = vj.states[step]
         self.alloc = vj.allocs[step]
+        self.risk = _unit_risk(vj, step)
 
     def elastic_state(self) -> int:
         return self.state
+
+
+def _unit_risk(vj: VictimJob, step: int) -> float:
+    """Work a unit's eviction loses (:mod:`.workloss`): the job's for a step that ends the gang, else its pods'."""
+    if vj.cores[step]:
+        return vj.job.risk
+    return vj.risks[step]
 
 
 def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None = None) -> list[VictimJob]:
@@ -158,6 +167,7 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
         vj.allocs.append(_sum_req(ses, [p for p in job.pods if st[p] in ACTIVE]))
         vj.steps.append(pods)
         vj.cores.append(not keeps)
+        vj.risks.append(max((ses.p_risk[p] for p in pods), default=0.0))
         for p in pods:
             ses.evict(p, info)
     ses.rollback(cp)
@@ -459,7 +469,8 @@ class JobSolver:
                 if len(nodes) != 1 or -1 in nodes:
                     break  # a later step needs this one gone first: stop at the first step off one node
                 (n,) = nodes
-                key = (job.priority, -job.elastic_state(), -job.created_at, job.uid, step)
+                risk = _unit_risk(vj, step)
+                key = (job.priority, -job.elastic_state(), risk, -job.created_at, job.uid, step)
                 per_node.setdefault(n, []).append((key, Unit(vj, step)))
         fut = ses.free + ses.rel
         options: list[tuple[int, int, str, list[Unit]]] = []
