@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.api.duration import parse_duration
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.podgroup import PodGroup, TopologyConstraint, leaf_min_member
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue as ApiQueue
+from kai_ray.durations import parse_duration
 from kai_ray.scheduler import snapshot as s
 
 
@@ -199,8 +199,8 @@ def job_from_podgroup(
         topology=_topology(spec.topology_constraint),
         created_at=parse_time(meta.creation_timestamp) or 0.0,
         last_start=parse_time(meta.annotations.get(c.LAST_START)),
-        preemption_delay=parse_duration(spec.preemption_delay),
-        staleness_grace=parse_duration(spec.staleness_grace_period),
+        preemption_delay=parse_duration(spec.preemption_delay, go=True),
+        staleness_grace=parse_duration(spec.staleness_grace_period, go=True),
         kind=_top_owner_kind(pg),
         pods=[pod_from_api(p, key, problems) for p in pods],
     )
@@ -234,8 +234,8 @@ def queue_from_api(q: ApiQueue) -> s.Queue:
         quota=vec("quota"),
         limit=vec("limit"),
         over_quota_weight=vec("over_quota_weight"),
-        preempt_min_runtime=parse_duration(q.spec.preempt_min_runtime),
-        reclaim_min_runtime=parse_duration(q.spec.reclaim_min_runtime),
+        preempt_min_runtime=parse_duration(q.spec.preempt_min_runtime, go=True),
+        reclaim_min_runtime=parse_duration(q.spec.reclaim_min_runtime, go=True),
         created_at=parse_time(q.metadata.creation_timestamp) or 0.0,
         uid=q.metadata.uid or q.name,
     )

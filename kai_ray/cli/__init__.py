@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
@@ -43,8 +44,20 @@ def _register() -> None:
     from kai_ray.cli import commands  # noqa: F401  (imports every command module)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"kai-ray {version('kai-ray')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     """KAI Scheduler semantics for Ray on Kubernetes: gang PodGroups, queues, fair share, preemption."""
 
 

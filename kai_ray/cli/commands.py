@@ -4,7 +4,8 @@ The benchmark commands (``kai-ray bench ...``, ``kai-ray sweep``) live in :mod:`
 runtime wheel does not carry; without it, ``bench`` and ``sweep`` say in one line how to get them.
 """
 
-from kai_ray.cli import podgroup  # noqa: F401, I001
+from kai_ray.cli import output  # noqa: F401, I001  (help: no value placeholder on flags)
+from kai_ray.cli import podgroup  # noqa: F401
 from kai_ray.cli import simulate  # noqa: F401
 from kai_ray.cli import demo  # noqa: F401
 from kai_ray.cli import operator  # noqa: F401

@@ -9,17 +9,14 @@ scheduling. It tells kai-ray's run as a story, prints the three runs side by sid
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import ExitStack
-from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, app, output
+from kai_ray.durations import clock
 
 DEFAULT_REPORT = "kai-ray-report"
 
@@ -30,7 +27,6 @@ def _pct(x: float) -> str:
 
 def comparison_lines(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     """The policies side by side, as (label, cells); every cell is a field of the ``comparison`` rows of ``--json``."""
-    from kai_ray.sim.story import clock
 
     out: list[tuple[str, list[str]]] = []
 
@@ -46,13 +42,13 @@ def comparison_lines(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     add("GPU-hours held by partial gangs", [f"{r['partial_gang_gpu_hours']:.1f}" for r in rows])
     for key in rows[0]["service_serving_after_seconds"]:
         add(f"{key} serves after", [when(r["service_serving_after_seconds"].get(key)) for r in rows])
-    add("evictions by preempt (same queue, priority)", [str(r["preempt_events"]) for r in rows])
-    add("evictions by reclaim (across queues)", [str(r["reclaim_events"]) for r in rows])
-    add("  victim shrank and kept running", [str(r["outcomes"].get("shrink", 0)) for r in rows])
-    add("  victim restarted from its checkpoint", [str(r["outcomes"].get("restart", 0)) for r in rows])
+    add("pods evicted by preempt (same queue, priority)", [str(r["preempted_pods"]) for r in rows])
+    add("pods evicted by reclaim (across queues)", [str(r["reclaimed_pods"]) for r in rows])
+    add("  victim shrank and kept running", [str(r["outcome_pods"].get("shrink", 0)) for r in rows])
+    add("  victim restarted from its checkpoint", [str(r["outcome_pods"].get("restart", 0)) for r in rows])
     add(
         "  victim lost its whole gang",
-        [str(r["outcomes"].get("suspend", 0) + r["outcomes"].get("stop", 0)) for r in rows],
+        [str(r["outcome_pods"].get("suspend", 0) + r["outcome_pods"].get("stop", 0)) for r in rows],
     )
     for key in rows[0]["training_completed_at"]:
         add(f"{key} completes at", [when(r["training_completed_at"].get(key)) for r in rows])
@@ -86,7 +82,6 @@ def _write_plots(runs: list[Any], report: str) -> list[Path]:
     try:
         paths = write_report(main.result, report, "kai-ray demo")
         from kai_ray.sim.compare import row
-        from kai_ray.sim.story import clock
 
         captions = []
         for r in runs:
@@ -124,21 +119,19 @@ def demo_cmd(
     ] = False,
 ) -> None:
     """Training fills the cluster, serving preempts it, another team reclaims its quota: kai-ray vs KAI vs no gangs."""
-    from kai_ray.cli.simulate import load_scenario_or_fail
+    from kai_ray.cli.simulate import PACKAGED, load_scenario_or_fail, require_plots_or_fail
     from kai_ray.sim.compare import row, run_policies
     from kai_ray.sim.narrative import closing, tell
     from kai_ray.sim.report import PlotsUnavailable
-    from kai_ray.sim.story import clock
 
     if no_report and report is not None:
         raise CliError("--no-report: not together with --report")
-    with ExitStack() as stack:
-        packaged = files("kai_ray.sim.demo") / "scenario.yaml"
-        path = Path(scenario) if scenario else stack.enter_context(as_file(packaged))
-        if not path.exists():
-            raise CliError(f"scenario not found: {path}")
-        scn = load_scenario_or_fail(path)
-    source = str(path) if scenario else "kai_ray/sim/demo/scenario.yaml"
+    if report is not None:
+        require_plots_or_fail()
+    if scenario and scenario != PACKAGED and not Path(scenario).exists():
+        raise CliError(f"scenario not found: {scenario}")
+    scn = load_scenario_or_fail(scenario or PACKAGED)
+    source = scenario or "kai_ray/sim/demo/scenario.yaml"
     runs = run_policies(scn, source)
     rows = [row(r) for r in runs]
     doc = dict(runs[0].doc)
@@ -161,7 +154,7 @@ def demo_cmd(
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
-    console = Console(width=None if sys.stdout.isatty() else 110, highlight=False)
+    console = output.console(110)
     console.print(
         "[bold]kai-ray demo[/bold]: training fills a GPU cluster, a vLLM RayService preempts it by priority, another "
         "team reclaims its quota, and training shrinks instead of dying, then grows back. No cluster needed: the real "

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kai_ray.cli import CliError
+from kai_ray.cli import CliError, output
 from kai_ray.sim.inflation import (
     DATA_ENV,
     PUBLISHED,
@@ -206,7 +206,7 @@ def simulate_inflation(
     t0 = time.process_time()
     runs = run_here(plan, show=sys.stderr.isatty() or not as_json)
     doc = combined(plan, runs, {"cpu_seconds": round(time.process_time() - t0, 3)})
-    finish(doc, as_json, report, Console(width=None if sys.stdout.isatty() else 130))
+    finish(doc, as_json, report, output.console(130))
 
 
 def shared_plan(

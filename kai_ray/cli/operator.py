@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from functools import partial
+from typing import Any
 
 import typer
 
 from kai_ray.cli import CliError, app
-from kai_ray.k8s.config import ConfigError, OperatorConfig, duration, parse_selector
+from kai_ray.durations import flag
+from kai_ray.k8s.config import ConfigError, OperatorConfig, parse_selector
 
 operator_app = typer.Typer(
     help="Run a kai-ray operator (podgrouper or scheduler) against the cluster in KUBECONFIG or in-cluster.",
@@ -20,6 +22,14 @@ HELP = {
     "podgrouper": "Group pods of our scheduler and Ray CRs into PodGroups and stamp the pods.",
     "scheduler": "Schedule PodGroups: bind, evict, and write PodGroup/Queue status and Events.",
 }
+
+
+def duration(value: str, name: str) -> float:
+    """A duration flag: a unit is required, as for every duration flag of the CLI (``15`` is refused, ``15s`` read)."""
+    try:
+        return flag(value)
+    except ValueError as exc:
+        raise CliError(f"{name}: {exc}") from None
 
 
 def build_config(**opts: Any) -> OperatorConfig:
@@ -133,118 +143,146 @@ def _log_level(name: str) -> int:
     return level
 
 
+CLUSTER = "Cluster and leader election (both operators)"
+SERVING = "Metrics, health and logs (both operators)"
+PANELS = {
+    "scheduling": "Scheduling",
+    "reclaim": "Ray-aware reclaim and the autoscaler hook",
+    "usage": "Time-based fair share (KAI's usageDBConfig)",
+    "podgrouper": "Podgrouper",
+}
+OWNER = {"scheduling": "scheduler", "reclaim": "scheduler", "usage": "scheduler", "podgrouper": "podgrouper"}
+
+
+def _option(kind: str, default: Any, help: str, *decls: str, panel: str = CLUSTER, metavar: str | None = None) -> Any:
+    """One option of ``kai-ray operator <kind>``: both operators take every option (the chart passes what it passes),
+    but each lists only its own, under a panel, and a flag shows no value placeholder (``metavar=""``)."""
+    owner = OWNER.get(panel)
+    return typer.Option(
+        default,
+        *decls,
+        help=help,
+        rich_help_panel=PANELS.get(panel, panel),
+        hidden=owner is not None and owner != kind,
+        metavar=metavar,
+        show_default=not isinstance(default, bool),
+    )
+
+
 def _define(kind: str) -> None:
+    o = partial(_option, kind)
+    workers = "concurrent binding requests" if kind == "scheduler" else "concurrent reconciles"
+
     def command(
-        kubeconfig: Annotated[
-            str | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
-        ] = None,
-        context: Annotated[str | None, typer.Option(help="kubeconfig context")] = None,
-        scheduler_name: Annotated[str, typer.Option(help="spec.schedulerName this operator serves")] = "kai-scheduler",
-        queue_label_key: Annotated[
-            str, typer.Option(help="label that names a workload's queue")
-        ] = "kai.scheduler/queue",
-        namespace: Annotated[
-            list[str] | None, typer.Option("--namespace", "-n", help="namespace to serve (repeatable; default all)")
-        ] = None,
-        node_selector: Annotated[
-            str | None, typer.Option(help="scheduler: only nodes with these labels (k=v,k2=v2), e.g. a node pool")
-        ] = None,
-        leader_elect: Annotated[bool, typer.Option(help="elect a leader through a Lease")] = True,
-        lease_name: Annotated[str | None, typer.Option(help="Lease name (default kai-ray-<operator>)")] = None,
-        lease_namespace: Annotated[str | None, typer.Option(help="Lease namespace (default: own namespace)")] = None,
-        lease_duration: Annotated[str, typer.Option(help="Lease duration")] = "15s",
-        renew_deadline: Annotated[
-            str, typer.Option(help="give up leadership after failing to renew this long")
-        ] = "10s",
-        retry_period: Annotated[str, typer.Option(help="Lease renew/retry period")] = "2s",
-        identity: Annotated[str | None, typer.Option(help="leader-election identity (default host_random)")] = None,
-        bind_address: Annotated[str, typer.Option(help="address for the metrics and health servers")] = "0.0.0.0",
-        metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port (0: off)")] = 8080,
-        health_port: Annotated[int, typer.Option(help="/healthz port (0: off)")] = 8081,
-        placement_strategy: Annotated[
-            str, typer.Option(help="binpack or spread (KAI's), bestfit or fgd (fragmentation-aware)")
-        ] = "binpack",
-        preemption_delay: Annotated[str, typer.Option(help="default time a group waits before it may evict")] = "0s",
-        queue_priority_reclaim: Annotated[
-            bool, typer.Option(help="higher-priority queues may reclaim in-quota resources")
-        ] = False,
-        eviction_mode: Annotated[str, typer.Option(help="evict (Eviction API, PDBs respected) or delete")] = "evict",
-        eviction_grace_seconds: Annotated[
-            int | None, typer.Option(help="grace period of evicted pods (default: the pod's own)")
-        ] = None,
-        schedule_period: Annotated[str, typer.Option(help="periodic cycle interval")] = "1s",
-        bind_workers: Annotated[
-            int, typer.Option(help="concurrent binding requests (podgrouper: concurrent reconciles)")
-        ] = 32,
-        write_workers: Annotated[int, typer.Option(help="concurrent status/Event writes")] = 8,
-        kai_compatible_priorities: Annotated[
-            bool, typer.Option(help="podgrouper: every Ray kind defaults to `train` (KAI's default)")
-        ] = False,
-        elastic_reclaim: Annotated[
-            bool,
-            typer.Option(help="scheduler: shrink a KubeRay worker group instead of evicting its elastic workers"),
-        ] = True,
-        suspend_kinds: Annotated[
-            list[str] | None,
-            typer.Option(
-                help="scheduler: Ray kinds whose whole gangs are suspended (spec.suspend) instead of evicted, and "
-                "resumed when admitted (repeatable or comma-separated; 'none' for none; default RayJob)"
-            ),
-        ] = None,
-        drain_deadline: Annotated[
-            str, typer.Option(help="scheduler: time Ray gets to move work off shrunk workers (0s: no draining)")
-        ] = "30s",
-        headroom_interval: Annotated[
-            str,
-            typer.Option(help="scheduler: how often the headroom for the Ray autoscaler hook is published (0s: off)"),
-        ] = "2s",
-        kai_coexistence: Annotated[
-            bool,
-            typer.Option(
-                help="podgrouper: KAI's scheduler schedules; mark Ray objects and stamped pods "
-                "kai.scheduler/skip-podgrouper so KAI's podgrouper leaves them to kai-ray"
-            ),
-        ] = False,
-        default_priority: Annotated[
-            list[str] | None,
-            typer.Option(help="podgrouper: PriorityClass of a Ray kind that names none, KIND=CLASS (repeatable)"),
-        ] = None,
-        max_gang_pods: Annotated[
-            int, typer.Option(help="pods one gang may have; a Ray object asking for more is refused with a reason")
-        ] = 10_000,
-        k_value: Annotated[
-            float, typer.Option(help="scheduler: weight of historical usage in the over-quota division (KAI's kValue)")
-        ] = 1.0,
-        usage_db: Annotated[
-            str,
-            typer.Option(
-                help="scheduler: time-based fair share usage source: none (off), internal (kai-ray keeps it in the "
-                "Queue status), prometheus (KAI's query)"
-            ),
-        ] = "none",
-        usage_db_url: Annotated[str | None, typer.Option(help="scheduler: Prometheus base URL (prometheus)")] = None,
-        usage_window_size: Annotated[str, typer.Option(help="scheduler: usage window (1w, 2d, 12h)")] = "1w",
-        usage_window_type: Annotated[str, typer.Option(help="scheduler: sliding, tumbling or cron")] = "sliding",
-        usage_half_life_period: Annotated[
-            str | None, typer.Option(help="scheduler: usage decay half-life (empty or 0: no decay)")
-        ] = None,
-        usage_tumbling_window_start_time: Annotated[
-            str | None, typer.Option(help="scheduler: RFC 3339 start of the tumbling windows")
-        ] = None,
-        usage_cron_string: Annotated[
-            str | None, typer.Option(help="scheduler: cron expression of the cron window's resets")
-        ] = None,
-        usage_fetch_interval: Annotated[
-            str, typer.Option(help="scheduler: how often usage is refreshed (and persisted)")
-        ] = "1m",
-        usage_staleness_period: Annotated[
-            str, typer.Option(help="scheduler: usage older than this is reported stale")
-        ] = "5m",
-        usage_extra_param: Annotated[
-            list[str] | None,
-            typer.Option(help="scheduler: prometheus query override KEY=VALUE (KAI's extraParams; repeatable)"),
-        ] = None,
-        log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+        kubeconfig: str | None = o(None, "kubeconfig file (default: $KUBECONFIG, in-cluster)", metavar="FILE"),
+        context: str | None = o(None, "kubeconfig context", metavar="NAME"),
+        scheduler_name: str = o("kai-scheduler", "spec.schedulerName this operator serves", metavar="NAME"),
+        queue_label_key: str = o("kai.scheduler/queue", "label that names a workload's queue", metavar="KEY"),
+        namespace: list[str] | None = o(
+            None, "namespace to serve (repeatable; default all)", "--namespace", "-n", metavar="NS"
+        ),
+        node_selector: str | None = o(
+            None, "only nodes with these labels, e.g. a node pool", panel="scheduling", metavar="K=V,..."
+        ),
+        leader_elect: bool = o(True, "elect a leader through a Lease"),
+        lease_name: str | None = o(None, "Lease name (default kai-ray-<operator>)", metavar="NAME"),
+        lease_namespace: str | None = o(None, "Lease namespace (default: own namespace)", metavar="NS"),
+        lease_duration: str = o("15s", "Lease duration", metavar="DURATION"),
+        renew_deadline: str = o("10s", "give up leadership after failing to renew this long", metavar="DURATION"),
+        retry_period: str = o("2s", "Lease renew/retry period", metavar="DURATION"),
+        identity: str | None = o(None, "leader-election identity (default host_random)", metavar="ID"),
+        bind_address: str = o("0.0.0.0", "address of the metrics and health servers", panel=SERVING, metavar="IP"),
+        metrics_port: int = o(8080, "Prometheus /metrics port (0: off)", panel=SERVING, metavar="PORT"),
+        health_port: int = o(8081, "/healthz port (0: off)", panel=SERVING, metavar="PORT"),
+        placement_strategy: str = o(
+            "binpack", "binpack or spread (KAI's), bestfit or fgd", panel="scheduling", metavar="NAME"
+        ),
+        preemption_delay: str = o(
+            "0s", "default time a group waits before it may evict", panel="scheduling", metavar="DURATION"
+        ),
+        queue_priority_reclaim: bool = o(
+            False,
+            "higher-priority queues may reclaim in-quota resources",
+            "--queue-priority-reclaim",
+            panel="scheduling",
+        ),
+        eviction_mode: str = o(
+            "evict", "evict (Eviction API, PDBs respected) or delete", panel="scheduling", metavar="MODE"
+        ),
+        eviction_grace_seconds: int | None = o(
+            None, "grace period of evicted pods (default: the pod's own)", panel="scheduling", metavar="SECONDS"
+        ),
+        schedule_period: str = o("1s", "periodic cycle interval", panel="scheduling", metavar="DURATION"),
+        bind_workers: int = o(32, workers, metavar="N"),
+        write_workers: int = o(8, "concurrent status/Event writes", panel="scheduling", metavar="N"),
+        kai_compatible_priorities: bool = o(
+            False,
+            "every Ray kind defaults to `train` (KAI's default)",
+            "--kai-compatible-priorities",
+            panel="podgrouper",
+        ),
+        elastic_reclaim: bool = o(
+            True, "shrink a KubeRay worker group instead of evicting its elastic workers", panel="reclaim"
+        ),
+        suspend_kinds: list[str] | None = o(
+            None,
+            "Ray kinds whose whole gangs are suspended (spec.suspend) instead of evicted, and resumed when "
+            "admitted (repeatable or comma-separated; 'none' for none; default RayJob)",
+            panel="reclaim",
+            metavar="KINDS",
+        ),
+        drain_deadline: str = o(
+            "30s",
+            "time Ray gets to move work off shrunk workers (0s: no draining)",
+            panel="reclaim",
+            metavar="DURATION",
+        ),
+        headroom_interval: str = o(
+            "2s",
+            "how often the Ray autoscaler hook's headroom is published (0s: off)",
+            panel="reclaim",
+            metavar="DURATION",
+        ),
+        kai_coexistence: bool = o(
+            False,
+            "KAI's scheduler schedules; mark Ray objects and stamped pods kai.scheduler/skip-podgrouper so KAI's "
+            "podgrouper leaves them to kai-ray",
+            "--kai-coexistence",
+            panel="podgrouper",
+        ),
+        default_priority: list[str] | None = o(
+            None, "PriorityClass of a Ray kind that names none (repeatable)", panel="podgrouper", metavar="KIND=CLASS"
+        ),
+        max_gang_pods: int = o(10_000, "pods one gang may have; a Ray object asking for more is refused", metavar="N"),
+        k_value: float = o(1.0, "weight of historical usage in the over-quota division (kValue)", panel="usage"),
+        usage_db: str = o(
+            "none",
+            "usage source: none (off), internal (kept in the Queue status), prometheus (KAI's query)",
+            panel="usage",
+            metavar="SOURCE",
+        ),
+        usage_db_url: str | None = o(None, "Prometheus base URL (prometheus)", panel="usage", metavar="URL"),
+        usage_window_size: str = o("1w", "usage window (1w, 2d, 12h)", panel="usage", metavar="DURATION"),
+        usage_window_type: str = o("sliding", "sliding, tumbling or cron", panel="usage", metavar="TYPE"),
+        usage_half_life_period: str | None = o(
+            None, "usage decay half-life (empty or 0: no decay)", panel="usage", metavar="DURATION"
+        ),
+        usage_tumbling_window_start_time: str | None = o(
+            None, "RFC 3339 start of the tumbling windows", panel="usage", metavar="TIME"
+        ),
+        usage_cron_string: str | None = o(
+            None, "cron expression of the window's resets", panel="usage", metavar="CRON"
+        ),
+        usage_fetch_interval: str = o(
+            "1m", "how often usage is refreshed (and persisted)", panel="usage", metavar="DURATION"
+        ),
+        usage_staleness_period: str = o(
+            "5m", "usage older than this is reported stale", panel="usage", metavar="DURATION"
+        ),
+        usage_extra_param: list[str] | None = o(
+            None, "prometheus query override (KAI's extraParams; repeatable)", panel="usage", metavar="KEY=VALUE"
+        ),
+        log_level: str = o("INFO", "DEBUG, INFO, WARNING, ERROR", panel=SERVING, metavar="LEVEL"),
     ) -> None:
         opts = dict(locals())
         level = _log_level(log_level)

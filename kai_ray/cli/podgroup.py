@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 
 from kai_ray.api.loader import SIM_SCENARIO, ManifestError, describe, load_documents, parse_object, what_is
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.api.strict import invalid_quantities, unknown_fields
 from kai_ray.cli import CliError, app, note, warn
+from kai_ray.cli.output import dump_yaml_all
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group
 
 RAY_KINDS = ("RayCluster", "RayJob", "RayService")
@@ -79,7 +79,7 @@ def podgroup_cmd(
     ] = False,
     queue_label_key: Annotated[str | None, typer.Option(help="Label key that names the queue")] = None,
 ) -> None:
-    """Print the PodGroup(s) for the Ray CRs in FILE (KAI scheduling.run.ai/v2alpha2)."""
+    """Print the PodGroup(s) for the Ray CRs in the -f file ("-f -": stdin), as KAI's scheduling.run.ai/v2alpha2."""
     if output not in ("yaml", "json"):
         raise CliError(f"--output: {output!r} is not 'yaml' or 'json'")
     config = PodgrouperConfig.kai_compatible() if kai_defaults else PodgrouperConfig()
@@ -90,4 +90,4 @@ def podgroup_cmd(
     if output == "json":
         typer.echo(json.dumps(groups, indent=2))
     else:
-        typer.echo(yaml.safe_dump_all(groups, sort_keys=False).rstrip())
+        typer.echo(dump_yaml_all(groups))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, app, warn
+from kai_ray.cli import CliError, app, output, warn
 from kai_ray.cli.fragmentation import simulate_inflation
 from kai_ray.sim.engine import EngineOptions, SimResult
 from kai_ray.sim.inflation import InflationError, check_placement
@@ -22,15 +23,35 @@ from kai_ray.sim.trace import TraceError
 TRACE_FORMATS = ("alibaba-v2023",)
 
 
+PACKAGED = "demo"  # the scenario shipped in the wheel (kai_ray/sim/demo/), by name: no path to know after pip install
+SCENARIO_HELP = f"a scenario YAML file, or {PACKAGED!r} for the packaged demo scenario"
+
+
 def load_scenario_or_fail(path: str | Path) -> Scenario:
-    """A scenario, its warnings (unknown fields) on stderr; a bad one is a CliError naming the field."""
+    """A scenario, its warnings (unknown fields) on stderr; a bad one is a CliError naming the field.
+
+    ``demo`` (when no file of that name is in the working directory) is the packaged scenario, read where the wheel
+    installed it: the README's commands then work from any directory."""
     try:
-        scn = load_scenario(path)
+        if str(path) == PACKAGED and not Path(path).exists():
+            with as_file(files("kai_ray.sim.demo") / "scenario.yaml") as packaged:
+                scn = load_scenario(packaged)
+        else:
+            scn = load_scenario(path)
     except ScenarioError as exc:
         raise CliError(str(exc)) from None
     for text in scn.warnings:
         warn(text)
     return scn
+
+
+def require_plots_or_fail() -> None:
+    from kai_ray.sim.report import PlotsUnavailable, require_plots
+
+    try:
+        require_plots()
+    except PlotsUnavailable as exc:
+        raise CliError(f"--report: {exc}") from None
 
 
 def write_report_or_fail(res: SimResult, report: str, title: str) -> list[Path]:
@@ -57,7 +78,8 @@ def _emit(doc: dict[str, Any], as_json: bool, console: Console, trace: bool) -> 
         m = doc["metrics"]
         console.print(
             f"replayed {m['arrived']} pods on {doc['cluster']['nodes']} nodes ({doc['cluster']['gpus']:g} GPUs): "
-            f"{m['completed']} completed, {m['pending_at_end']} still pending, {m['preemptions']} preemptions; "
+            f"{m['completed']} completed, {m['pending_at_end']} still pending, {m['evicted_pods']} pods evicted, "
+            f"{m['runs_stopped']} runs stopped; "
             f"{doc['stats']['cycles']} scheduling cycles in {doc['stats']['wall_seconds']:.1f} s"
         )
         skipped = doc.get("trace", {}).get("skipped") or {}
@@ -131,7 +153,10 @@ def run_trace(
 
 @app.command("simulate")
 def simulate_cmd(
-    scenario: Annotated[str | None, typer.Argument(help="Scenario YAML (nodes, queues, workloads, config)")] = None,
+    scenario: Annotated[
+        str | None,
+        typer.Argument(help=f"Scenario YAML (nodes, queues, workloads, config), or {PACKAGED!r} (the packaged one)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of the timeline")] = False,
     report: Annotated[str | None, typer.Option("--report", help="Write PNG plots into this directory")] = None,
     trace: Annotated[str | None, typer.Option("--trace", help="Replay a trace instead: alibaba-v2023")] = None,
@@ -169,6 +194,8 @@ def simulate_cmd(
 
     if policy not in POLICIES:
         raise CliError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    if report is not None:
+        require_plots_or_fail()
     if inflate is not None:
         if trace is None or scenario is not None:
             raise CliError("--inflate: only with --trace alibaba-v2023 --nodes ... --pods ... (no scenario)")
@@ -184,7 +211,7 @@ def simulate_cmd(
             check_placement(placement)
         except InflationError as exc:
             raise CliError(str(exc)) from None
-    console = Console(width=None if sys.stdout.isatty() else 110)
+    console = output.console(110)
     if trace is not None:
         if scenario is not None:
             raise CliError("SCENARIO: give a scenario file or --trace, not both")
@@ -210,7 +237,7 @@ def simulate_cmd(
         extra = {"description": scn.description} if scn.description else {}
         extra["policy"] = policy
         source = scenario
-        title = Path(scenario).stem
+        title = POLICIES[policy].title
     doc = result_document(res, source, extra)
     if report is not None:
         paths = write_report_or_fail(res, report, title)

@@ -9,17 +9,17 @@ the scheduler wrote (:mod:`kai_ray.k8s.scheduling.visibility`); against a scenar
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from kai_ray.cli import CliError, app
+from kai_ray.cli.output import console, dump_yaml
+from kai_ray.durations import EXAMPLES, clock, flag, span
 from kai_ray.scheduler.snapshot import Snapshot
 from kai_ray.scheduler.visibility import LastCycle, PendingRow, QueueRow, pending_rows, queue_rows
 
@@ -27,9 +27,12 @@ OUTPUTS = ("text", "json", "yaml")
 RESOURCE_UNITS = {"gpu": "GPUs", "cpu": "cores", "memory": "GiB"}
 
 ScenarioOpt = Annotated[
-    str | None, typer.Option("--scenario", help="a simulator scenario file instead of the cluster (with --at)")
+    str | None,
+    typer.Option(
+        "--scenario", help="a simulator scenario file, or 'demo' (the packaged one), instead of the cluster (with --at)"
+    ),
 ]
-AtOpt = Annotated[str | None, typer.Option("--at", help="with --scenario: the simulated time, e.g. 30m or 1800")]
+AtOpt = Annotated[str | None, typer.Option("--at", help="with --scenario: the simulated time, e.g. 45m or 0:45:00")]
 KubeconfigOpt = Annotated[str | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG)")]
 ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context")]
 OutputOpt = Annotated[str, typer.Option("-o", "--output", help="text, json or yaml")]
@@ -53,23 +56,25 @@ def _load(scenario: str | None, at: str | None, kubeconfig: str | None, context:
         if at is not None:
             raise CliError("--at: only with --scenario (a cluster is shown as it is now)")
         return _cluster(kubeconfig, context, scheduler)
-    for flag, value in (("--kubeconfig", kubeconfig), ("--context", context)):
+    for name, value in (("--kubeconfig", kubeconfig), ("--context", context)):
         if value is not None:
-            raise CliError(f"{flag}: not used with --scenario")
+            raise CliError(f"{name}: not used with --scenario")
     if at is None:
-        raise CliError("--at: required with --scenario (the simulated time to look at, e.g. 30m or 1800)")
-    from kai_ray.api.duration import seconds
+        raise CliError(f"--at: required with --scenario (the simulated time to look at, {EXAMPLES})")
     from kai_ray.cli.simulate import load_scenario_or_fail
     from kai_ray.sim.visibility import scenario_view
 
     try:
-        when = seconds(at)
+        when = flag(at)
     except ValueError as exc:
         raise CliError(f"--at: {exc}") from None
     if when < 0:
         raise CliError(f"--at: {at!r} is before the simulation starts")
     view = scenario_view(load_scenario_or_fail(scenario), when)
-    src = Source(view.snapshot, view.last, view.display_names, view.owners, f"{scenario} at {_clock(when)}")
+    label = f"{scenario} at {clock(when)}"
+    if view.ended_at is not None:
+        label += f"; the simulation ended at {clock(view.ended_at)}"
+    src = Source(view.snapshot, view.last, view.display_names, view.owners, label)
     src.at = when
     return src
 
@@ -103,11 +108,11 @@ def _emit(doc: dict[str, Any], output: str) -> None:
     if output == "json":
         typer.echo(json.dumps(doc, indent=2))
     else:
-        typer.echo(yaml.safe_dump(doc, sort_keys=False).rstrip())
+        typer.echo(dump_yaml(doc))
 
 
 def _console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    return console(120)
 
 
 def _print_table(console: Console, table: Table) -> Console:
@@ -118,22 +123,6 @@ def _print_table(console: Console, table: Table) -> Console:
             console = Console(width=needed, highlight=False, file=console.file)
     console.print(table)
     return console
-
-
-def _clock(seconds: float) -> str:
-    s = round(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def _age(seconds: float) -> str:
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m" if s % 3600 // 60 else f"{s // 3600}h"
-    return f"{s // 86400}d"
 
 
 def _amount(resource: str, value: float | None) -> str:
@@ -273,6 +262,6 @@ def _pending_cells(r: PendingRow) -> list[str]:
         f"{r.priority_class or '-'} ({r.priority})",
         f"{r.pending_pods}/{r.min_member}",
         _amount("gpu", r.requested["gpu"]),
-        _age(r.age_seconds),
+        span(r.age_seconds),
         r.reason,
     ]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.api.duration import seconds
+from kai_ray.durations import seconds
 from kai_ray.k8s.scheduling.usage import CLIENT_TYPES, PrometheusClient
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, usage_params_from

@@ -540,7 +540,7 @@ def explain_fit_failure(ses: Session, job: JobInfo, tasks: list[int], placer: Ga
     pset = ses.p_set[p]
     placed = placer.placed_before_fail
     sub = f" of subgroup {pset.name}" if pset is not None and pset.name != "default" else ""
-    msg = f"gang does not fit: {len(tasks)} pods required{sub}, {placed} placed before pod {pod.name} found no node"
+    msg = f"gang does not fit: {len(tasks)} pods required, {placed} placed before pod {pod.name}{sub} found no node"
     if best is not None:
         lacking = ", ".join(f"{k} {v:g}" for k, v in shortfall.items() if v > 0) or "pod slots"
         msg += f"; best node {best} lacks {lacking}"

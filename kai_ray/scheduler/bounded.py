@@ -16,9 +16,9 @@ Pure functions of the snapshot; ``hold`` runs when the session opens, ``evict_ov
 
 from __future__ import annotations
 
+from kai_ray.durations import span
 from kai_ray.scheduler.allocation import upgrade_surge_of
 from kai_ray.scheduler.decisions import Action, CycleResult, JobStatus, Reason
-from kai_ray.scheduler.results import duration_text
 from kai_ray.scheduler.session import ACTIVE, EvictInfo, JobInfo, Session
 
 
@@ -31,13 +31,13 @@ def hold(ses: Session) -> None:
         if facts.backoff_until is not None and ses.now < facts.backoff_until:
             job.invalid = (
                 Reason.READY_TIMEOUT_BACKOFF,
-                f"evicted after its ready-timeout; placed again in {duration_text(facts.backoff_until - ses.now)}",
+                f"evicted after its ready-timeout; placed again in {span(facts.backoff_until - ses.now)}",
             )
         elif facts.max_runtime is not None and (facts.admitted_seconds or 0.0) >= facts.max_runtime:
             job.invalid = (
                 Reason.MAX_RUNTIME_EXCEEDED,
-                f"admitted {duration_text(facts.admitted_seconds or 0.0)}, its max-runtime "
-                f"{duration_text(facts.max_runtime)}: stopped, not placed again",
+                f"admitted {span(facts.admitted_seconds or 0.0)}, its max-runtime "
+                f"{span(facts.max_runtime)}: stopped, not placed again",
             )
 
 
@@ -65,17 +65,16 @@ def evict_overdue(ses: Session) -> None:
             if unready:
                 reason = Reason.READY_TIMEOUT
                 msg = (
-                    f"gang {job.key} bound {duration_text(ses.now - bound)} ago but {unready} of {len(active)} pods "
-                    f"are not Ready (ready-timeout {duration_text(timeout)}); evicting it whole, requeued after "
-                    f"{duration_text(ses.cfg.ready_timeout_backoff)}"
+                    f"gang {job.key} bound {span(ses.now - bound)} ago but {unready} of {len(active)} pods "
+                    f"are not Ready (ready-timeout {span(timeout)}); evicting it whole, requeued after "
+                    f"{span(ses.cfg.ready_timeout_backoff)}"
                 )
         if reason is None and facts is not None and facts.max_runtime is not None and start is not None:
             admitted = (facts.admitted_seconds or 0.0) + max(0.0, ses.now - start)
             if admitted >= facts.max_runtime:
                 reason = Reason.MAX_RUNTIME
                 msg = (
-                    f"gang {job.key} admitted {duration_text(admitted)}, its max-runtime "
-                    f"{duration_text(facts.max_runtime)}: stopping it"
+                    f"gang {job.key} admitted {span(admitted)}, its max-runtime {span(facts.max_runtime)}: stopping it"
                 )
         if reason is None or msg is None:
             continue
@@ -115,7 +114,6 @@ def annotate(ses: Session, res: CycleResult) -> None:
         details = dict(status.details)
         details.update(maxPendingExceeded=True, pendingSeconds=waited, maxPendingTimeSeconds=facts.max_pending_time)
         message = (
-            f"{status.message}; pending {duration_text(waited)}, beyond its max-pending-time "
-            f"{duration_text(facts.max_pending_time)}"
+            f"{status.message}; pending {span(waited)}, beyond its max-pending-time {span(facts.max_pending_time)}"
         )
         res.jobs[job.key] = JobStatus(job.key, False, status.reason, message, details)

@@ -7,6 +7,7 @@ and evicted at the end is an eviction, carrying the action and preemptor recorde
 
 from __future__ import annotations
 
+from kai_ray.durations import span
 from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
 from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import (
@@ -136,19 +137,6 @@ def _with_loss_note(ses: Session, p: int, info: EvictInfo) -> str:
     return f"{info.message}; victim order: {note}" if note else info.message
 
 
-def duration_text(seconds: float) -> str:
-    """``45s``, ``3m05s``, ``2h01m``: a span for people. The core's clock may be epoch seconds (the operators) or
-    simulated seconds; only differences of it are shown, never the raw value."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
 def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
     st = ses.p_status
     if job.invalid is not None:
@@ -194,15 +182,12 @@ def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
         if grace is None:
             grace = ses.cfg.default_staleness_grace
         left = job.stale_since + grace - ses.now
-        if grace < 0:
-            when = "never (stale-gang eviction disabled)"
-        else:
-            when = f"in {duration_text(left)}" if left > 0 else "now"
+        when = "never (stale-gang eviction disabled)" if grace < 0 else f"in {span(left)}" if left > 0 else "now"
         return JobStatus(
             job.key,
             False,
             Reason.STALE_GANG,
-            f"running below its gang minimum for {duration_text(ses.now - job.stale_since)}; evicted whole {when}",
+            f"running below its gang minimum for {span(ses.now - job.stale_since)}; evicted whole {when}",
             {"staleSince": job.stale_since, "gracePeriodSeconds": grace},
         )
     if not job.ready:

@@ -8,9 +8,9 @@ gang holds resources forever. The first time it is seen stale is ``Job.stale_sin
 
 from __future__ import annotations
 
+from kai_ray.durations import span
 from kai_ray.scheduler.bounded import evict_overdue
 from kai_ray.scheduler.decisions import Action, Reason
-from kai_ray.scheduler.results import duration_text
 from kai_ray.scheduler.session import ACTIVE, DONE, EvictInfo, Session
 
 
@@ -30,8 +30,8 @@ def stale_gang_action(ses: Session) -> None:
         if grace < 0 or ses.now - since < grace:
             continue
         msg = (
-            f"gang {job.key} has run below its minimum for {duration_text(ses.now - since)} "
-            f"(grace {duration_text(grace)}); "
+            f"gang {job.key} has run below its minimum for {span(ses.now - since)} "
+            f"(grace {span(grace)}); "
             "evicting all its pods"
         )
         info = EvictInfo(Action.STALE_GANG_EVICTION, Reason.STALE_GANG, None, msg, False, True)

@@ -20,40 +20,19 @@ time when a cron window needs a calendar). Resources are (gpu, cpu, memory) in a
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from kai_ray.durations import parse_duration
+
 WINDOW_TYPES = ("sliding", "tumbling", "cron")
 SLIDING_BUCKETS = 48  # buckets per sliding window: the edge error is at most one bucket's share of the window
 LEDGER_VERSION = 1
 Vec = tuple[float, float, float]
 ZERO: Vec = (0.0, 0.0, 0.0)
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
-
-
-def parse_window_duration(text: str) -> float | None:
-    """Seconds from a Prometheus duration (KAI's ``windowSize``: ``1w``, ``2d12h``, ``90m``); Go durations without
-    sub-millisecond units parse too. None when unparsable. Written here because the Go-duration parsers of the house
-    (and the Kubernetes client's) know no days or weeks."""
-    body = text.strip()
-    parts = _DURATION.findall(body)
-    if not body or "".join(n + u for n, u in parts) != body:
-        return None
-    return sum(float(n) * _UNITS[u] for n, u in parts)
-
-
-def human_duration(seconds: float) -> str:
-    """``86400`` -> ``1d``, ``43200`` -> ``12h``, ``90`` -> ``90s``: the largest unit that divides it."""
-    for unit, size in (("w", 604800.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
 
 
 class UsageConfigError(ValueError):
@@ -144,7 +123,7 @@ def usage_params_from(raw: Mapping[str, Any] | None, where: str = "usageParams")
 def _seconds(value: Any, where: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
-    parsed = parse_window_duration(str(value))
+    parsed = parse_duration(str(value))
     if parsed is None:
         raise UsageConfigError(f"{where}: {value!r} is not a duration (e.g. 1w, 24h, 90m, 30s)")
     return parsed

@@ -20,7 +20,7 @@ are ordered the same way (``tasks.evict_key``): idle Ray nodes leave first, then
 
 from __future__ import annotations
 
-from kai_ray.scheduler.results import duration_text
+from kai_ray.durations import span
 from kai_ray.scheduler.session import ACTIVE, JobInfo, Session
 
 
@@ -44,7 +44,7 @@ def assess(ses: Session) -> None:
         facts = job.spec.raynative
         if ckpt_on and facts is not None and facts.last_checkpoint is not None and facts.last_checkpoint <= now:
             since = max(facts.last_checkpoint, start)
-            bounds.append((now - since, f"last checkpoint {duration_text(now - facts.last_checkpoint)} ago"))
+            bounds.append((now - since, f"last checkpoint {span(now - facts.last_checkpoint)} ago"))
         if bounds:
             risk, note = min(bounds, key=lambda b: b[0])
             known.append((job, max(0.0, risk), note))
@@ -55,7 +55,7 @@ def assess(ses: Session) -> None:
     for job, risk, note in known:
         job.risk, job.risk_note = risk, note
     for job, risk in unknown:
-        job.risk, job.risk_note = risk, f"no Ray activity or checkpoint known; running {duration_text(risk)}"
+        job.risk, job.risk_note = risk, f"no Ray activity or checkpoint known; running {span(risk)}"
 
 
 def _run_start(ses: Session, job: JobInfo, active: list[int]) -> float:
@@ -78,12 +78,12 @@ def _activity_bound(ses: Session, job: JobInfo, active: list[int], start: float)
             continue
         if act.idle_seconds > 0:
             fresh[p] = 0.0
-            notes[p] = f"idle in Ray for {duration_text(act.idle_seconds)}"
+            notes[p] = f"idle in Ray for {span(act.idle_seconds)}"
             idle_for.append(act.idle_seconds)
         elif act.busy_since is not None:
             since = max(act.busy_since, ses.p_start[p])
             fresh[p] = max(0.0, now - since)
-            notes[p] = f"busy in Ray for {duration_text(now - since)}"
+            notes[p] = f"busy in Ray for {span(now - since)}"
             busy_from.append(since)
         else:
             fresh[p] = max(0.0, now - ses.p_start[p])
@@ -97,8 +97,8 @@ def _activity_bound(ses: Session, job: JobInfo, active: list[int], start: float)
     if len(fresh) < len(active):
         return []
     if len(idle_for) == len(active):
-        return [(0.0, f"idle in Ray for {duration_text(min(idle_for))}")]
+        return [(0.0, f"idle in Ray for {span(min(idle_for))}")]
     if busy_from and all_busy_known:
         since = max(min(busy_from), start)
-        return [(now - since, f"busy in Ray for {duration_text(now - since)}")]
+        return [(now - since, f"busy in Ray for {span(now - since)}")]
     return []

@@ -228,6 +228,11 @@ class Engine:
         return len(self.with_pending) > len(self.hopeless)
 
     # ------------------------------------------------------------------ the loop
+    @property
+    def drained(self) -> bool:
+        """No event is left: the run is over, and ``now`` is the time of its last event."""
+        return not self._heap
+
     def run(self) -> SimResult:
         """Run to the end (or ``until``). The world's long-lived objects are frozen out of the cyclic GC while it
         runs: the core creates and drops many objects per cycle, and full collections would rescan them all."""

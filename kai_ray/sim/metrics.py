@@ -13,8 +13,12 @@ Definitions (also in ``docs/simulator.md``):
 * **Unallocated-GPU fragmentation**: at each instant, the share of unallocated GPU capacity that lies on nodes where
   some GPU is already allocated (including idle parts of shared GPUs), so a job needing whole nodes cannot use it;
   0 while nothing is free. Reported as its time average over the same window.
-* **Preemptions**: times a workload lost its running gang to evictions (preempt, reclaim, consolidation or stale-gang
-  eviction). Elastic evictions that leave the gang running are ``elastic_shrinks``.
+* **Evictions are counted in pods** everywhere a person reads them (the demo's table and story, the plots, the
+  Workloads table): ``preempted_pods``, ``reclaimed_pods``, ``other_evicted_pods`` (consolidation, stale gang) and
+  ``outcome_pods`` (by what became of the victim: ``shrink``, ``restart``, ``suspend``, ``stop``). One cycle's
+  evictions of one workload by one action are one *event*; the ``*_events`` keys and ``outcomes`` count those.
+* **Runs stopped** (``runs_stopped``, ``stopped_at``): times a workload lost its running gang to evictions. Evictions
+  the run survived (elastic shrinks) are ``shrink_events``.
 * **Wasted GPU-hours**: GPU time that did no useful work because of preemption: GPUs held while paying the restart
   cost, work lost since the last checkpoint (x the gang's GPUs), GPUs held by evicted pods while terminating, and
   GPUs held by what is left of a broken gang until it runs again or is evicted. ``lost_gpu_hours`` is the part
@@ -35,6 +39,8 @@ from typing import Any
 from kai_ray.sim.engine import SimResult
 from kai_ray.sim.usage import usage_document
 from kai_ray.sim.workloads import COMPLETED, RayWorkload, WorkloadBase
+
+EVICTIONS = ("preempt", "reclaim", "evict")  # event types that take pods from a workload
 
 
 def nearest_rank(values: list[float], q: float) -> float | None:
@@ -62,10 +68,15 @@ def compute_metrics(res: SimResult) -> dict[str, Any]:
     capacity = res.total_gpus * span
     by_type: dict[str, int] = {}
     outcomes: dict[str, int] = {}
+    pods_by_type: dict[str, int] = {}
+    outcome_pods: dict[str, int] = {}
     for e in res.events:
         by_type[e["type"]] = by_type.get(e["type"], 0) + 1
+        if e["type"] in EVICTIONS:
+            pods_by_type[e["type"]] = pods_by_type.get(e["type"], 0) + e["pods"]
         if "outcome" in e:
             outcomes[e["outcome"]] = outcomes.get(e["outcome"], 0) + 1
+            outcome_pods[e["outcome"]] = outcome_pods.get(e["outcome"], 0) + e["pods"]
     return {
         "workloads": len(res.workloads),
         "arrived": len(arrived),
@@ -79,9 +90,13 @@ def compute_metrics(res: SimResult) -> dict[str, Any]:
         "gpu_allocation_rate": _r(res.alloc_gpu_seconds / capacity if capacity > 0 else 0.0, 4),
         "useful_gpu_rate": _r(res.useful_gpu_seconds / capacity if capacity > 0 else 0.0, 4),
         "gpu_fragmentation": _r(res.frag_gpu_seconds / span if span > 0 else 0.0, 4),
-        "preemptions": sum(w.preemptions for w in res.workloads),
-        "elastic_shrinks": sum(w.shrinks for w in res.workloads),
+        "runs_stopped": sum(w.preemptions for w in res.workloads),
         "evicted_pods": sum(w.evicted_pods for w in res.workloads),
+        "preempted_pods": pods_by_type.get("preempt", 0),
+        "reclaimed_pods": pods_by_type.get("reclaim", 0),
+        "other_evicted_pods": pods_by_type.get("evict", 0),
+        "outcome_pods": outcome_pods,
+        "shrink_events": sum(w.shrinks for w in res.workloads),
         "preempt_events": by_type.get("preempt", 0),
         "reclaim_events": by_type.get("reclaim", 0),
         "evict_events": by_type.get("evict", 0),
@@ -112,11 +127,12 @@ def workload_doc(w: WorkloadBase) -> dict[str, Any]:
         "jct_seconds": _r(w.completed_at - w.arrive_at) if w.completed_at is not None else None,
         "queueing_delay_seconds": _r(w.first_running_at - w.arrive_at) if w.first_running_at is not None else None,
         "pending_seconds": _r(w.pending_seconds),
-        "preemptions": w.preemptions,
-        "preempted_at": [_r(x) for x in w.preempted_at],
-        "elastic_shrinks": w.shrinks,
+        "runs_stopped": w.preemptions,
+        "stopped_at": [_r(x) for x in w.preempted_at],
+        "shrink_events": w.shrinks,
         "restarts": w.restarts,
         "evicted_pods": w.evicted_pods,
+        "evicted_pods_by": {},  # action (preempt, reclaim, evict) -> pods; filled from the events
         "pending_reason": w.pending_reason if w.state == "Pending" else None,
         "pending_message": w.pending_message if w.state == "Pending" else None,
         "last_pending_reason": w.last_pending_reason,
@@ -132,6 +148,11 @@ def workload_doc(w: WorkloadBase) -> dict[str, Any]:
 
 
 def result_document(res: SimResult, source: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    workloads = {w.key: workload_doc(w) for w in res.workloads}
+    for e in res.events:
+        if e["type"] in EVICTIONS and e["workload"] in workloads:
+            by = workloads[e["workload"]]["evicted_pods_by"]
+            by[e["type"]] = by.get(e["type"], 0) + e["pods"]
     return {
         "source": source,
         **(extra or {}),
@@ -141,7 +162,7 @@ def result_document(res: SimResult, source: str, extra: dict[str, Any] | None = 
             "leaf_queues": res.queues,
             "gpu_quotas": res.gpu_quotas,
         },
-        "workloads": {w.key: workload_doc(w) for w in res.workloads},
+        "workloads": workloads,
         "events": [{k: (_r(v) if k == "t" else v) for k, v in e.items()} for e in res.events],
         "metrics": compute_metrics(res),
         "stats": {

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.sim.story import clock, gang_text, timeline_entries
+from kai_ray.durations import clock
+from kai_ray.sim.story import gang_text, timeline_entries
 
 EVICTED = ("Preempted", "Reclaimed", "Consolidated", "StaleGang")
 BURST = 60.0  # seconds: scheduler events of one kind for one workload closer than this are one sentence
@@ -186,9 +187,9 @@ class _Teller:
         txt = f"{key} completes (job completion time {clock(w['jct_seconds'] or 0)}"
         if w["queueing_delay_seconds"]:
             txt += f", of which {clock(w['queueing_delay_seconds'])} waiting to start"
-        if w["preemptions"]:
-            txt += f"; its run was stopped {w['preemptions']} time(s)"
-        if w["elastic_shrinks"] and not w["preemptions"]:
+        if w["runs_stopped"]:
+            txt += f"; its run was stopped {w['runs_stopped']} time(s)"
+        if w["shrink_events"] and not w["runs_stopped"]:
             txt += f"; its run never stopped, though shrinks took {_workers(w['evicted_pods'])} from it"
         return txt + (f"), freeing {_gpus(freed)}." if freed else ").")
 

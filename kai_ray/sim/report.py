@@ -17,7 +17,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from kai_ray.scheduler.usage import human_duration
+from kai_ray.durations import clock, span
 from kai_ray.sim.engine import SimResult
 from kai_ray.sim.workloads import WorkloadBase
 
@@ -41,6 +41,11 @@ def _plt() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def require_plots() -> None:
+    """Raise :class:`PlotsUnavailable` now, so a command asked for plots fails before a long simulation, not after."""
+    _plt()
 
 
 def _unit(span: float) -> tuple[float, str]:
@@ -249,40 +254,46 @@ def _pending(plt: Any, res: SimResult, path: Path, title: str, colors: dict[str,
     fig, ax = plt.subplots(
         figsize=(10, max(3.0, min(0.45 * len(arrived) + 1.6, 12.0)) if len(arrived) <= MANY else 4.5)
     )
+    scale, unit = _unit(max([w.pending_seconds for w in arrived] + [60.0]))
     if len(arrived) <= MANY:
         names = [w.key for w in arrived]
-        first = [_first_wait(w) / 60.0 for w in arrived]
-        later = [max(0.0, w.pending_seconds / 60.0 - f) for w, f in zip(arrived, first, strict=True)]
+        first = [_first_wait(w) / scale for w in arrived]
+        later = [max(0.0, w.pending_seconds / scale - f) for w, f in zip(arrived, first, strict=True)]
         cols = [colors.get(w.queue, "grey") for w in arrived]
         ax.barh(names, first, color=cols, label="before its first start")
         ax.barh(names, later, left=first, color=cols, alpha=0.45, hatch="////", label="after evictions")
         ax.invert_yaxis()
-        top = max([f + g for f, g in zip(first, later, strict=True)] + [1.0])
+        top = max([f + g for f, g in zip(first, later, strict=True)] + [60.0 / scale])
         ax.set_xlim(0, top * 1.45)
         for i, w in enumerate(arrived):
             total = first[i] + later[i]
-            text = f"  {_clock(w.pending_seconds)}" if total > 0 else "  0 (ran as soon as it arrived)"
+            text = f"  {clock(w.pending_seconds)}" if total > 0 else "  0 (ran as soon as it arrived)"
+            if w.evicted_pods:
+                text += f", {w.evicted_pods} pod{'' if w.evicted_pods == 1 else 's'} evicted"
             if w.preemptions:
                 text += f", run stopped x{w.preemptions}"
-            if w.shrinks:
-                text += f", shrunk x{w.shrinks}"
+            elif w.evicted_pods:
+                text += " (run kept going)"
             ax.annotate(text, (total, i), va="center", fontsize=8, color="red" if w.preemptions else "black")
-        ax.set_xlabel("time pending (minutes)")
+        ax.set_xlabel(f"time pending ({unit})")
         from matplotlib.patches import Patch
 
+        queues = list(dict.fromkeys(w.queue for w in arrived))
         ax.legend(
             handles=[
-                Patch(color="#888888", label="before its first start"),
-                Patch(facecolor="#888888", alpha=0.45, hatch="////", label="after evictions"),
+                *(Patch(color=colors.get(q, "grey"), label=f"queue {q}") for q in queues),
+                Patch(facecolor="white", edgecolor="#444444", label="before its first start"),
+                Patch(facecolor="white", edgecolor="#444444", hatch="////", label="after evictions"),
             ],
-            loc="lower right",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
             fontsize=8,
         )
     else:
-        vals = [w.pending_seconds / 60.0 for w in arrived]
+        vals = [w.pending_seconds / scale for w in arrived]
         ax.hist(vals, bins=50, color="tab:blue")
         ax.set_yscale("log")
-        ax.set_xlabel("time pending (minutes)")
+        ax.set_xlabel(f"time pending ({unit})")
         ax.set_ylabel("workloads")
     ax.set_title(f"{title}: pending time per workload")
     fig.tight_layout()
@@ -295,12 +306,6 @@ def _first_wait(w: WorkloadBase) -> float:
     if w.first_running_at is not None:
         return w.first_running_at - w.arrive_at
     return w.pending_seconds
-
-
-def _clock(t: float) -> str:
-    h, rem = divmod(round(max(0.0, t)), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}"
 
 
 def gpu_history(res: SimResult) -> dict[str, list[tuple[float, float]]]:
@@ -337,6 +342,26 @@ def _settled(hist: list[tuple[float, float]], gap: float) -> list[tuple[float, f
     return out
 
 
+def _eviction_bursts(res: SimResult, gap: float = 60.0) -> list[tuple[float, str, str, int]]:
+    """(time, workload, ``shrink`` or ``stop``, pods evicted): one mark per burst of evictions of a workload with one
+    outcome, events less than ``gap`` seconds apart merged, as the demo's story tells them (the serving gang's
+    preemption takes one worker a cycle, two cycles in a row, and is one step of the story, one mark of the plot)."""
+    marks: list[tuple[float, str, str, int]] = []
+    last: dict[tuple[str, str], int] = {}
+    for e in res.events:
+        if e["type"] not in ("preempt", "reclaim", "evict") or e.get("outcome") == "cleanup":
+            continue
+        key = (e["workload"], "shrink" if e.get("outcome") == "shrink" else "stop")
+        i = last.get(key)
+        if i is not None and e["t"] - marks[i][0] < gap and marks[i][2] == key[1]:
+            t, w, kind, pods = marks[i]
+            marks[i] = (t, w, kind, pods + e["pods"])
+        else:
+            last[key] = len(marks)
+            marks.append((e["t"], key[0], key[1], e["pods"]))
+    return marks
+
+
 def _timeline(
     plt: Any, res: SimResult, path: Path, title: str, colors: dict[str, str], scale: float, unit: str
 ) -> Path:
@@ -358,11 +383,13 @@ def _timeline(
         if w.completed_at is not None:
             marks["done"][0].append(w.completed_at / scale)
             marks["done"][1].append(i)
-    for e in res.events:
-        if e["type"] in ("preempt", "reclaim", "evict") and e["workload"] in row and e.get("outcome") != "cleanup":
-            kind = "shrink" if e.get("outcome") == "shrink" else "stop"
-            marks[kind][0].append(e["t"] / scale)
-            marks[kind][1].append(row[e["workload"]])
+    for t, key, kind, pods in _eviction_bursts(res):
+        if key in row:
+            marks[kind][0].append(t / scale)
+            marks[kind][1].append(row[key])
+            if not many:
+                where = (t / scale, row[key])
+                ax.annotate(f"-{pods}", where, xytext=(-3, -14), textcoords="offset points", fontsize=7, color="red")
     for t, key, _grp, replicas, _removed, _gpus in res.scales:
         if key in row:
             marks["scale"][0].append(t / scale)
@@ -408,7 +435,7 @@ def _timeline(
             for q, col in colors.items()
             if any(w.queue == q for w in arrived)
         ],
-        Line2D([0], [0], marker="v", color="darkorange", linestyle="", label="shrunk (kept running)"),
+        Line2D([0], [0], marker="v", color="darkorange", linestyle="", label="shrunk (kept running); -N: pods evicted"),
         Line2D([0], [0], marker="X", color="red", linestyle="", label="run stopped / restarted"),
         Line2D([0], [0], marker="v", color="purple", linestyle="", label="replicas scaled"),
         Line2D([0], [0], marker="|", color="black", linestyle="", markersize=12, label="completed"),
@@ -503,8 +530,8 @@ def _fair_share(
     for q in queues:
         cum_ax.plot([t / scale for t in cum_t], cum[q], color=colors[q], linewidth=1.4, label=f"{q} share of GPU time")
     p = rec.params
-    half = f", half-life {human_duration(p.half_life_period)}" if p.half_life_period else ""
-    window = p.cron_string if p.window_type == "cron" else human_duration(p.window_size)
+    half = f", half-life {span(p.half_life_period, exact=True)}" if p.half_life_period else ""
+    window = p.cron_string if p.window_type == "cron" else span(p.window_size, exact=True)
     alloc_ax.set_title(f"{title}: kValue {rec.k_value:g}, {p.window_type} window {window}{half}", fontsize=10)
     top = max(res.total_gpus * 1.08, 1)
     for ax, label, ymax in (

@@ -20,13 +20,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic.alias_generators import to_camel
 
 from kai_ray import constants as c
-from kai_ray.api.duration import seconds
 from kai_ray.api.loader import ManifestError, describe, field_path, load_documents, parse_object, what_is
 from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
 from kai_ray.api.strict import did_you_mean, invalid_quantities, unknown_fields
+from kai_ray.durations import seconds
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.snapshot import Node, Resources, SchedulerConfig, Taint

@@ -14,12 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-
-def clock(t: float) -> str:
-    t = max(0.0, t)
-    h, rem = divmod(round(t), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}"
+from kai_ray.durations import clock
 
 
 def _gpus(x: float) -> str:
@@ -123,7 +118,7 @@ def print_workloads(doc: dict[str, Any], console: Console, limit: int = 100) -> 
     items = list(doc["workloads"].items())
     reasons = any(w["pending_reason"] for _, w in items[:limit])
     table = Table(title="Workloads", header_style="bold", box=None, padding=(0, 1))
-    cols = ["workload", "kind", "queue", "state", "started", "completed", "preempted"]
+    cols = ["workload", "kind", "queue", "state", "started", "completed", "pods evicted", "runs stopped"]
     for col in [*cols, "pending reason"] if reasons else cols:
         table.add_column(col, no_wrap=col != "pending reason")
     for key, w in items[:limit]:
@@ -134,7 +129,8 @@ def print_workloads(doc: dict[str, Any], console: Console, limit: int = 100) -> 
             w["state"],
             clock(w["first_running_at"]) if w["first_running_at"] is not None else "-",
             clock(w["completed_at"]) if w["completed_at"] is not None else "-",
-            str(w["preemptions"]),
+            str(w["evicted_pods"]),
+            str(w["runs_stopped"]),
         ]
         why = w["pending_reason"] or ""
         if why and w.get("pending_message"):
@@ -169,9 +165,12 @@ def print_metrics(doc: dict[str, Any], console: Console) -> None:
         ("GPU allocation rate", _fmt(m["gpu_allocation_rate"], "%")),
         ("useful GPU rate (running, past restart cost)", _fmt(m["useful_gpu_rate"], "%")),
         ("unallocated-GPU fragmentation", _fmt(m["gpu_fragmentation"], "%")),
-        ("preempt / reclaim / other evictions", f"{m['preempt_events']} / {m['reclaim_events']} / {m['evict_events']}"),
-        ("runs stopped by evictions", _fmt(m["preemptions"])),
-        ("elastic shrinks (run kept going)", _fmt(m["elastic_shrinks"])),
+        (
+            "pods evicted by preempt / reclaim / other",
+            f"{m['preempted_pods']} / {m['reclaimed_pods']} / {m['other_evicted_pods']}",
+        ),
+        ("  of which the run kept going (shrink)", _fmt(m["outcome_pods"].get("shrink", 0))),
+        ("runs stopped by evictions", _fmt(m["runs_stopped"])),
         ("GPU-hours lost to evictions", _fmt(m["lost_gpu_hours"])),
         ("GPU-hours held by partial gangs", _fmt(m["partial_gang_gpu_hours"])),
     ]

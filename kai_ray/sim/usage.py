@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kai_ray.durations import span
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.snapshot import ZERO, Node, Queue, Resources
-from kai_ray.scheduler.usage import UsageLedger, UsageParams, human_duration
+from kai_ray.scheduler.usage import UsageLedger, UsageParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +150,8 @@ def print_usage(doc: Mapping[str, Any], console: Any) -> None:
     from rich.table import Table
 
     p = doc["usageParams"]
-    half = f", half-life {human_duration(p['halfLifePeriod'])}" if p["halfLifePeriod"] else ""
-    window = p["cronString"] if p["windowType"] == "cron" else human_duration(p["windowSize"])
+    half = f", half-life {span(p['halfLifePeriod'], exact=True)}" if p["halfLifePeriod"] else ""
+    window = p["cronString"] if p["windowType"] == "cron" else span(p["windowSize"], exact=True)
     table = Table(
         title=f"Time-based fair share (kValue {doc['kValue']:g}, {p['windowType']} window {window}{half})",
         header_style="bold",

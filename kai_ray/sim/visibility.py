@@ -22,6 +22,7 @@ class ScenarioView:
     last: LastCycle
     display_names: dict[str, str]  # queue -> spec.displayName
     owners: dict[str, str]  # job key -> "Kind/name" of the Ray CR it was made for
+    ended_at: float | None = None  # when the run ended, if before ``at`` (nothing happens after it)
 
 
 def scenario_view(scn: Scenario, at: float) -> ScenarioView:
@@ -31,4 +32,5 @@ def scenario_view(scn: Scenario, at: float) -> ScenarioView:
     snapshot = engine.snapshot(at)
     owners = {w.job.key: f"{w.kind}/{w.key.split('/', 1)[-1]}" for w in engine.active.values() if w.job is not None}
     names = {q.name: q.spec.display_name for q in scn.queues if q.spec.display_name}
-    return ScenarioView(snapshot, LastCycle.of(run_cycle(snapshot)), names, owners)
+    ended = engine.now if engine.drained and engine.now < at else None
+    return ScenarioView(snapshot, LastCycle.of(run_cycle(snapshot)), names, owners, ended)

@@ -35,8 +35,12 @@ def helm() -> Path:
     return build.ensure("helm")
 
 
-def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120)
+IMAGE = ("--set", "image.repository=registry.example.com/kai-ray")  # required: the chart has no default image
+
+
+def run_helm(helm: Path, *args: str, image: bool = True) -> subprocess.CompletedProcess[str]:
+    extra = IMAGE if image and args and args[0] in ("template", "install", "upgrade") else ()
+    return subprocess.run([str(helm), *args, *extra], capture_output=True, text=True, timeout=120)
 
 
 def render(helm: Path, *extra: str) -> list[dict[str, Any]]:

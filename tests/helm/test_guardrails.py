@@ -50,8 +50,9 @@ def kube(plane: ControlPlane) -> Iterator[Kube]:
 
 
 def helm(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    image = ("--set", "image.repository=registry.example.com/kai-ray") if args[0] in ("install", "upgrade") else ()
     return subprocess.run(
-        [str(build.ensure("helm")), *args, "--kubeconfig", str(plane.kubeconfig_path)],
+        [str(build.ensure("helm")), *args, *image, "--kubeconfig", str(plane.kubeconfig_path)],
         capture_output=True,
         text=True,
         timeout=300,

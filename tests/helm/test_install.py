@@ -54,6 +54,8 @@ def installed(plane: ControlPlane) -> ControlPlane:
             str(plane.kubeconfig_path),
             "--set",
             "scheduler.queuePriorityReclaim=true",
+            "--set",
+            "image.repository=registry.example.com/kai-ray",
         ],
         capture_output=True,
         text=True,

@@ -10,6 +10,7 @@ from kai_ray.api.loader import parse_object
 from kai_ray.api.ray import RayCluster
 from kai_ray.k8s.base.rest import Kube, events_path, podgroups_path, pods_path
 from kai_ray.podgrouper import expand_pods, pod_templates
+from kai_ray.testing.testbed import queue_body as queue_body  # the tests' Queues are the reliability runs' Queues
 
 T = TypeVar("T")
 

@@ -134,6 +134,8 @@ def _render(ports: tuple[int, int]) -> dict[str, list[str]]:
             f"metrics.port={ports[0]}",
             "--set",
             f"health.port={ports[1]}",
+            "--set",
+            "image.repository=registry.example.com/kai-ray",
         ],
         capture_output=True,
         text=True,

@@ -16,10 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from kai_ray.durations import parse_duration
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.fairshare import ShareQueue, divide_level, divide_tree
 from kai_ray.scheduler.snapshot import Job, Node, Pod, PodPhase, Queue, Resources, SchedulerConfig, Snapshot
-from kai_ray.scheduler.usage import UsageConfigError, UsageLedger, UsageParams, parse_window_duration, usage_params_from
+from kai_ray.scheduler.usage import UsageConfigError, UsageLedger, UsageParams, usage_params_from
 
 H = 3600.0
 GPU = 0
@@ -259,9 +260,9 @@ def test_kai_defaults_and_durations() -> None:
         60.0,
         300.0,
     )
-    assert parse_window_duration("2d12h") == 216000.0 and parse_window_duration("1w") == 604800.0
-    assert parse_window_duration("90m") == 5400.0 and parse_window_duration("1.5h") == 5400.0
-    assert parse_window_duration("soon") is None and parse_window_duration("1h x") is None
+    assert parse_duration("2d12h") == 216000.0 and parse_duration("1w") == 604800.0
+    assert parse_duration("90m") == 5400.0 and parse_duration("1.5h") == 5400.0
+    assert parse_duration("soon") is None and parse_duration("1h x") is None
     p = usage_params_from({"windowType": "tumbling", "tumblingWindowStartTime": "2026-01-05T00:00:00Z"})
     assert p.tumbling_window_start_time == 1767571200.0
 

@@ -94,7 +94,7 @@ def test_service_preempts_training_by_priority_in_one_queue_and_training_shrinks
     assert pre and all(e["workload"] == train and e["preemptor"] == serve for e in pre)
     assert all(e["action"] == "preempt" and e["elastic"] and not e["whole_gang"] for e in pre)
     assert {e["outcome"] for e in pre} == {"shrink"}
-    assert s["queueing_delay_seconds"] == 0 and s["preemptions"] == 0
+    assert s["queueing_delay_seconds"] == 0 and s["runs_stopped"] == 0
 
 
 def test_another_team_reclaims_across_queues_in_quota_and_training_shrinks(doc: dict[str, Any]) -> None:
@@ -115,7 +115,7 @@ def test_training_is_never_stopped_and_grows_back_when_serving_scales_down(doc: 
     wl = doc["workloads"]
     train, serve = _key(doc, "RayJob", "llm"), _key(doc, "RayService")
     t = wl[train]
-    assert t["preemptions"] == 0 and t["restarts"] == 0 and t["elastic_shrinks"] >= 2
+    assert t["runs_stopped"] == 0 and t["restarts"] == 0 and t["shrink_events"] >= 2
     assert t["state"] == "Completed" and t["lost_gpu_hours"] == 0
     down = next(s for s in doc["scale_steps"] if s["workload"] == serve and s["pods_removed"])
     last_shrink = max(e["t"] for e in doc["events"] if e.get("outcome") == "shrink")
@@ -130,7 +130,7 @@ def test_training_is_never_stopped_and_grows_back_when_serving_scales_down(doc: 
     ]
     assert regrow and regrow[0]["gpus"] == down["gpus_removed"]
     assert {e.get("outcome") for e in doc["events"] if "outcome" in e} == {"shrink"}
-    assert doc["metrics"]["preemptions"] == 0 and doc["errors"] == []
+    assert doc["metrics"]["runs_stopped"] == 0 and doc["errors"] == []
 
 
 def test_no_gpu_idles_while_a_fitting_workload_waits(doc: dict[str, Any]) -> None:
@@ -151,7 +151,7 @@ def test_kai_ray_beats_both_baselines(doc: dict[str, Any]) -> None:
         other = rows[name]
         assert me["useful_gpu_rate"] > other["useful_gpu_rate"], name
         assert me["lost_gpu_hours"] < other["lost_gpu_hours"], name
-    assert me["lost_gpu_hours"] == 0 and me["outcomes"] == {"shrink": me["elastic_shrinks"]}
+    assert me["lost_gpu_hours"] == 0 and set(me["outcome_pods"]) == {"shrink"}
     # the rows are the baselines' own documents
     for name in ("kai", "no-gang"):
         base = doc["baselines"][name]
@@ -215,3 +215,37 @@ def test_readme_shows_the_demo_s_own_table_and_figure() -> None:
     assert out.stdout.strip() in readme, "README's table differs from `kai-ray demo --markdown`: paste it again"
     assert "](docs/demo-policies.png)" in readme
     assert (REPO / "docs" / "demo-policies.png").read_bytes()[:8] == PNG
+
+
+def test_evictions_are_counted_in_pods_everywhere(doc: dict[str, Any]) -> None:
+    """Issue 22 item 6: the story said 2 + 2 workers, the table 2 + 1 evictions and "shrank 3", the pending plot
+    "shrunk x3", the timeline 2 unlabelled marks, the Workloads table "preempted 0". One unit now: pods."""
+    import io
+
+    from rich.console import Console
+
+    from kai_ray.sim.compare import run_policies
+    from kai_ray.sim.report import _eviction_bursts
+    from kai_ray.sim.scenario import load_scenario
+    from kai_ray.sim.story import print_metrics, print_workloads
+
+    train = _key(doc, "RayJob", "llm")
+    t = doc["workloads"][train]
+    assert t["evicted_pods"] == 4 and t["evicted_pods_by"] == {"preempt": 2, "reclaim": 2}
+    m = doc["metrics"]
+    assert (m["preempted_pods"], m["reclaimed_pods"], m["outcome_pods"]) == (2, 2, {"shrink": 4})
+    me = doc["comparison"][0]
+    assert (me["preempted_pods"], me["reclaimed_pods"], me["outcome_pods"]) == (2, 2, {"shrink": 4})
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    print_workloads(doc, console)
+    print_metrics(doc, console)
+    text = out.getvalue()
+    assert "pods evicted" in text and "preempted" not in text
+    assert next(line for line in text.splitlines() if line.lstrip().startswith(train)).split()[-2:] == ["4", "0"]
+    assert "pods evicted by preempt / reclaim / other               2 / 2 / 0" in text
+    res = run_policies(load_scenario(REPO / "kai_ray" / "sim" / "demo" / "scenario.yaml"), "demo")[0].result
+    assert [(round(t), w, k, n) for t, w, k, n in _eviction_bursts(res)] == [
+        (600, train, "shrink", 2),
+        (1500, train, "shrink", 2),
+    ]

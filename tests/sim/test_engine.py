@@ -74,7 +74,7 @@ def test_termination_grace_holds_gpus_and_delays_the_preemptor() -> None:
     }
     doc = _run(data)
     t, s = doc["workloads"]["team/train"], doc["workloads"]["team/serve"]
-    assert t["preempted_at"] == [100.0]
+    assert t["stopped_at"] == [100.0]
     assert s["first_running_at"] == 130.0 and s["completed_at"] == 230.0
     assert t["first_running_at"] == 0.0 and t["state"] == "Completed"
     assert t["completed_at"] == 230.0 + 900.0

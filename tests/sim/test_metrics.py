@@ -58,7 +58,7 @@ def test_jct_queueing_allocation_and_fragmentation_by_hand() -> None:
     assert m["avg_queueing_delay_seconds"] == 45.0
     assert m["gpu_allocation_rate"] == pytest.approx(500 / 600, abs=1e-4)
     assert m["gpu_fragmentation"] == pytest.approx(50 / 150, abs=1e-4)
-    assert m["preemptions"] == 0 and m["wasted_gpu_hours"] == 0.0
+    assert m["runs_stopped"] == 0 and m["wasted_gpu_hours"] == 0.0
     doc = result_document(res, "test")
     b = doc["workloads"]["ns/b"]
     assert (b["first_running_at"], b["completed_at"], b["pending_seconds"]) == (100.0, 150.0, 90.0)
@@ -91,10 +91,10 @@ def test_preemption_restart_cost_and_wasted_gpu_hours() -> None:
     doc = result_document(res, "test")
     low, high = doc["workloads"]["ns/low"], doc["workloads"]["ns/high"]
     assert high["first_running_at"] == 50.0 and high["completed_at"] == 70.0
-    assert low["preemptions"] == 1 and low["preempted_at"] == [50.0]
+    assert low["runs_stopped"] == 1 and low["stopped_at"] == [50.0]
     assert low["completed_at"] == 130.0 and low["restarts"] == 1
     m = doc["metrics"]
-    assert m["preemptions"] == 1 and m["preempt_events"] == 1
+    assert m["runs_stopped"] == 1 and m["preempt_events"] == 1
     assert m["wasted_gpu_hours"] == pytest.approx(40 / 3600, abs=1e-4)
     ev = next(e for e in doc["events"] if e["type"] == "preempt")
     assert ev["workload"] == "ns/low" and ev["preemptor"] == "ns/high" and ev["reason"] == "Preempted"

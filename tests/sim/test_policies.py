@@ -44,7 +44,7 @@ def test_kai_ray_shrinks_the_elastic_victim_and_its_run_goes_on() -> None:
     rec = [e for e in doc["events"] if e["type"] == "reclaim"]
     assert [(e["workload"], e["outcome"], e["gpus"]) for e in rec] == [("team/el", "shrink", 2.0)]
     w = doc["workloads"]["team/el"]
-    assert (w["preemptions"], w["restarts"], w["elastic_shrinks"], w["lost_gpu_hours"]) == (0, 0, 1, 0)
+    assert (w["runs_stopped"], w["restarts"], w["shrink_events"], w["lost_gpu_hours"]) == (0, 0, 1, 0)
     assert doc["metrics"]["outcomes"] == {"shrink": 1}
 
 
@@ -53,13 +53,13 @@ def test_kai_semantics_restart_the_victim_from_its_checkpoint() -> None:
     rec = [e for e in doc["events"] if e["type"] == "reclaim"]
     assert [(e["workload"], e["outcome"], e["elastic"]) for e in rec] == [("team/el", "restart", True)]
     w = doc["workloads"]["team/el"]
-    assert (w["preemptions"], w["restarts"], w["elastic_shrinks"]) == (1, 1, 0)
-    assert w["preempted_at"] == [300.0]
+    assert (w["runs_stopped"], w["restarts"], w["shrink_events"]) == (1, 1, 0)
+    assert w["stopped_at"] == [300.0]
     # at 300 s it had done 10 s at 2 workers, 10 s at 3 (1.5x), 280 s at 4 (2x): 585 s of work, 500 kept at the
     # checkpoint; 85 s x its 2-GPU minimum lost, plus a 60 s restart cost on the 2 GPUs it kept
     assert w["lost_gpu_hours"] == round((85 * 2 + 60 * 2) / 3600, 4)
     # KubeRay recreated the evicted workers (replicas unchanged): they wait while the run goes on
-    assert w["state"] == "Completed" and doc["metrics"]["preemptions"] == 1
+    assert w["state"] == "Completed" and doc["metrics"]["runs_stopped"] == 1
 
 
 def test_kai_semantics_give_a_rayservice_kai_s_default_priority() -> None:

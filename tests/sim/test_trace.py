@@ -51,7 +51,7 @@ def test_replay_maps_pods_to_single_pod_gangs(tmp_path: Path) -> None:
         r = pods[name]
         w = doc["workloads"][f"trace/{name}"]
         assert w["arrived_at"] == float(r["creation_time"]) - t0
-        if w["completed_at"] is not None and not w["preemptions"]:  # run time = deletion - scheduled, once bound
+        if w["completed_at"] is not None and not w["runs_stopped"]:  # run time = deletion - scheduled, once bound
             assert w["completed_at"] - w["first_running_at"] == float(r["deletion_time"]) - float(r["scheduled_time"])
         if r["num_gpu"] == "1" and int(r["gpu_milli"]) < 1000:
             assert e["gpus"] == int(r["gpu_milli"]) / 1000

@@ -27,7 +27,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "kai-ray.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repository := required "image.repository is required: the image built from operators/Dockerfile and pushed to your registry (--set image.repository=REGISTRY/kai-ray; docs/install.md: The operator image)" .Values.image.repository -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* One Lease per operator and release: two releases in one namespace never share a leader. */}}
+{{- define "kai-ray.leaseName" -}}
+{{- if and (eq .operator "scheduler") .root.Values.leaderElection.leaseName -}}
+{{- .root.Values.leaderElection.leaseName -}}
+{{- else -}}
+{{- printf "%s-%s" (include "kai-ray.fullname" .root) .operator | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Flags shared by both operators. */}}

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kai_ray.k8s.base.rest import ApiError, Kube, iter_json_lines
+from kai_ray.k8s.base.rest import ApiError, Kube, iter_json_lines, resource_version
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,6 @@ class Informer:
         self.synced = threading.Event()
         self.missing = False
         self.resource_version = ""
-        self.events_seen = 0
         self._stop = threading.Event()
         self._relist = threading.Event()
         self._relisted = threading.Condition()
@@ -81,9 +80,6 @@ class Informer:
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
-
-    def add_handler(self, handler: Handler) -> None:
-        self.handlers.append(handler)
 
     def start(self) -> Informer:
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
@@ -197,7 +193,7 @@ class Informer:
                 self._emit(DELETE, key, obj)
         for key, obj in items.items():
             prev = old.get(key)
-            if prev is None or _rv(prev) != _rv(obj):
+            if prev is None or resource_version(prev) != resource_version(obj):
                 self._emit(UPSERT, key, obj)
         self.synced.set()
         with self._relisted:
@@ -232,7 +228,6 @@ class Informer:
                     continue
                 obj = self.transform(obj)
                 key = object_key(obj)
-                self.events_seen += 1
                 with self.lock:
                     if kind == "DELETED":
                         self.store.pop(key, None)
@@ -256,10 +251,6 @@ class Informer:
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
-
-
-def _rv(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
 def wait_all_synced(informers: list[Informer], stop: threading.Event, warn_every: float = 30.0) -> bool:

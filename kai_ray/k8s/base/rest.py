@@ -326,6 +326,17 @@ def iter_json_lines(resp: Any) -> Iterator[dict[str, Any]]:
 
 # --- resource paths ------------------------------------------------------------------------------------------------
 
+
+def resource_version(obj: dict[str, Any] | None) -> int:
+    """An object's ``metadata.resourceVersion`` as a number, 0 when absent or not a number. The API server's are etcd
+    revisions, so the larger one is the newer copy of an object: what a cache needs to prefer its own last write over
+    a watch that lags behind it."""
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
 PODGROUP_GROUP = "scheduling.run.ai"
 PODGROUP_VERSION = "v2alpha2"
 QUEUE_VERSION = "v2"

@@ -215,10 +215,6 @@ class Schedule:
         for key in [key for key, k in self._keys.items() if k.work is None and not k.running and k.hold <= now]:
             del self._keys[key]
 
-    def is_running(self, key: str) -> bool:
-        k = self._keys.get(key)
-        return bool(k and k.running)
-
     def waiting(self, key: str) -> bool:
         k = self._keys.get(key)
         return bool(k and k.work is not None)
@@ -258,7 +254,6 @@ class Dispatcher:
         self._stop = False
         self._threads: list[threading.Thread] = []
         self._last_expiry = time.monotonic()
-        self.completed = 0
         self.failed = 0
         self.retries = 0
 
@@ -357,7 +352,6 @@ class Dispatcher:
                 key, work = taken
             try:
                 work()
-                self.completed += 1
             except Exception:
                 self.failed += 1
                 log.exception("%s: work for %s failed", self.name, key)

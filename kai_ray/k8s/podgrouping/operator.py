@@ -46,7 +46,7 @@ from kai_ray.k8s.base.isolate import Guard
 from kai_ray.k8s.base.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import PodgrouperMetrics
 from kai_ray.k8s.base.pruning import PruneGuard, strip
-from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path
+from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path, resource_version
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.grouping import (
@@ -259,7 +259,7 @@ class PodgrouperOperator:
     def _on_pg(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         with self._local_lock:
             local = self._local_pgs.get(key)
-            if local is not None and (kind == DELETE or _rv(obj) >= _rv(local)):
+            if local is not None and (kind == DELETE or resource_version(obj) >= resource_version(local)):
                 del self._local_pgs[key]
         if kind == DELETE:
             ns, _, name = key.partition("/")
@@ -414,7 +414,7 @@ class PodgrouperOperator:
         obj = self._get_cached(self.pgs, key)
         with self._local_lock:
             local = self._local_pgs.get(key)
-        if local is not None and (obj is None or _rv(local) > _rv(obj)):
+        if local is not None and (obj is None or resource_version(local) > resource_version(obj)):
             return local
         return obj
 
@@ -793,13 +793,6 @@ def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
 
 def _frozen(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((d or {}).items()))
-
-
-def _rv(obj: dict[str, Any]) -> int:
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 def _belongs(pod: dict[str, Any], owner: dict[str, Any], kind: str) -> bool:

@@ -23,13 +23,15 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.headroom.compute import autoscaling_jobs, compute_headroom
+from kai_ray.headroom.contract import headroom_annotations
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.ray.raygcs import (
     ACCEPTED,
@@ -526,28 +528,8 @@ class ElasticReclaimer:
         self._fall_back(items)
 
 
-def publish_headroom(
-    kube: Kube,
-    snapshot: Any,
-    jobs: Iterable[str] | None = None,
-    *,
-    now: float | None = None,
-    **compute: Any,
-) -> dict[str, Any]:
-    """Compute the headroom of ``jobs`` (default: every job that may still grow) with the scheduler core and write it
-    onto their PodGroups (``kai-ray.io/headroom``). Returns job key -> {subgroup: SubgroupHeadroom}."""
-    from kai_ray.headroom.compute import compute_headroom
-
-    result = compute_headroom(snapshot, jobs, **compute)
-    for key, subgroups in result.items():
-        write_headroom(kube, key, subgroups, now)
-    return result
-
-
 def write_headroom(kube: Kube, job: str, subgroups: Mapping[str, Any], now: float | None = None) -> None:
     """Merge-patch one PodGroup's ``kai-ray.io/headroom`` annotation (a vanished PodGroup is not an error)."""
-    from kai_ray.headroom.contract import headroom_annotations
-
     ns, _, name = job.partition("/")
     try:
         kube.merge_patch(podgroups_path(ns, name), {"metadata": {"annotations": headroom_annotations(subgroups, now)}})
@@ -592,8 +574,6 @@ class HeadroomPublisher:
         """Publish if due; returns what was computed (None when not due or nothing may grow)."""
         if not self.due():
             return None
-        from kai_ray.headroom.compute import autoscaling_jobs, compute_headroom
-
         now = self.clock()
         self._last_run = now
         jobs = autoscaling_jobs(snapshot)
@@ -666,7 +646,6 @@ __all__ = [
     "plan_resume",
     "plan_shrink",
     "plan_suspend",
-    "publish_headroom",
     "ray_owner",
     "record_on_podgroup",
     "wait_drained",

@@ -90,11 +90,6 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _drop_managed(obj: dict[str, Any]) -> dict[str, Any]:
-    (obj.get("metadata") or {}).pop("managedFields", None)
-    return obj
-
-
 @dataclass(slots=True)
 class PodEntry:
     key: str

@@ -34,7 +34,7 @@ from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.bridge import parse_time, pod_from_api
 from kai_ray.k8s.base.informer import DELETE, Informer
 from kai_ray.k8s.base.isolate import Guard
-from kai_ray.k8s.base.rest import RAY_PLURALS, Kube, ray_path
+from kai_ray.k8s.base.rest import RAY_PLURALS, Kube, ray_path, resource_version
 from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, apply_resume, ray_owner, record_on_podgroup
 from kai_ray.k8s.scheduling.cache import PgEntry, SchedulerCache
 from kai_ray.podgrouper import PodgrouperConfig, effective_cluster_spec, gang_too_large, pod_templates, stamp
@@ -119,7 +119,7 @@ class _Gang:
 
     kind: str
     name: str
-    owner_rv: str = ""
+    owner_rv: int = 0
     pods: list[s.Pod] = field(default_factory=list)
     error: str = ""
     resumed_at: float | None = None  # monotonic; set while the resume is in flight or reserving room
@@ -173,7 +173,7 @@ class SuspendedGangs:
                 )
         self.informers = [i for infs in self.owners.values() for i in infs]
         self._gangs: dict[str, _Gang] = {}
-        self._templates: dict[str, tuple[str, dict[str, s.Pod]]] = {}
+        self._templates: dict[str, tuple[int, dict[str, s.Pod]]] = {}
         self._dropping: set[str] = set()
         self.guard = Guard("suspended gang", log)
         self.resumed: list[tuple[str, float]] = []  # (job, monotonic) of every resume sent, newest last (bounded)
@@ -282,7 +282,7 @@ class SuspendedGangs:
         return counts
 
     def _gang(self, key: str, kind: str, name: str, owner: dict[str, Any], pg: PodGroup) -> _Gang | None:
-        rv = str((owner.get("metadata") or {}).get("resourceVersion") or "")
+        rv = resource_version(owner)
         gang = self._gangs.get(key)
         if gang is not None and gang.owner_rv == rv and gang.kind == kind:
             return gang if gang.pods else None
@@ -308,7 +308,7 @@ class SuspendedGangs:
             owner = self.owner(ref[0], pg.namespace, ref[1]) if ref is not None else None
             if ref is None or owner is None:
                 continue
-            rv = str((owner.get("metadata") or {}).get("resourceVersion") or "")
+            rv = resource_version(owner)
             hit = self._templates.get(key)
             if hit is not None and hit[0] == rv:
                 out[key] = hit[1]

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.scheduler.decisions import Evict, JobStatus, QueueStatus
 
 NODE_POOL = "default"
@@ -181,8 +182,6 @@ def queue_validity(current: dict[str, Any] | None, errors: list[str], now: str) 
 def oversized_fields(pod_name: str, spec: dict[str, Any] | None, largest: dict[str, float]) -> list[str]:
     """The container request fields of a pod that no node can hold (``largest``: the most any node offers, in core
     units), each named as a field path: what a NeverFits verdict should point a user at."""
-    from kai_ray.api.quantity import QuantityError, parse_quantity
-
     out = []
     scale = {"nvidia.com/gpu": ("gpu", 1.0), "cpu": ("cpu", 1000.0), "memory": ("memory", 1.0)}
     for i, ctr in enumerate((spec or {}).get("containers") or []):

@@ -28,16 +28,15 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kai_ray import constants as c
+from kai_ray.durations import parse_duration
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.snapshot import Node, Resources
-from kai_ray.scheduler.usage import UsageLedger, UsageParams, Vec, parse_window_duration
+from kai_ray.scheduler.usage import UsageLedger, UsageParams, Vec
 
 log = logging.getLogger(__name__)
 
 LEDGER_FIELD = "usageLedger"
 CLIENT_TYPES = ("none", "internal", "prometheus")
-RESOURCE_KEYS = (c.GPU_RESOURCE, "cpu", "memory")
 
 # KAI's defaults for the Prometheus client (usageDBConfig.usageParams.extraParams overrides them)
 PROMETHEUS_DEFAULTS = {
@@ -268,10 +267,10 @@ class PrometheusClient:
         self.params = params
         self.extra = {**PROMETHEUS_DEFAULTS, **(extra or {})}
         for key in ("queryResolution", "usageQueryTimeout"):
-            if parse_window_duration(self.extra[key]) is None:
+            if parse_duration(self.extra[key]) is None:
                 raise ValueError(f"extraParams.{key}: {self.extra[key]!r} is not a duration")
-        self.resolution = parse_window_duration(self.extra["queryResolution"]) or 60.0
-        self.timeout = parse_window_duration(self.extra["usageQueryTimeout"]) or 10.0
+        self.resolution = parse_duration(self.extra["queryResolution"]) or 60.0
+        self.timeout = parse_duration(self.extra["usageQueryTimeout"]) or 10.0
         self._ledger = UsageLedger(params)  # only for the window boundaries (tumbling, cron)
 
     def window_seconds(self, now: float) -> float:

@@ -48,14 +48,31 @@ def go_env() -> dict[str, str]:
     return env
 
 
+GO_MIN = "1.24"  # k8s.io/kubernetes v1.33's go directive; GOTOOLCHAIN=local, so no automatic download
+
+
+class GoMissing(RuntimeError):
+    """No Go toolchain on PATH: said in one line, not as a FileNotFoundError from deep inside a fixture."""
+
+
+def _require_go() -> None:
+    if shutil.which("go") is None:
+        raise GoMissing(
+            f"'go' is not on PATH: the test control plane (kube-apiserver, etcd, KWOK, Helm, KubeRay operator) is "
+            f"built from Go modules on first use; install Go >= {GO_MIN} (https://go.dev/dl/)"
+        )
+
+
 @lru_cache(maxsize=1)
 def go_version() -> str:
+    _require_go()
     out = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, check=True, env=go_env())
     return out.stdout.strip()
 
 
 @lru_cache(maxsize=1)
 def go_mod_cache() -> Path:
+    _require_go()
     out = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True, env=go_env())
     return Path(out.stdout.strip())
 
@@ -252,8 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in BINARIES and n not in OPTIONAL]
     if unknown:
         parser.error(f"unknown binaries: {', '.join(unknown)}")
-    for name in args.names:
-        print(ensure(name))
+    try:
+        for name in args.names:
+            print(ensure(name))
+    except GoMissing as exc:
+        print(f"kai-ray: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,0 +1,278 @@
+"""Sends a cycle's decisions: bindings through ``pods/binding``, evictions through the Eviction API (or Ray-aware
+interceptors first).
+
+Nothing here is awaited by the cycle loop: work goes to the binder pool, and the cache *assumes* each binding before
+it is sent, so the next cycle can run while bindings are in flight and still never binds a pod twice nor gives its
+room away. A pod is marked evicting before its eviction is sent, for the same reason. Work that reaches a replica no
+longer leading is dropped and its assumption forgotten. The metrics that only dispatch can see (bind and eviction
+results, time from a PodGroup's creation until its gang is bound, which action made room for a gang) are counted here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+
+from kai_ray import constants as c
+from kai_ray.bridge import parse_time
+from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder
+from kai_ray.k8s.base.metrics import SchedulerMetrics
+from kai_ray.k8s.base.rest import ApiError, Kube
+from kai_ray.k8s.base.workqueue import Dispatcher
+from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.ray.elastic import FALLBACK_CODES, ReclaimRecord
+from kai_ray.k8s.scheduling import status as st
+from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
+from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, object_ref, pod_ref, rfc3339
+from kai_ray.k8s.scheduling.resume import is_virtual
+from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus
+
+log = logging.getLogger(__name__)
+
+BIND_PRIORITY = 0
+EVICT_PRIORITY = 1
+
+# (victims) -> victims not handled. Lets Ray-aware strategies (shrink a worker group, suspend an owner) take over
+# some evictions before the remaining pods are evicted one by one.
+EvictionInterceptor = Callable[[list[tuple[PodEntry, Evict]]], list[tuple[PodEntry, Evict]]]
+
+
+@dataclass
+class _GangTiming:
+    """A gang whose bindings are out, timed from its PodGroup's creation until the last of them succeeds."""
+
+    binds_left: int
+    uid: str
+    created: float
+    queue: str
+
+
+@dataclass(eq=False)
+class Dispatch:
+    """Bindings and evictions of one scheduler replica. ``interceptors`` is the operator's list (it may grow after
+    construction); ``is_leader`` is asked again just before each call is sent."""
+
+    config: OperatorConfig
+    kube: Kube
+    cache: SchedulerCache
+    metrics: SchedulerMetrics
+    events: EventRecorder
+    binder: Dispatcher
+    writer: Dispatcher
+    reporter: Reporter
+    interceptors: list[EvictionInterceptor]
+    is_leader: Callable[[], bool]
+    last_bind: float = 0.0  # monotonic time bindings were last handed to the binder pool
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _gangs_binding: dict[str, _GangTiming] = field(default_factory=dict, init=False)
+    _scheduled_once: dict[str, str] = field(default_factory=dict, init=False)  # job -> PodGroup uid timed
+    _made_room: dict[str, str] = field(default_factory=dict, init=False)  # job -> the action that evicted for it
+    _victim_queues: dict[str, str] = field(default_factory=dict, init=False)  # pod -> queue, while reclaim handles it
+    _awaited_victims: set[str] = field(default_factory=set, init=False)  # evicted for pipelined gangs, until gone
+
+    def binds(self, view: SnapshotView, result: CycleResult) -> None:
+        """Assume and send the cycle's bindings (pipelined ones wait for their victims to go), and stamp the
+        PodGroups of gangs that start."""
+        wanted: list[tuple[PodEntry, str, str]] = []
+        for b in result.binds:
+            if b.pipelined or is_virtual(b.pod):
+                continue  # waits for its victims to go, or does not exist yet (a suspended gang's)
+            p = view.pods_by_uid.get(b.pod)
+            if p is None:
+                self.metrics.binds.labels("skipped").inc()
+                continue
+            wanted.append((p, b.node, b.job))
+        if not wanted:
+            return
+        ok = self.cache.assume_many([(p.key, p.uid, node) for p, node, _ in wanted])
+        work: list[tuple[str, Callable[[], None]]] = []
+        started: dict[str, int] = defaultdict(int)
+        for (p, node, job), assumed in zip(wanted, ok, strict=True):
+            if not assumed:
+                self.metrics.binds.labels("skipped").inc()  # already bound or in flight: never bind twice
+                continue
+            if view.active_before.get(job, 0) == 0:
+                started[job] += 1
+            work.append((f"bind/{p.key}", partial(self._bind, p, node)))
+        for job, n in started.items():
+            self._gang_starting(job, n)
+        self.last_bind = time.monotonic()
+        self.binder.submit_many(work, priority=BIND_PRIORITY)
+        stamp: dict[str, str | None] = {c.LAST_START: rfc3339()}
+        self.writer.submit_many(
+            [self.reporter.annotation_work(job, stamp) for job in started], priority=STATUS_PRIORITY
+        )
+
+    def _bind(self, p: PodEntry, node: str) -> None:
+        if not self.is_leader():
+            self.cache.forget(p.key, p.uid)
+            self.metrics.binds.labels("not_leader").inc()
+            return
+        t0 = time.time()
+        if p.created:
+            self.metrics.task_scheduling_latency.observe(max(0.0, 1000 * (t0 - p.created)))
+        try:
+            self.kube.bind(p.namespace, p.name, p.uid, node)
+        except ApiError as exc:
+            self._gang_bound(p.job_key, False)
+            if exc.conflict:
+                self.cache.sent(p.key, p.uid)
+                # Already bound (or replaced by a pod with a new UID): the watch will tell us where; never retry.
+                self.metrics.binds.labels("conflict").inc()
+                log.info("bind %s -> %s: %s", p.key, node, exc.message)
+            else:
+                self.cache.forget(p.key, p.uid)
+                self.metrics.binds.labels("gone" if exc.not_found else "error").inc()
+                if not exc.not_found:
+                    log.warning("bind %s -> %s failed: %s", p.key, node, exc)
+            return
+        self.metrics.task_bind_latency.observe(1000 * (time.time() - t0))
+        self.cache.sent(p.key, p.uid)
+        self.metrics.binds.labels("ok").inc()
+        self._gang_bound(p.job_key, True)
+        self.events.emit(pod_ref(p), NORMAL, "Scheduled", f"Successfully assigned {p.key} to {node}")
+
+    def evictions(self, view: SnapshotView, result: CycleResult) -> None:
+        """Mark and send the cycle's evictions, interceptors first; the ``Evicted`` condition, an Event and the
+        last-eviction stamp on each victim's PodGroup."""
+        victims: list[tuple[PodEntry, Evict]] = []
+        for e in result.evictions:
+            p = view.pods_by_uid.get(e.pod)
+            if p is not None and self.cache.mark_evicting(p.key, p.uid):
+                victims.append((p, e))
+        if not victims:
+            return
+        if any(b.pipelined for b in result.binds):
+            self._awaited_victims.update(p.key for p, _ in victims)
+        by_job: dict[str, list[Evict]] = defaultdict(list)
+        by_preemptor: dict[str, int] = defaultdict(int)
+        for _, e in victims:
+            by_job[e.job].append(e)
+            queue = self._queue_of(e.job)
+            self.metrics.queue_evictions.labels(queue, e.action.value).inc()
+            pg = self.cache.pgs.get(e.job)
+            if pg is not None:
+                self.metrics.evicted_pods.labels(pg.name, pg.namespace, pg.uid, st.NODE_POOL, e.action.value).inc()
+            if e.preemptor:
+                self._made_room[e.preemptor] = e.action.value
+            by_preemptor[e.preemptor or "?"] += 1
+        for preemptor, n in by_preemptor.items():  # the decision's timestamp (bench vs-kai reads it)
+            log.info("evicting %d pods for %s", n, preemptor)
+        remaining = victims
+        if self.interceptors:
+            for p, e in victims:
+                self._victim_queues[p.key] = self._queue_of(e.job)
+        for intercept in self.interceptors:
+            remaining = intercept(remaining)
+        for p, _ in remaining:
+            self._victim_queues.pop(p.key, None)
+        for p, e in remaining:
+            self.binder.submit(f"evict/{p.key}", partial(self.evict, p, e), priority=EVICT_PRIORITY)
+        now = rfc3339()
+        for job, evs in by_job.items():
+            pg = self.cache.pgs.get(job)
+            ref = object_ref("PodGroup", pg.raw) if pg is not None else None
+            if pg is not None and ref is not None:
+                self.reporter.write_pg_status(job, st.evicted_status(evs, now))
+                self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))
+            self.reporter.annotate_pg(job, {c.LAST_EVICTION: now})
+
+    def evict(self, p: PodEntry, e: Evict) -> None:
+        """One pod, evicted or deleted (``eviction_mode``); also the interceptors' fallback."""
+        if not self.is_leader():
+            self.cache.unmark_evicting(p.key)
+            return
+        action = e.action.value
+        try:
+            if self.config.eviction_mode == "delete":
+                self.kube.delete_pod(p.namespace, p.name, p.uid, self.config.eviction_grace_seconds)
+            else:
+                self.kube.evict(p.namespace, p.name, p.uid, self.config.eviction_grace_seconds)
+        except ApiError as exc:
+            if exc.not_found:
+                self.metrics.evictions.labels(action, "gone").inc()
+                return
+            self.cache.unmark_evicting(p.key)
+            if exc.status == 429:
+                self.metrics.evictions.labels(action, "blocked").inc()
+                self.events.emit(
+                    pod_ref(p), WARNING, "EvictionBlocked", f"{action} for {e.preemptor or '?'} refused: {exc.message}"
+                )
+            else:
+                self.metrics.evictions.labels(action, "error").inc()
+                log.warning("evict %s failed: %s", p.key, exc)
+            return
+        self.metrics.evictions.labels(action, "ok").inc()
+        who = f" by {e.preemptor}" if e.preemptor else ""
+        self.events.emit(pod_ref(p), WARNING, e.reason.value, f"{e.reason.value}{who}: {e.message}".strip())
+
+    def victims_gone(self) -> bool:
+        """True once every pod evicted for a pipelined gang has left the cache: that gang can be bound now."""
+        if not self._awaited_victims:
+            return False
+        with self.cache.lock:
+            if any(key in self.cache.pods for key in self._awaited_victims):
+                return False
+        self._awaited_victims = set()
+        return True
+
+    def _queue_of(self, job: str) -> str:
+        pg = self.cache.pgs.get(job)
+        return (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg is not None and pg.model is not None else ""
+
+    def _gang_starting(self, job: str, binds: int) -> None:
+        """A gang with no pod running got its bindings: count it (KAI's scheduled-by-action) and, the first time
+        for this PodGroup, time it from creation until every one of these bindings succeeded."""
+        self.metrics.podgroups_scheduled.inc(self._made_room.pop(job, "allocate"))
+        pg = self.cache.pgs.get(job)
+        created = parse_time((pg.raw.get("metadata") or {}).get("creationTimestamp")) if pg is not None else None
+        if pg is None or created is None:
+            return
+        queue = self._queue_of(job)
+        with self._lock:
+            if self._scheduled_once.get(job) != pg.uid:
+                self._gangs_binding[job] = _GangTiming(binds, pg.uid, created, queue)
+
+    def _gang_bound(self, job: str | None, ok: bool) -> None:
+        if job is None:
+            return
+        with self._lock:
+            entry = self._gangs_binding.get(job)
+            if entry is None:
+                return
+            if not ok:
+                del self._gangs_binding[job]  # the next cycle binds the gang again, and times it then
+                return
+            entry.binds_left -= 1
+            if entry.binds_left > 0:
+                return
+            del self._gangs_binding[job]
+            self._scheduled_once[job] = entry.uid
+        self.metrics.time_to_schedule.labels(entry.queue).observe(max(0.0, time.time() - entry.created))
+
+    def count_reclaim(self, rec: ReclaimRecord) -> None:
+        """A Ray-aware reclaim finished (a shrink or a suspend): count it against the victims' queue."""
+        ns = rec.target.partition("/")[0]
+        queues = [self._victim_queues.pop(f"{ns}/{pod}", "") for pod in rec.pods]
+        queue = next((q for q in queues if q), "")
+        if rec.kind == "shrink":
+            fell_back = rec.code in FALLBACK_CODES or rec.code == "Error"
+            result = "ok" if rec.ok else ("fallback" if fell_back else "deferred")
+            self.metrics.elastic_shrinks.labels(queue, result).inc()
+        else:
+            self.metrics.suspends.labels(queue, "ok" if rec.ok else ("deferred" if rec.deferred else "fallback")).inc()
+
+    def forget(self, verdicts: Mapping[str, JobStatus]) -> None:
+        """Drop what is kept for jobs the last cycle no longer has, and for victims already gone."""
+        with self._lock:
+            for key in [k for k in self._scheduled_once if k not in verdicts]:
+                del self._scheduled_once[key]
+        for key in [k for k in list(self._victim_queues) if k not in self.cache.pods]:
+            self._victim_queues.pop(key, None)  # a victim the reclaimer found already gone
+        for key in [k for k in self._made_room if k not in verdicts]:
+            del self._made_room[key]

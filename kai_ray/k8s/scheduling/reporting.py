@@ -1,0 +1,474 @@
+"""What the scheduler operator says about a cycle: PodGroup and Queue status, Events, and metrics.
+
+Status is written on transitions, not every cycle: a verdict is remembered per PodGroup and written again only when
+its reason changes or its message does (at most every ``status_interval``); a pending verdict must last
+``PENDING_REPORT_DELAY`` before it is written, so the pods of a gang still arriving do not make it flap. Changes to one
+PodGroup accumulate until the writer pool gets to them, and are merged onto the freshest conditions known (the watch's,
+or our own last write when the watch lags), since a merge patch replaces the whole list. Queue status is compared with
+what was last written and rate-limited the same way. All writes go through the lower-priority writer pool, which waits
+while bindings are being sent.
+
+The bodies themselves are pure functions in :mod:`kai_ray.k8s.scheduling.status`; this module decides when to send
+them and keeps the per-object memory that makes writes rare.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from kai_ray import constants as c
+from kai_ray.api.podgroup import PodGroup
+from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
+from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder
+from kai_ray.k8s.base.isolate import Guard, Quarantine
+from kai_ray.k8s.base.metrics import SchedulerMetrics
+from kai_ray.k8s.base.pruning import PruneGuard
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, queues_path, resource_version
+from kai_ray.k8s.base.workqueue import Dispatcher
+from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.scheduling import status as st
+from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
+from kai_ray.k8s.scheduling.usage import LEDGER_FIELD, UsageSource
+from kai_ray.scheduler.decisions import CycleResult, JobStatus, Reason
+from kai_ray.scheduler.snapshot import PodPhase
+
+log = logging.getLogger(__name__)
+
+STATUS_PRIORITY = 10
+PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
+
+
+def rfc3339(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if ts is None else ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Verdict:
+    scheduled: bool
+    reason: str
+    message: str
+    written_at: float
+    first_seen: float
+
+
+@dataclass(eq=False)
+class Reporter:
+    """Status, Events and metrics for one scheduler replica; called by the cycle loop after dispatch, and by
+    :class:`~kai_ray.k8s.scheduling.dispatch.Dispatch` for the status and annotations of evicted and starting gangs.
+
+    ``on_verdicts`` is told every cycle's full set of verdicts (job -> status), so state kept per job elsewhere can
+    be dropped once a job has none.
+    """
+
+    config: OperatorConfig
+    kube: Kube
+    cache: SchedulerCache
+    metrics: SchedulerMetrics
+    events: EventRecorder
+    writer: Dispatcher
+    quarantine: Quarantine
+    usage: UsageSource | None
+    on_verdicts: Callable[[Mapping[str, JobStatus]], None]
+    guard: Guard = field(default_factory=lambda: Guard("reporting", log))
+    pruned: PruneGuard = field(default_factory=PruneGuard)  # status fields the installed CRDs do not store
+    _verdicts: dict[str, _Verdict] = field(default_factory=dict, init=False)
+    _status_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _status_pending: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    _status_written: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict, init=False)  # rv, status
+    _queue_written: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict, init=False)
+    _reported_invalid: dict[str, str] = field(default_factory=dict, init=False)
+    _queue_fields_checked: dict[str, tuple[Any, ...]] = field(default_factory=dict, init=False)  # Queue -> version
+
+    def record_cycle(
+        self, view: SnapshotView, result: CycleResult, marks: tuple[float, float, float, float, float]
+    ) -> None:
+        """The cycle's own metrics; ``marks``: ``perf_counter`` at its start, after the snapshot, after the core,
+        after dispatch and at its end."""
+        t0, t1, t2, t3, t4 = marks
+        m = self.metrics
+        m.cycles.inc()
+        m.core_seconds.observe(t2 - t1)
+        m.cycle_seconds.observe(t4 - t0)
+        for phase, dt in (("snapshot", t1 - t0), ("core", t2 - t1), ("dispatch", t3 - t2), ("report", t4 - t3)):
+            m.phase_seconds.labels(phase).inc(dt)
+        m.pending_pods.set(max(0, view.pending - len(result.binds)))
+        m.inflight_binds.set(self.cache.inflight())
+        m.e2e_latency.set(1000 * (t4 - t0))
+        m.open_session_latency.set(1000 * result.stats.get("open_seconds", 0.0))
+        for action in view.snapshot.config.actions:
+            took = result.stats.get(f"{action}_seconds")
+            if took is not None:
+                m.action_latency.labels(action).set(1000 * took)
+
+    def report(self, view: SnapshotView, result: CycleResult) -> None:
+        """Every verdict of the cycle on its PodGroup (status, Events), then findings, Queue status and metrics."""
+        now = time.monotonic()
+        iso = rfc3339()
+        verdicts = dict(result.jobs)
+        for key, errors in view.invalid_jobs.items():
+            msg = "; ".join(errors)
+            verdicts[key] = JobStatus(key, False, Reason.INVALID, f"invalid PodGroup: {msg}")
+        for key, q in self.quarantine.jobs.items():
+            why = f"the scheduler fails on this PodGroup ({q.reason}); it is left out until it or its pods change"
+            verdicts[key] = JobStatus(key, False, Reason.INVALID, why)
+        bad_queues = {name: list(errors) for name, errors in view.invalid_queues.items()}
+        for f in result.findings:  # unknown parents and cycles are found across queues, by the core
+            if f.kind == "Queue" and f.name in self.cache.queues:
+                text = f"spec.{f.field}: {f.message}" if f.field else f.message
+                if text not in bad_queues.setdefault(f.name, []):
+                    bad_queues[f.name].append(text)
+        for key, v in list(verdicts.items()):
+            if not v.scheduled and v.reason is Reason.QUEUE_DOES_NOT_EXIST:
+                pg = self.cache.pgs.get(key)
+                qname = pg.model.spec.queue if pg is not None and pg.model is not None else None
+                if qname in bad_queues:
+                    verdicts[key] = JobStatus(
+                        key, False, Reason.QUEUE_INVALID, f"queue {qname!r} is invalid: {'; '.join(bad_queues[qname])}"
+                    )
+        jobs = {j.key: j for j in view.snapshot.jobs}
+        for key, v in list(verdicts.items()):
+            if not v.scheduled and v.reason is Reason.NEVER_FITS:
+                fields = self._oversized(view, jobs.get(key))
+                if fields:
+                    verdicts[key] = replace(v, message=f"{'; '.join(fields)}; {v.message}")
+
+        def members(key: str) -> list[PodEntry]:
+            job = jobs.get(key)
+            return [view.pods_by_uid[p.uid] for p in job.pods if p.uid in view.pods_by_uid] if job else []
+
+        for key, v in verdicts.items():
+            self.guard(key, self._report_job, key, v, members, now, iso, default=None)
+        for key in [k for k in self._verdicts if k not in verdicts]:
+            del self._verdicts[key]
+            with self._status_lock:
+                self._status_written.pop(key, None)
+        self.on_verdicts(verdicts)
+        self._queue_metrics(view, result, verdicts)
+        self._report_findings(result)
+        self._report_queues(result, bad_queues, now, iso)
+
+    def _oversized(self, view: SnapshotView, job: Any) -> list[str]:
+        """For a gang that can never fit: the request fields of its pods that no node can hold (at most 3)."""
+        if job is None:
+            return []
+        largest = {
+            r: max((getattr(n.allocatable, r) for n in view.snapshot.nodes), default=0.0)
+            for r in ("gpu", "cpu", "memory")
+        }
+        out: list[str] = []
+        for p in job.pods:
+            entry = view.pods_by_uid.get(p.uid)
+            if entry is not None and len(entry.raw) > 1 and isinstance(entry.raw[1], dict):
+                out += st.oversized_fields(entry.name, entry.raw[1], largest)
+            if len(out) >= 3:
+                break
+        return out[:3]
+
+    def _report_job(
+        self, key: str, v: JobStatus, members: Callable[[str], list[PodEntry]], now: float, iso: str
+    ) -> None:
+        pg = self.cache.pgs.get(key)
+        if pg is None:
+            return
+        if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
+            self._persist_stale_since(key, pg.model, v)
+        prev = self._verdicts.get(key)
+        reason = v.reason.value
+        if (
+            prev is not None
+            and prev.written_at > 0
+            and prev.scheduled == v.scheduled
+            and prev.reason == reason
+            and (v.scheduled or prev.message == v.message)
+        ):
+            return  # the common case: nothing new to say
+        same_kind = prev is not None and prev.scheduled == v.scheduled and prev.reason == reason
+        first_seen = prev.first_seen if same_kind and prev is not None else now
+        if prev is None or not same_kind:
+            self._verdicts[key] = prev = _Verdict(v.scheduled, v.reason.value, v.message, 0.0, first_seen)
+        if not v.scheduled and v.reason is not Reason.INVALID and now - first_seen < PENDING_REPORT_DELAY:
+            return  # transient pending state (e.g. the pods of a new gang are still arriving)
+        written = prev.written_at > 0
+        if written and (
+            v.scheduled or prev.message == v.message or now - prev.written_at < self.config.status_interval
+        ):
+            return
+        prev.message = v.message
+        prev.written_at = now
+        current = self._current_pg_status(key, pg.raw)
+        stored = _condition(current, st.SCHEDULED)
+        if stored is not None and stored.get("reason") == v.reason.value and stored.get("message") == v.message:
+            return  # already says so (e.g. written by the previous leader)
+        self.write_pg_status(key, st.podgroup_status(current, v, iso))
+        if written:
+            return  # a message refresh: Events are for transitions
+        ref = object_ref("PodGroup", pg.raw)
+        if v.scheduled:
+            if v.reason is not Reason.SCHEDULED or len(members(key)) > 1:
+                self.events.emit(ref, NORMAL, v.reason.value, v.message)
+        else:
+            self.events.emit(ref, WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+            if v.reason is Reason.INVALID:
+                self.metrics.findings.labels("PodGroup").inc()
+            if pg.model is not None and pg.model.spec.mark_unschedulable:
+                for p in members(key):
+                    if not p.node:
+                        self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+
+    def _persist_stale_since(self, key: str, model: PodGroup | None, v: JobStatus) -> None:
+        """Keep ``kai.scheduler/stale-podgroup-timestamp`` in step with the core, which restarts the stale-gang
+        clock every cycle unless the time it first saw the gang below its minimum is stored on the PodGroup."""
+        if model is None:
+            return
+        since = v.details.get("staleSince")
+        stored = model.metadata.annotations.get(c.STALE_SINCE)
+        if isinstance(since, int | float) and stored is None:
+            self.annotate_pg(key, {c.STALE_SINCE: rfc3339(float(since))})
+        elif since is None and stored is not None and v.reason is not Reason.STALE_GANG:
+            self.annotate_pg(key, {c.STALE_SINCE: None})
+
+    def _report_findings(self, result: CycleResult) -> None:
+        for f in result.findings:
+            ref: dict[str, Any] | None = None
+            if f.kind == "Queue" and f.name in self.cache.queues:
+                continue  # in the Queue's Valid condition, with an Event when it changes (_report_queues)
+            if f.kind == "PodGroup":
+                pg = self.cache.pgs.get(f.name)
+                ref = object_ref("PodGroup", pg.raw) if pg is not None else None
+            text = f"{f.field}: {f.message}" if f.field else f.message
+            if ref is not None:
+                self.events.emit(ref, WARNING, f"Invalid{f.kind}", text)
+                self.metrics.findings.labels(f.kind).inc()
+            elif self._reported_invalid.get(f"{f.kind}/{f.name}") != text:
+                log.warning("%s %s: %s", f.kind, f.name, text)
+            self._reported_invalid[f"{f.kind}/{f.name}"] = text
+
+    def _report_queues(self, result: CycleResult, bad: dict[str, list[str]], now: float, iso: str) -> None:
+        children: dict[str, list[str]] = defaultdict(list)
+        with self.cache.lock:
+            entries = dict(self.cache.queues)
+        for name, q in entries.items():
+            if q.queue is not None and q.queue.parent:
+                children[q.queue.parent].append(name)
+        for name in [n for n in self._queue_fields_checked if n not in entries]:
+            del self._queue_fields_checked[name]
+        for name, q in entries.items():
+            self._check_queue_fields(name, q.raw)
+            qs = result.queues.get(name)
+            body: dict[str, Any] = st.queue_status(qs, children.get(name, [])) if qs is not None else {}
+            body.update(st.queue_validity(q.raw.get("status"), bad.get(name, []), iso))
+            if self.usage is not None:
+                top_level = q.queue is not None and not q.queue.parent
+                ledger = self.usage.ledger_status(name, top_level)
+                if ledger is not None:
+                    body[LEDGER_FIELD] = ledger
+            body = self.pruned.strip("Queue", {"status": body})["status"]
+            compare = {k: v for k, v in body.items() if k != "conditions"}
+            compare["valid"] = [
+                (cond["status"], cond["message"]) for cond in body["conditions"] if cond["type"] == "Valid"
+            ]
+            last = self._queue_written.get(name)
+            if last is not None and last[0] == compare:
+                continue
+            if last is None and _queue_status_matches(q.raw.get("status"), compare):
+                self._queue_written[name] = (compare, now)
+                continue
+            invalid_now = name in bad and (last is None or last[0].get("valid") != compare["valid"])
+            delay = 0.0 if last is None or invalid_now else max(0.0, self.config.status_interval - (now - last[1]))
+            self._queue_written[name] = (compare, now + delay)
+            self.writer.submit(f"qstatus/{name}", partial(self._write_queue_status, name, body), STATUS_PRIORITY, delay)
+            if invalid_now:
+                self.events.emit(object_ref("Queue", q.raw), WARNING, "InvalidQueue", "; ".join(bad[name]))
+                self.metrics.findings.labels("Queue").inc()
+
+    def _check_queue_fields(self, name: str, raw: dict[str, Any]) -> None:
+        """One Warning Event per version of a Queue naming its unknown fields (kept by the object, or pruned by the
+        API server but remembered by kubectl's last-applied annotation)."""
+        meta = raw.get("metadata") or {}
+        version = (meta.get("uid"), meta.get("generation"), (meta.get("annotations") or {}).get(LAST_APPLIED))
+        if self._queue_fields_checked.get(name) == version:
+            return
+        self._queue_fields_checked[name] = version
+        unknown = object_unknown_fields(raw, "Queue")
+        if unknown:
+            self.metrics.findings.labels("Queue").inc()
+            text = f"{'; '.join(map(str, unknown))}; ignored by kai-ray"
+            self.events.emit(object_ref("Queue", raw), WARNING, "UnknownField", text)
+
+    def _write_queue_status(self, name: str, body: dict[str, Any]) -> None:
+        self._patch_status("Queue", queues_path(name), name, {"status": body})
+
+    def _patch_status(self, kind: str, path: str, name: str, sent: dict[str, Any]) -> dict[str, Any] | None:
+        """Merge-patch a status subresource: the stored object, or None when the write failed (counted, and logged
+        unless the object is gone). A field the installed CRD prunes is reported once, on the first object."""
+        try:
+            stored = self.kube.merge_patch(path + "/status", sent)
+            self.metrics.status_writes.labels(kind.lower(), "ok").inc()
+        except ApiError as exc:
+            self.metrics.status_writes.labels(kind.lower(), "error").inc()
+            if not exc.not_found:
+                log.info("status of %s %s: %s", kind, name, exc)
+            return None
+        if self.pruned.check(kind, sent, stored, f"{kind} {name}"):
+            self._report_pruned(object_ref(kind, stored), kind)
+        return stored
+
+    def _report_pruned(self, ref: dict[str, Any], kind: str) -> None:
+        """One Warning Event on the object where a field was first seen pruned (the log line is the guard's)."""
+        fields = ", ".join(sorted(self.pruned.known(kind)))
+        self.events.emit(
+            ref,
+            WARNING,
+            "StatusFieldsNotStored",
+            f"the installed {kind} CRD does not store {fields}; kai-ray no longer writes them "
+            "(install kai-ray's CRDs from helm/kai-ray/crds to keep them)",
+        )
+
+    def _queue_metrics(self, view: SnapshotView, result: CycleResult, verdicts: dict[str, JobStatus]) -> None:
+        """KAI's per-queue gauges and kai-ray's pending counts; a parent queue's counts include its children's."""
+        m = self.metrics
+        with self.cache.lock:
+            entries = {name: q.model for name, q in self.cache.queues.items() if q.model is not None}
+        parents = {name: q.spec.parent_queue for name, q in entries.items()}
+        pending_groups: dict[str, int] = defaultdict(int)
+        pending_pods: dict[str, int] = defaultdict(int)
+        for job in view.snapshot.jobs:
+            waiting = sum(1 for pod in job.pods if pod.phase is PodPhase.PENDING)
+            verdict = verdicts.get(job.key)
+            gang_waiting = verdict is not None and not verdict.scheduled
+            seen: set[str] = set()
+            q: str | None = job.queue
+            while q and q in entries and q not in seen:
+                seen.add(q)
+                pending_pods[q] += waiting
+                pending_groups[q] += int(gang_waiting)
+                q = parents.get(q)
+        series = m.queue_series
+        for name, model in entries.items():
+            display = model.spec.display_name or ""
+            controller = (name, name, display)
+            scheduler = (display or name, name, display)
+            res = model.spec.resources
+            series.set(m.queue_info, controller, 1)
+            if res is not None:
+                series.set(m.queue_deserved_gpus, controller, res.gpu.quota)
+                series.set(
+                    m.queue_quota_cpu, controller, res.cpu.quota if res.cpu.quota == -1 else res.cpu.quota / 1000
+                )
+                mem = res.memory.quota
+                series.set(m.queue_quota_memory, controller, mem if mem == -1 else mem * 1e6)
+            qs = result.queues.get(name)
+            if qs is not None:
+                series.set(m.queue_allocated_gpus, controller, round(qs.allocated.get("gpu", 0.0), 4))
+                series.set(m.queue_allocated_cpu, controller, round(qs.allocated.get("cpu", 0.0) / 1000, 4))
+                series.set(m.queue_allocated_memory, controller, round(qs.allocated.get("memory", 0.0), 4))
+                series.set(m.fair_share_gpu, scheduler, qs.fair_share.get("gpu", 0.0))
+                series.set(m.fair_share_cpu, scheduler, qs.fair_share.get("cpu", 0.0) / 1000)
+                series.set(m.fair_share_memory, scheduler, qs.fair_share.get("memory", 0.0) / 1e9)
+            series.set(m.queue_pending_podgroups, (name,), pending_groups.get(name, 0))
+            series.set(m.queue_pending_pods, (name,), pending_pods.get(name, 0))
+        series.commit()
+
+    def annotate_pg(self, job: str, annotations: dict[str, str | None]) -> None:
+        key, work = self.annotation_work(job, annotations)
+        self.writer.submit(key, work, priority=STATUS_PRIORITY)
+
+    def annotation_work(self, job: str, annotations: dict[str, str | None]) -> tuple[str, Callable[[], None]]:
+        """A merge patch of PodGroup annotations (``None`` removes one)."""
+        ns, _, name = job.partition("/")
+
+        def work() -> None:
+            try:
+                self.kube.merge_patch(podgroups_path(ns, name), {"metadata": {"annotations": annotations}})
+            except ApiError as exc:
+                if not exc.not_found:
+                    log.info("annotate PodGroup %s: %s", job, exc)
+
+        return f"pgmeta/{job}/{','.join(annotations)}", work
+
+    def _current_pg_status(self, job: str, raw: dict[str, Any] | None) -> dict[str, Any]:
+        """The freshest status we know: the watched object's, or our own last write if the watch lags behind it."""
+        raw_status = dict((raw or {}).get("status") or {})
+        with self._status_lock:
+            mine = self._status_written.get(job)
+        if mine is not None and mine[0] > resource_version(raw):
+            return dict(mine[1])
+        return raw_status
+
+    def write_pg_status(self, job: str, status: dict[str, Any]) -> None:
+        """Queue a status change. Changes to one PodGroup accumulate until written (conditions by type), and the
+        write merges them onto the freshest known conditions, since a merge patch replaces the whole list."""
+        with self._status_lock:
+            pending = self._status_pending.setdefault(job, {})
+            for k, v in status.items():
+                if k == "conditions":
+                    by_type = {cond["type"]: cond for cond in pending.get("conditions") or []}
+                    by_type.update({cond["type"]: cond for cond in v})
+                    pending["conditions"] = list(by_type.values())
+                else:
+                    pending[k] = v
+        self.writer.submit(f"pgstatus/{job}", partial(self._flush_pg_status, job), priority=STATUS_PRIORITY)
+
+    def _flush_pg_status(self, job: str) -> None:
+        with self._status_lock:
+            pending = self._status_pending.pop(job, None)
+        if not pending:
+            return
+        pg = self.cache.pgs.get(job)
+        if "conditions" in pending:
+            current = self._current_pg_status(job, pg.raw if pg is not None else None)
+            by_type = {cond.get("type"): cond for cond in current.get("conditions") or []}
+            by_type.update({cond["type"]: cond for cond in pending["conditions"]})
+            pending["conditions"] = sorted(by_type.values(), key=lambda cond: str(cond.get("type")))
+        ns, _, name = job.partition("/")
+        sent = self.pruned.strip("PodGroup", {"status": pending})
+        updated = self._patch_status("PodGroup", podgroups_path(ns, name), job, sent)
+        if updated is None:
+            return
+        with self._status_lock:
+            self._status_written[job] = (resource_version(updated), dict(updated.get("status") or {}))
+
+
+def _condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return None
+
+
+def _queue_status_matches(current: dict[str, Any] | None, compare: dict[str, Any]) -> bool:
+    if not current:
+        return False
+    for k, v in compare.items():
+        if k == "valid":
+            cond = _condition(current, "Valid")
+            if cond is None or [(cond.get("status"), cond.get("message"))] != v:
+                return False
+        elif current.get(k) != v:
+            return False
+    return True
+
+
+def pod_ref(p: PodEntry) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "name": p.name, "namespace": p.namespace, "uid": p.uid}
+
+
+API_VERSIONS = {"PodGroup": "scheduling.run.ai/v2alpha2", "Queue": "scheduling.run.ai/v2"}
+
+
+def object_ref(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """An Event's ``involvedObject`` for a PodGroup or a Queue (cluster-scoped: no namespace)."""
+    meta = raw.get("metadata") or {}
+    ref = {"apiVersion": API_VERSIONS[kind], "kind": kind, "name": meta.get("name", "")}
+    if kind == "PodGroup":
+        ref["namespace"] = meta.get("namespace", "")
+    ref["uid"] = meta.get("uid", "")
+    return ref

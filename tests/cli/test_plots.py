@@ -1,0 +1,79 @@
+"""``simulate --report``: plots titled by the policy, and no simulation run when plots cannot be drawn."""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kai_ray.cli import main
+
+
+def test_report_without_matplotlib_fails_before_the_simulation(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 22 item 12: the check came after the whole run (135 CPU s lost on a trace)."""
+    import kai_ray.sim.run
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    def never(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the simulation ran")
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    monkeypatch.setattr(kai_ray.sim.run, "simulate", never)
+    capsys.readouterr()
+    for argv in (["simulate", "demo", "--report", str(tmp_path)], ["demo", "--report", str(tmp_path)]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert "--report: plots need matplotlib" in capsys.readouterr().err
+
+
+def test_report_titles_name_the_policy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import kai_ray.cli.simulate
+
+    titles: list[str] = []
+    monkeypatch.setattr(
+        kai_ray.cli.simulate, "write_report_or_fail", lambda res, report, title: titles.append(title) or []
+    )
+    for policy in ("kai-ray", "kai"):
+        with pytest.raises(SystemExit) as exc:
+            main(["simulate", "demo", "--policy", policy, "--report", str(tmp_path), "--json"])
+        assert not exc.value.code
+    assert titles == ["kai-ray", "KAI semantics"]
+
+
+def test_pending_plot_legend_shows_the_queue_colours_and_a_readable_axis(tmp_path: Path) -> None:
+    """The time-based fair-share example pends for days: the axis was minutes up to ~10,000; the legend showed grey
+    patches while the bars are coloured by queue."""
+    from kai_ray.sim.policy import POLICIES
+    from kai_ray.sim.report import _colors, _pending, _plt, _queues
+    from kai_ray.sim.run import simulate
+    from kai_ray.sim.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[2]
+    res = simulate(load_scenario(root / "examples" / "time-based-fairshare" / "two-queues.yaml"), POLICIES["kai-ray"])
+    plt = _plt()
+    figures: list[Any] = []
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(plt, "close", figures.append)
+    try:
+        colors = _colors(plt, _queues(res))
+        _pending(plt, res, tmp_path / "p.png", "kai-ray", colors)
+    finally:
+        monkeypatch.undo()
+    (ax,) = figures[0].axes
+    assert ax.get_xlabel() == "time pending (days)" and ax.get_xlim()[1] < 30
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert legend == {"queue team-a", "queue team-b", "before its first start", "after evictions"}
+    for patch in ax.get_legend().get_patches()[:2]:
+        assert patch.get_facecolor()[:3] != (0.5333333333333333, 0.5333333333333333, 0.5333333333333333)
+    plt.close(figures[0])
