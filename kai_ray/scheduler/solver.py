@@ -473,7 +473,7 @@ class JobSolver:
                 key = (job.priority, -job.elastic_state(), risk, -job.created_at, job.uid, step)
                 per_node.setdefault(n, []).append((key, Unit(vj, step)))
         fut = ses.free + ses.rel
-        options: list[tuple[int, int, str, list[Unit]]] = []
+        options: list[tuple[int, int, float, str, list[Unit]]] = []
         for n, keyed in per_node.items():
             if any(alloc[r, n] + EPS * max(1.0, need[r]) < need[r] for r in range(3)):
                 continue
@@ -492,8 +492,9 @@ class JobSolver:
                     for r in range(3):
                         have[r] += req[r]
             if chosen and all(have[r] + EPS * max(1.0, need[r]) >= need[r] for r in range(3)):
-                options.append((sum(len(u.pods) for u in chosen), len(chosen), ses.nodes[n].name, chosen))
-        for _, _, _, chosen in sorted(options, key=lambda o: (o[0], o[1], o[2])):
+                risk = sum(_unit_risk(u.vj, u.step) for u in chosen)  # kai-ray: least work lost, then node name
+                options.append((sum(len(u.pods) for u in chosen), len(chosen), risk, ses.nodes[n].name, chosen))
+        for *_, chosen in sorted(options, key=lambda o: (o[0], o[1], o[2], o[3])):
             yield Scenario(tasks, [], chosen)
 
     # -- one scenario, for real
@@ -734,13 +735,15 @@ class JobSolver:
 
     def _prefer_single_node(self, cp0: int, tasks: list[int], best: Scenario) -> Scenario:
         """Swap the found victims for victims on one node when that is no worse for anyone: victims only from the
-        same queues, of no higher priority, no more pods, and no more gangs ended."""
+        same queues, of no higher priority, no more pods, no more gangs ended, and (kai-ray's work-at-risk order,
+        :mod:`.workloss`) no more work lost."""
         ses = self.ses
         found = best.units()
         queues = {u.vj.job.queue for u in found}
         top = max(u.vj.job.priority for u in found)
         pods = sum(len(u.pods) for u in found)
         ended = sum(1 for u in found if u.core)
+        risk = sum(_unit_risk(u.vj, u.step) for u in found)
         ses.rollback(cp0)
         for sc in self._single_node(tasks, queues, top):
             units = sc.units()
@@ -748,6 +751,7 @@ class JobSolver:
                 any(u.vj.job.queue not in queues or u.vj.job.priority > top for u in units)
                 or sum(len(u.pods) for u in units) > pods
                 or sum(1 for u in units if u.core) > ended
+                or sum(_unit_risk(u.vj, u.step) for u in units) > risk
             ):
                 continue
             if self.simulate(sc) and self._spans_nodes(cp0) == 1:
