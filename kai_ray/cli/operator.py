@@ -69,6 +69,11 @@ def build_config(**opts: Any) -> OperatorConfig:
             kai_coexistence=opts["kai_coexistence"],
             default_priority=_priorities(opts["default_priority"]),
             max_gang_pods=opts["max_gang_pods"],
+            idle_aware_victims=opts["idle_aware_victims"],
+            checkpoint_aware_victims=opts["checkpoint_aware_victims"],
+            ready_timeout=duration(opts["ready_timeout"], "--ready-timeout"),
+            ready_timeout_backoff=duration(opts["ready_timeout_backoff"], "--ready-timeout-backoff"),
+            upgrade_surge=opts["upgrade_surge"],
             k_value=opts["k_value"],
             usage_db=opts["usage_db"],
             usage_db_url=opts["usage_db_url"] or "",
@@ -254,6 +259,36 @@ def _define(kind: str) -> None:
             None, "PriorityClass of a Ray kind that names none (repeatable)", panel="podgrouper", metavar="KIND=CLASS"
         ),
         max_gang_pods: int = o(10_000, "pods one gang may have; a Ray object asking for more is refused", metavar="N"),
+        idle_aware_victims: bool = o(
+            True,
+            "among equal victims, evict Ray workloads idle in Ray first, then those busy for the shortest time",
+            "--idle-aware-victims/--no-idle-aware-victims",
+            panel="reclaim",
+        ),
+        checkpoint_aware_victims: bool = o(
+            True,
+            "among equal victims, evict the one with the most recent kai-ray.io/last-checkpoint-time first",
+            "--checkpoint-aware-victims/--no-checkpoint-aware-victims",
+            panel="reclaim",
+        ),
+        ready_timeout: str = o(
+            "0s",
+            "evict a gang bound but not all Ready this long (kai-ray.io/ready-timeout overrides; 0s: off)",
+            panel="reclaim",
+            metavar="DURATION",
+        ),
+        ready_timeout_backoff: str = o(
+            "1m",
+            "how long a gang evicted for its ready-timeout waits before it is placed again",
+            panel="reclaim",
+            metavar="DURATION",
+        ),
+        upgrade_surge: bool = o(
+            True,
+            "a RayService's pending upgrade cluster may exceed its queue's quota up to the limit",
+            "--upgrade-surge/--no-upgrade-surge",
+            panel="reclaim",
+        ),
         k_value: float = o(1.0, "weight of historical usage in the over-quota division (kValue)", panel="usage"),
         usage_db: str = o(
             "none",

@@ -86,7 +86,11 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {k: meta[k] for k in POD_META if k in meta},
         "spec": out_spec,
-        "status": {k: status[k] for k in ("phase", "startTime") if k in status},
+        "status": {
+            **{k: status[k] for k in ("phase", "startTime") if k in status},
+            # the Ready condition alone: kai-ray.io/ready-timeout (issue 25) reads it
+            **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") == "Ready"][:1]},
+        },
     }
 
 
@@ -372,6 +376,7 @@ class SchedulerCache:
             request,
             labels.get(c.SUBGROUP_LABEL),
             labels.get(c.TASK_PRIORITY_LABEL),
+            spod.ready if spod is not None else None,  # kai-ray.io/ready-timeout reads it
         )
         return PodEntry(
             key=key,
@@ -683,7 +688,14 @@ def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
     meta.pop("resourceVersion", None)
     status = obj.get("status") or {}
     phase = status.get("phase")
-    return (meta, obj.get("spec"), phase if phase in ("Succeeded", "Failed") else None, status.get("startTime"))
+    ready = next((cd.get("status") for cd in status.get("conditions") or [] if cd.get("type") == "Ready"), None)
+    return (
+        meta,
+        obj.get("spec"),
+        phase if phase in ("Succeeded", "Failed") else None,
+        status.get("startTime"),
+        ready,
+    )
 
 
 def _node_sig(n: s.Node) -> tuple[Any, ...]:
