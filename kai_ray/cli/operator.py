@@ -153,10 +153,17 @@ SERVING = "Metrics, health and logs (both operators)"
 PANELS = {
     "scheduling": "Scheduling",
     "reclaim": "Ray-aware reclaim and the autoscaler hook",
+    "raynative": "Ray-native scheduling (docs/ray-native.md)",
     "usage": "Time-based fair share (KAI's usageDBConfig)",
     "podgrouper": "Podgrouper",
 }
-OWNER = {"scheduling": "scheduler", "reclaim": "scheduler", "usage": "scheduler", "podgrouper": "podgrouper"}
+OWNER = {
+    "scheduling": "scheduler",
+    "reclaim": "scheduler",
+    "raynative": "scheduler",
+    "usage": "scheduler",
+    "podgrouper": "podgrouper",
+}
 
 
 def _option(kind: str, default: Any, help: str, *decls: str, panel: str = CLUSTER, metavar: str | None = None) -> Any:
@@ -262,32 +269,32 @@ def _define(kind: str) -> None:
         idle_aware_victims: bool = o(
             True,
             "among equal victims, evict Ray workloads idle in Ray first, then those busy for the shortest time",
-            "--idle-aware-victims/--no-idle-aware-victims",
-            panel="reclaim",
+            "--ray-idle/--no-ray-idle",
+            panel="raynative",
         ),
         checkpoint_aware_victims: bool = o(
             True,
-            "among equal victims, evict the one with the most recent kai-ray.io/last-checkpoint-time first",
-            "--checkpoint-aware-victims/--no-checkpoint-aware-victims",
-            panel="reclaim",
+            "among equal victims, evict the most recently checkpointed first",
+            "--ray-checkpoints/--no-ray-checkpoints",
+            panel="raynative",
         ),
         ready_timeout: str = o(
             "0s",
-            "evict a gang bound but not all Ready this long (kai-ray.io/ready-timeout overrides; 0s: off)",
-            panel="reclaim",
+            "evict a gang bound but not all Ready this long (0s: off; an annotation on the Ray object overrides)",
+            panel="raynative",
             metavar="DURATION",
         ),
         ready_timeout_backoff: str = o(
             "1m",
             "how long a gang evicted for its ready-timeout waits before it is placed again",
-            panel="reclaim",
+            panel="raynative",
             metavar="DURATION",
         ),
         upgrade_surge: bool = o(
             True,
             "a RayService's pending upgrade cluster may exceed its queue's quota up to the limit",
             "--upgrade-surge/--no-upgrade-surge",
-            panel="reclaim",
+            panel="raynative",
         ),
         k_value: float = o(1.0, "weight of historical usage in the over-quota division (kValue)", panel="usage"),
         usage_db: str = o(
