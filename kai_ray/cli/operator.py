@@ -74,6 +74,7 @@ def build_config(**opts: Any) -> OperatorConfig:
             ready_timeout=duration(opts["ready_timeout"], "--ready-timeout"),
             ready_timeout_backoff=duration(opts["ready_timeout_backoff"], "--ready-timeout-backoff"),
             upgrade_surge=opts["upgrade_surge"],
+            ray_activity_interval=duration(opts["ray_activity_interval"], "--ray-activity-interval"),
             k_value=opts["k_value"],
             usage_db=opts["usage_db"],
             usage_db_url=opts["usage_db_url"] or "",
@@ -271,6 +272,12 @@ def _define(kind: str) -> None:
             "among equal victims, evict Ray workloads idle in Ray first, then those busy for the shortest time",
             "--ray-idle/--no-ray-idle",
             panel="raynative",
+        ),
+        ray_activity_interval: str = o(
+            "30s",
+            "how often Ray's idle/busy state is read from each cluster's GCS (0s: off; needs the 'ray' extra)",
+            panel="raynative",
+            metavar="DURATION",
         ),
         checkpoint_aware_victims: bool = o(
             True,

@@ -97,6 +97,7 @@ class OperatorConfig:
     ready_timeout: float = 0.0  # seconds: default kai-ray.io/ready-timeout (0: off)
     ready_timeout_backoff: float = 60.0  # seconds a gang evicted for its ready-timeout waits before placement
     upgrade_surge: bool = True  # a RayService's pending cluster may go above quota, up to the limit
+    ray_activity_interval: float = 30.0  # seconds between reads of Ray's idle/busy state from each GCS (0: off)
     # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.scheduling.usage); off unless
     # usage_db is set
     k_value: float = 1.0
@@ -145,6 +146,8 @@ class OperatorConfig:
             raise ConfigError(f"--drain-deadline: {self.drain_deadline} must not be negative")
         if self.max_gang_pods < 1:
             raise ConfigError(f"--max-gang-pods: {self.max_gang_pods} must be at least 1")
+        if self.ray_activity_interval < 0:
+            raise ConfigError(f"--ray-activity-interval: {self.ray_activity_interval} must not be negative")
         if self.ready_timeout < 0 or self.ready_timeout_backoff < 0:
             raise ConfigError("--ready-timeout/--ready-timeout-backoff: must not be negative")
         if self.headroom_interval < 0:

@@ -163,6 +163,7 @@ class SchedulerCache:
         self.config = config
         self.on_change = on_change
         self.lock = threading.RLock()
+        self.ray_activity: dict[str, s.RayActivity] = {}  # pod key -> Ray's idle/busy answer (issue 25)
         self.nodes: dict[str, s.Node] = {}
         self.pods: dict[str, PodEntry] = {}
         self.uid_to_key: dict[str, str] = {}
@@ -543,6 +544,13 @@ class SchedulerCache:
             pg.pc_generation = self.pc_generation
         return pg.template
 
+    def set_ray_activity(self, facts: Mapping[str, s.RayActivity]) -> None:
+        """Ray's latest idle/busy answer per pod key (issue 25); pods left out have none."""
+        with self.lock:
+            for key in set(self.ray_activity) ^ set(facts) | {k for k in facts if self.ray_activity.get(k) != facts[k]}:
+                self._touch(key)
+            self.ray_activity = dict(facts)
+
     def clear_overlays(self) -> None:
         with self.lock:
             for key in list(self.assumed) + list(self.evicting):
@@ -563,6 +571,9 @@ class SchedulerCache:
                 spod = replace(spod, phase=s.PodPhase.RUNNING, node=a.node)
             if pkey in self.evicting and spod.phase is s.PodPhase.RUNNING:
                 spod = replace(spod, phase=s.PodPhase.RELEASING)
+            act = self.ray_activity.get(pkey)
+            if act is not None and spod.phase is s.PodPhase.RUNNING:
+                spod = replace(spod, ray_activity=act)
             pods.append(spod)
             if spod.phase is s.PodPhase.RUNNING:
                 active += 1

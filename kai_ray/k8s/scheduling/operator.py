@@ -40,6 +40,7 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import ElasticReclaimer, HeadroomPublisher, ray_owner
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, slim_pod
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
+from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
 from kai_ray.k8s.scheduling.usage import capacity_of, make_source
@@ -154,6 +155,9 @@ class SchedulerOperator:
                 lambda key, work: self.writer.submit(key, work, priority=STATUS_PRIORITY),
                 templates=self.gangs.probe_templates if self.gangs is not None else None,
             )
+        self.ray_activity: RayActivityPoller | None = None
+        if config.ray_activity_interval > 0 and config.idle_aware_victims:
+            self.ray_activity = RayActivityPoller(self.kube, self.cache, config.ray_activity_interval, self.is_leader)
         self.informers = self._informers()
         self.elector: LeaderElector | None = None
         if config.leader_elect:
@@ -212,6 +216,8 @@ class SchedulerOperator:
             self.usage.start()
         self._loop_thread = threading.Thread(target=self._loop, name="scheduler-loop", daemon=True)
         self._loop_thread.start()
+        if self.ray_activity is not None:
+            self.ray_activity.start()
         if self.elector is not None:
             self.elector.start()
         else:
@@ -227,6 +233,8 @@ class SchedulerOperator:
             self.elector.stop(release=release)
         if self._loop_thread is not None:
             self._loop_thread.join(10)
+        if self.ray_activity is not None:
+            self.ray_activity.stop()
         self.binder.stop()
         self.writer.stop()
         if self.usage is not None:
