@@ -145,3 +145,17 @@ def test_a_surge_that_cannot_start_says_what_would_help() -> None:
     assert "upgradeStrategy None" in st.message
     # once KubeRay deletes the old cluster, the new one is the service again, within its quota
     assert _cycle([surge], quota=8, limit=8).binds
+
+
+def test_the_pending_view_shows_the_backoff_and_the_max_pending_time() -> None:
+    from kai_ray.scheduler.visibility import LastCycle, pending_rows
+
+    blocker = _job("other", gpus=8, pods=1, node="n0")
+    retry = _job("retry", facts=RayNativeFacts(backoff_until=NOW + 30))
+    late = _job("late", gpus=16, pods=2, facts=RayNativeFacts(max_pending_time=600, pending_since=NOW - 700))
+    nodes = [Node("n0", Resources(8, 64000, 512e9)), Node("n1", Resources(8, 64000, 512e9))]
+    snap = Snapshot(nodes, [Queue("q", quota=Resources(-1, -1, -1))], [blocker, retry, late], now=NOW)
+    rows = {r.name: r for r in pending_rows(snap, LastCycle.of(run_cycle(snap)))}
+    assert rows["retry"].position is None  # not tried while it waits out its backoff
+    assert rows["retry"].reason == "ReadyTimeoutBackoff"
+    assert "beyond its max-pending-time 10m00s" in rows["late"].message
