@@ -110,7 +110,7 @@ def plot(rows: list[Row], path: Path) -> None:
             xs,
             values,
             width,
-            label="feature on" if flag else "feature off (KAI's behaviour)",
+            label="feature on" if flag else "feature off",
             color="#2a9d8f" if flag else "#bbbbbb",
         )
         for x, name, bar in zip(xs, names, bars, strict=True):
