@@ -6,7 +6,9 @@ simulator) can report them without a traceback.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -79,17 +81,109 @@ def parse_object(doc: Any, where: str = "document") -> BaseModel:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = field_path(tuple(err["loc"])) or "(root)"
-        raise ManifestError(f"{where} ({describe(doc)}): field {field}: {err['msg']}") from None
+        raise ManifestError(f"{where} ({describe(doc)}): {field}: {pydantic_message(err)}") from None
+
+
+def pydantic_message(err: Any) -> str:
+    """A pydantic error as the "what is wrong" of an error line: no "Value error, " prefix, and the value given when
+    pydantic's own text does not say it."""
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    value = err.get("input")
+    if err["type"] != "value_error" and isinstance(value, str | int | float | bool) and value is not None:
+        msg += f", got {value!r}"
+    return msg
+
+
+def located(label: str, message: str, doc: Any = None) -> str:
+    """``<label>: <message>``, where a message from the podgrouper that starts with the object's own ``<Kind> <name>:``
+    (already in ``label``, as ``<file> document N (<Kind> <name>)``) loses that prefix, for one error layout."""
+    if isinstance(doc, dict):
+        message = message.removeprefix(f"{describe(doc)}: ").removeprefix(f"{doc.get('kind')}: ")
+    return f"{label}: {message}"
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate mapping keys as Kubernetes' own decoders do (PyYAML keeps the last
+    value, so ``queue: training`` then ``queue: serving`` would silently land in ``serving``). Keys brought in by a
+    merge (``<<:``) may be overridden, as YAML allows."""
+
+    _root: yaml.Node | None = None
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._root = node
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                hint = ""
+                if node is self._root and key in ("apiVersion", "kind"):
+                    hint = "; two objects in one document: a '---' line between them is probably missing"
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key]}){hint}", key_node.start_mark
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),  # before UTF-16 LE, whose BOM it starts with
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """Manifest bytes as text: UTF-8, or any Unicode encoding its byte-order mark names (Windows PowerShell's ``>``
+    writes UTF-16 with a BOM). Anything else is a ManifestError naming the file and the first bad byte, not a
+    UnicodeDecodeError: YAML is Unicode, and guessing Latin-1 would read a binary file as garbage manifests."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data[len(bom) :].decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise ManifestError(
+                    f"{source}: not valid {encoding.upper()} text (it starts with a {encoding.upper()} "
+                    f"byte-order mark): {exc.reason} at byte {exc.start + len(bom)}"
+                ) from None
+    nul = data.find(b"\0", 0, 8192)
+    if nul >= 0:
+        raise ManifestError(
+            f"{source}: a binary file, not YAML text (a NUL byte at byte {nul}; UTF-16 text needs a byte-order mark)"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        byte = data[exc.start : exc.start + 1].hex()
+        raise ManifestError(
+            f"{source}: line {line}: not UTF-8 text (byte 0x{byte} at byte {exc.start}); save the file as UTF-8"
+        ) from None
+
+
+def read_text(path: str | Path) -> str:
+    """A manifest or scenario file as text (see :func:`decode_text`); ``OSError`` is left to the caller."""
+    return decode_text(Path(path).read_bytes(), str(path))
 
 
 def load_documents(text: str, source: str = "<input>") -> Iterator[tuple[str, Any]]:
-    """Yield (label, document) for each non-empty YAML document; YAML syntax errors become ManifestError."""
+    """Yield (label, document) for each non-empty YAML document; YAML syntax errors and duplicate keys become
+    ManifestError naming the line."""
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
+        where = f" line {mark.line + 1}:" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.constructor.ConstructorError) and problem.startswith("duplicate key"):
+            raise ManifestError(f"{source}:{where} {problem}") from None
         raise ManifestError(f"{source}:{where} invalid YAML: {problem}") from None
     for i, doc in enumerate(docs):
         if doc is None:

@@ -16,9 +16,10 @@ RAY_API_VERSIONS = ("ray.io/v1", "ray.io/v1alpha1")
 MAX_INT32 = 2**31 - 1
 
 
-def _non_negative(value: int | None, info: Any) -> int | None:
+def _non_negative(value: int | None) -> int | None:
+    """The message is the "what is wrong" of an error line that already names the field (by its wire name)."""
     if value is not None and value < 0:
-        raise ValueError(f"{info.field_name} must be >= 0, got {value}")
+        raise ValueError(f"{value} is negative; it must be >= 0")
     return value
 
 

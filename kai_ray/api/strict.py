@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from kai_ray.api.errors import FieldError
 from kai_ray.api.quantity import QuantityError, parse_quantity
+from kai_ray.constants import GPU_FRACTION, GPU_RESOURCE
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -267,6 +270,11 @@ class UnknownField:
         hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
         return f"unknown field {self.field}{hint}"
 
+    def located(self) -> str:
+        """``<field>: unknown field (did you mean ...?)``: the error layout of the command line."""
+        hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
+        return f"{self.field}: unknown field{hint}"
+
 
 def did_you_mean(name: str, known: frozenset[str] | set[str]) -> str | None:
     """The known field a typo most likely meant: same letters in another case, snake_case for camelCase, or close."""
@@ -357,25 +365,98 @@ def _templates(doc: dict[str, Any], kind: str) -> list[tuple[str, Any]]:
     return out
 
 
+def _is_extended(name: str) -> bool:
+    """Kubernetes' extended resources (``nvidia.com/gpu``): a domain outside kubernetes.io, counted in whole units."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+def container_resource_problems(requests: Any, limits: Any, where: str) -> list[FieldError]:
+    """What Kubernetes would refuse in one container's ``resources`` (``where`` is its path): a value that is not a
+    quantity, a negative one, a fractional extended resource, a request above its limit, and an extended resource
+    whose request is not its limit. A Ray CR is a template: the API server does not check it, KubeRay's pods would
+    be refused one by one, so kai-ray refuses the CR, naming the field, before any scheduling is done."""
+    errors: list[FieldError] = []
+    parsed: dict[str, dict[str, float]] = {"requests": {}, "limits": {}}
+    for part, values in (("requests", requests), ("limits", limits)):
+        for name, value in values.items() if isinstance(values, Mapping) else ():
+            field = f"{where}.{part}[{name}]"
+            try:
+                number = parse_quantity(value)
+            except QuantityError:
+                errors.append(FieldError(field, f"{value!r} is not a quantity (e.g. 8, 500m, 16Gi)"))
+                continue
+            if not math.isfinite(number):
+                errors.append(FieldError(field, f"{value!r} is not a finite quantity"))
+            elif number < 0:
+                errors.append(FieldError(field, f"{value!r} is negative; requests and limits must be >= 0"))
+            elif _is_extended(str(name)) and number != int(number):
+                hint = f" (for part of a GPU, use the {GPU_FRACTION} annotation)" if name == GPU_RESOURCE else ""
+                errors.append(
+                    FieldError(field, f"{value!r} is not a whole number; {name} is counted in whole devices{hint}")
+                )
+            else:
+                parsed[part][str(name)] = number
+    for name, request in parsed["requests"].items():
+        limit = parsed["limits"].get(name)
+        if limit is None:
+            continue
+        raw_request, raw_limit = requests[name], limits[name]
+        if request > limit:
+            errors.append(FieldError(f"{where}.requests[{name}]", f"{raw_request!r} is above the limit {raw_limit!r}"))
+        elif request != limit and _is_extended(name):
+            errors.append(
+                FieldError(
+                    f"{where}.requests[{name}]",
+                    f"{raw_request!r} is not the limit {raw_limit!r}; an extended resource's request must equal its "
+                    "limit",
+                )
+            )
+    return errors
+
+
+def fraction_problem(annotations: Any, where: str) -> FieldError | None:
+    """A ``gpu-fraction`` annotation outside (0, 1] (``where`` is the path of the annotations)."""
+    raw = annotations.get(GPU_FRACTION) if isinstance(annotations, Mapping) else None
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if 0.0 < value <= 1.0:
+        return None
+    return FieldError(f"{where}[{GPU_FRACTION}]", f"{raw!r} is not in (0, 1] (a share of one GPU)")
+
+
+def template_problems(template: Any, path: str) -> list[FieldError]:
+    """:func:`container_resource_problems` and :func:`fraction_problem` for one pod template as decoded YAML."""
+    if not isinstance(template, dict):
+        return []
+    meta = template.get("metadata")
+    fraction = fraction_problem(
+        meta.get("annotations") if isinstance(meta, dict) else None, f"{path}.metadata.annotations"
+    )
+    errors = [fraction] if fraction else []
+    pod = template.get("spec")
+    if not isinstance(pod, dict):
+        return errors
+    for list_name in ("containers", "initContainers"):
+        containers = pod.get(list_name)
+        for i, ctr in enumerate(containers if isinstance(containers, list) else []):
+            resources = ctr.get("resources") if isinstance(ctr, dict) else None
+            if isinstance(resources, dict):
+                where = f"{path}.spec.{list_name}[{i}].resources"
+                errors += container_resource_problems(resources.get("requests"), resources.get("limits"), where)
+    return errors
+
+
 def invalid_quantities(doc: Any, kind: str | None = None) -> list[FieldError]:
-    """Container requests and limits in a Ray CR's pod templates that are not Kubernetes quantities."""
+    """Resource requests and limits in a Ray CR's pod templates that Kubernetes would refuse (see
+    :func:`container_resource_problems`), and ``gpu-fraction`` annotations outside (0, 1]."""
     if not isinstance(doc, dict):
         return []
     kind = kind or str(doc.get("kind", ""))
     errors: list[FieldError] = []
     for path, template in _templates(doc, kind):
-        pod = template.get("spec") if isinstance(template, dict) else None
-        if not isinstance(pod, dict):
-            continue
-        for list_name in ("containers", "initContainers"):
-            for i, ctr in enumerate(pod.get(list_name) or []):
-                resources = ctr.get("resources") if isinstance(ctr, dict) else None
-                for part in ("requests", "limits"):
-                    values = resources.get(part) if isinstance(resources, dict) else None
-                    for name, value in (values or {}).items() if isinstance(values, dict) else ():
-                        try:
-                            parse_quantity(value)
-                        except QuantityError:
-                            where = f"{path}.spec.{list_name}[{i}].resources.{part}[{name}]"
-                            errors.append(FieldError(where, f"{value!r} is not a quantity (e.g. 8, 500m, 16Gi)"))
+        errors += template_problems(template, path)
     return errors

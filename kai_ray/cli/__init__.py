@@ -35,6 +35,29 @@ def warn(message: str) -> None:
     print(f"kai-ray: warning: {message}", file=sys.stderr)
 
 
+STRICT_HINT = "--strict makes this an error"
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Warnings (unknown fields in manifests and scenarios) are errors: exit 2")
+]
+
+
+def warn_or_fail(message: str, strict: bool) -> None:
+    """A problem in the user's files that kai-ray can work around (an unknown field, ignored): a warning that says
+    how to make it an error, or with ``--strict`` the error itself (exit 2), for CI and for output piped into jq,
+    where a warning on stderr is easy to miss."""
+    if strict:
+        raise CliError(f"{message} (--strict)")
+    warn(f"{message}; ignored ({STRICT_HINT})")
+
+
+def output_format(value: str, allowed: tuple[str, ...]) -> str:
+    """An ``-o/--output`` value in any case (``-o YAML``), lower-cased; anything else is a one-line error."""
+    lowered = value.lower()
+    if lowered not in allowed:
+        raise CliError(f"--output: {value!r} is not one of {', '.join(allowed)}")
+    return lowered
+
+
 def note(message: str) -> None:
     """Something skipped on purpose (a non-Ray document): one line on stderr."""
     print(f"kai-ray: note: {message}", file=sys.stderr)

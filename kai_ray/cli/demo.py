@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from kai_ray.cli import CliError, app, output
+from kai_ray.cli import CliError, StrictOpt, app, output
 from kai_ray.durations import clock
 
 DEFAULT_REPORT = "kai-ray-report"
@@ -117,6 +117,7 @@ def demo_cmd(
     markdown: Annotated[
         bool, typer.Option("--markdown", help="Print only the comparison table, in Markdown", hidden=True)
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Training fills the cluster, serving preempts it, another team reclaims its quota: kai-ray vs KAI vs no gangs."""
     from kai_ray.cli.simulate import PACKAGED, load_scenario_or_fail, require_plots_or_fail
@@ -130,7 +131,7 @@ def demo_cmd(
         require_plots_or_fail()
     if scenario and scenario != PACKAGED and not Path(scenario).exists():
         raise CliError(f"scenario not found: {scenario}")
-    scn = load_scenario_or_fail(scenario or PACKAGED)
+    scn = load_scenario_or_fail(scenario or PACKAGED, strict)
     source = scenario or "kai_ray/sim/demo/scenario.yaml"
     runs = run_policies(scn, source)
     rows = [row(r) for r in runs]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, app, output_format
 
 
 def _current_namespace(kubeconfig: str | None, context: str | None) -> str:
@@ -36,8 +36,7 @@ def explain_cmd(
     output: Annotated[str, typer.Option("-o", "--output", help="text or json")] = "text",
 ) -> None:
     """Explain a pod's or PodGroup's scheduling state from the cluster: pending reason, placement, preemptions."""
-    if output not in ("text", "json"):
-        raise CliError(f"--output: {output!r} is not 'text' or 'json'")
+    output = output_format(output, ("text", "json"))
     from kai_ray.cli.cluster import api_problem, connect
     from kai_ray.k8s.base.rest import ApiError
     from kai_ray.k8s.scheduling.explain import ExplainError, explain_data, render

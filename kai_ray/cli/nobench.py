@@ -11,22 +11,19 @@ import typer
 from kai_ray.cli import CliError, app
 
 MISSING = (
-    "the benchmarks are development tooling, not part of the kai-ray wheel: install kai-ray from a checkout "
-    "with the 'bench' extra (git clone ... && pip install -e '.[bench]')"
+    "the benchmarks are development tooling, not in the kai-ray wheel: in a kai-ray checkout, pip install -e '.[bench]'"
 )
 
-bench = typer.Typer(name="bench", help="Benchmarks (needs a checkout with the 'bench' extra).")
-app.add_typer(bench, name="bench")
+EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-@bench.callback(
-    invoke_without_command=True, context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-)
-def _missing(ctx: typer.Context) -> None:
+@app.command("bench", context_settings=EXTRA_ARGS, add_help_option=False)
+def bench(ctx: typer.Context) -> None:
+    """Benchmarks (needs a checkout with the 'bench' extra)."""
     raise CliError(f"kai-ray bench: {MISSING}")
 
 
-@app.command("sweep", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command("sweep", context_settings=EXTRA_ARGS, add_help_option=False)
 def sweep(ctx: typer.Context) -> None:
     """Policy x seed sweeps as Ray tasks (needs a checkout with the 'bench' extra)."""
     raise CliError(f"kai-ray sweep: {MISSING}")

@@ -4,34 +4,50 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kai_ray.api.loader import SIM_SCENARIO, ManifestError, describe, load_documents, parse_object, what_is
+from kai_ray.api.loader import (
+    SIM_SCENARIO,
+    ManifestError,
+    decode_text,
+    describe,
+    load_documents,
+    located,
+    parse_object,
+    read_text,
+    what_is,
+)
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.api.strict import invalid_quantities, unknown_fields
-from kai_ray.cli import CliError, app, note, warn
+from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_fail
 from kai_ray.cli.output import dump_yaml_all
+from kai_ray.constants import INVALID
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group
 
 RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 
 
 def read_source(path: str) -> tuple[str, str]:
-    """Read FILE or stdin ('-'); a missing or unreadable file is a one-line error."""
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
+    """Read FILE or stdin ('-') as text; a missing, unreadable or undecodable file is a one-line error."""
     try:
-        return Path(path).read_text(), path
+        if path == "-":
+            raw = getattr(sys.stdin, "buffer", None)  # None when a caller replaced stdin with a text stream
+            return (decode_text(raw.read(), "<stdin>") if raw is not None else sys.stdin.read()), "<stdin>"
+        return read_text(path), path
     except OSError as exc:
         raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ManifestError as exc:
+        raise CliError(str(exc)) from None
 
 
-def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> list[dict[str, object]]:
+def podgroups_from_text(
+    text: str, source: str, config: PodgrouperConfig, strict: bool = False
+) -> list[dict[str, object]]:
     """PodGroups for the Ray CRs in a manifest stream. Other documents (a Role, a Service) are skipped with a note;
-    unknown fields are warnings; a bad quantity, a bad Ray CR or a file that is not manifests at all is an error."""
+    unknown fields are warnings (errors with ``strict``); a resource Kubernetes would refuse, a gang kai-ray refuses,
+    a bad Ray CR or a file that is not manifests at all is an error."""
     out: list[dict[str, object]] = []
     skipped: list[str] = []
     try:
@@ -46,15 +62,19 @@ def podgroups_from_text(text: str, source: str, config: PodgrouperConfig) -> lis
                 continue
             label = f"{where} ({describe(doc)})"
             for unknown in unknown_fields(doc):
-                warn(f"{label}: {unknown}; ignored")
+                warn_or_fail(f"{label}: {unknown.located()}", strict)
             for bad in invalid_quantities(doc):
-                raise CliError(f"{label}: field {bad}")
+                raise CliError(f"{label}: {bad}")
             obj = parse_object(doc, where)
             assert isinstance(obj, RayCluster | RayJob | RayService)
             try:
-                out.append(group(obj, config=config).to_dict())
+                pg = group(obj, config=config)
             except GroupingError as exc:
-                raise CliError(f"{where}: {exc}") from None
+                raise CliError(located(label, str(exc), doc)) from None
+            problem = pg.metadata.annotations.get(INVALID)
+            if problem:  # the operator would still write this PodGroup, to explain on it why nothing is scheduled
+                raise CliError(located(label, problem, doc))
+            out.append(pg.to_dict())
     except ManifestError as exc:
         raise CliError(str(exc)) from None
     if not out:
@@ -78,15 +98,15 @@ def podgroup_cmd(
         bool, typer.Option("--kai-defaults", help="KAI's priority defaults (every Ray kind -> train)")
     ] = False,
     queue_label_key: Annotated[str | None, typer.Option(help="Label key that names the queue")] = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Print the PodGroup(s) for the Ray CRs in the -f file ("-f -": stdin), as KAI's scheduling.run.ai/v2alpha2."""
-    if output not in ("yaml", "json"):
-        raise CliError(f"--output: {output!r} is not 'yaml' or 'json'")
+    output = output_format(output, ("yaml", "json"))
     config = PodgrouperConfig.kai_compatible() if kai_defaults else PodgrouperConfig()
     if queue_label_key:
         config.queue_label_key = queue_label_key
     text, source = read_source(filename)
-    groups = podgroups_from_text(text, source, config)
+    groups = podgroups_from_text(text, source, config, strict)
     if output == "json":
         typer.echo(json.dumps(groups, indent=2))
     else:

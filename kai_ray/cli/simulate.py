@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, app, output, warn
+from kai_ray.cli import CliError, StrictOpt, app, output, warn_or_fail
 from kai_ray.cli.fragmentation import simulate_inflation
 from kai_ray.sim.engine import EngineOptions, SimResult
 from kai_ray.sim.inflation import InflationError, check_placement
@@ -27,8 +27,9 @@ PACKAGED = "demo"  # the scenario shipped in the wheel (kai_ray/sim/demo/), by n
 SCENARIO_HELP = f"a scenario YAML file, or {PACKAGED!r} for the packaged demo scenario"
 
 
-def load_scenario_or_fail(path: str | Path) -> Scenario:
-    """A scenario, its warnings (unknown fields) on stderr; a bad one is a CliError naming the field.
+def load_scenario_or_fail(path: str | Path, strict: bool = False) -> Scenario:
+    """A scenario, its warnings (unknown fields) on stderr, or with ``strict`` the first of them as the error; a bad
+    one is a CliError naming the field.
 
     ``demo`` (when no file of that name is in the working directory) is the packaged scenario, read where the wheel
     installed it: the README's commands then work from any directory."""
@@ -41,7 +42,7 @@ def load_scenario_or_fail(path: str | Path) -> Scenario:
     except ScenarioError as exc:
         raise CliError(str(exc)) from None
     for text in scn.warnings:
-        warn(text)
+        warn_or_fail(text, strict)
     return scn
 
 
@@ -186,6 +187,7 @@ def simulate_cmd(
     batch: Annotated[
         float, typer.Option("--batch", help="--inflate: share of GPU capacity arriving per scheduling cycle")
     ] = 0.01,
+    strict: StrictOpt = False,
 ) -> None:
     """Simulate a scenario (or replay a trace) with the real podgrouper and scheduler core, no cluster needed."""
     from kai_ray.sim.metrics import result_document
@@ -230,7 +232,7 @@ def simulate_cmd(
         for opt, val in (("--nodes", nodes), ("--pods", pods), ("--limit", limit)):
             if val is not None:
                 raise CliError(f"{opt}: only used with --trace")
-        scn = load_scenario_or_fail(scenario)
+        scn = load_scenario_or_fail(scenario, strict)
         if placement:
             scn.config.placement_gpu = scn.config.placement_cpu = placement
         res = simulate(scn, POLICIES[policy])

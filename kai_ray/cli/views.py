@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kai_ray.cli import CliError, app
+from kai_ray.cli import CliError, StrictOpt, app, output_format
 from kai_ray.cli.output import console, dump_yaml
 from kai_ray.durations import EXAMPLES, clock, flag, span
 from kai_ray.scheduler.snapshot import Snapshot
@@ -51,7 +51,14 @@ class Source:
         self.at: float | None = None
 
 
-def _load(scenario: str | None, at: str | None, kubeconfig: str | None, context: str | None, scheduler: str) -> Source:
+def _load(
+    scenario: str | None,
+    at: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    scheduler: str,
+    strict: bool = False,
+) -> Source:
     if scenario is None:
         if at is not None:
             raise CliError("--at: only with --scenario (a cluster is shown as it is now)")
@@ -70,7 +77,7 @@ def _load(scenario: str | None, at: str | None, kubeconfig: str | None, context:
         raise CliError(f"--at: {exc}") from None
     if when < 0:
         raise CliError(f"--at: {at!r} is before the simulation starts")
-    view = scenario_view(load_scenario_or_fail(scenario), when)
+    view = scenario_view(load_scenario_or_fail(scenario, strict), when)
     label = f"{scenario} at {clock(when)}"
     if view.ended_at is not None:
         label += f"; the simulation ended at {clock(view.ended_at)}"
@@ -99,9 +106,8 @@ def _cluster(kubeconfig: str | None, context: str | None, scheduler: str) -> Sou
     return Source(view.snapshot, view.last, view.display_names, view.owners, kube.host)
 
 
-def _check_output(output: str) -> None:
-    if output not in OUTPUTS:
-        raise CliError(f"--output: {output!r} is not one of {', '.join(OUTPUTS)}")
+def _check_output(output: str) -> str:
+    return output_format(output, OUTPUTS)
 
 
 def _emit(doc: dict[str, Any], output: str) -> None:
@@ -182,12 +188,13 @@ def queues_cmd(
     context: ContextOpt = None,
     scheduler_name: SchedulerOpt = "kai-scheduler",
     output: OutputOpt = "text",
+    strict: StrictOpt = False,
 ) -> None:
     """The queue tree: quota, limit, weight, priority, fair share, allocated, requested and pending counts."""
-    _check_output(output)
+    output = _check_output(output)
     if resource not in RESOURCE_UNITS:
         raise CliError(f"--resource: {resource!r} is not gpu, cpu or memory")
-    src = _load(scenario, at, kubeconfig, context, scheduler_name)
+    src = _load(scenario, at, kubeconfig, context, scheduler_name, strict)
     rows = queue_rows(src.snapshot, src.last, src.names)
     if output != "text":
         _emit({"source": src.label, "at": src.at, "units": UNITS_NOTE, "queues": [asdict(r) for r in rows]}, output)
@@ -222,10 +229,11 @@ def pending_cmd(
     context: ContextOpt = None,
     scheduler_name: SchedulerOpt = "kai-scheduler",
     output: OutputOpt = "text",
+    strict: StrictOpt = False,
 ) -> None:
     """Pending workloads in the order the scheduler will try them, with the blocking reason from the last cycle."""
-    _check_output(output)
-    src = _load(scenario, at, kubeconfig, context, scheduler_name)
+    output = _check_output(output)
+    src = _load(scenario, at, kubeconfig, context, scheduler_name, strict)
     if queue is not None and queue not in {q.name for q in src.snapshot.queues}:
         known = ", ".join(sorted(q.name for q in src.snapshot.queues)) or "none"
         raise CliError(f"--queue: no queue {queue!r} (queues: {known})")

@@ -23,9 +23,10 @@ from typing import Any
 import yaml
 
 from kai_ray import constants as c
-from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod
+from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod, PodTemplateSpec
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, SubGroup, TopologyConstraint
 from kai_ray.api.ray import MAX_INT32, RayCluster, RayClusterSpec, RayJob, RayObject
+from kai_ray.api.strict import container_resource_problems, fraction_problem
 from kai_ray.podgrouper.config import PodgrouperConfig
 from kai_ray.podgrouper.naming import subgroup_name
 
@@ -95,6 +96,37 @@ def plan_groups(obj: RayObject, spec: RayClusterSpec) -> list[GroupPlan]:
         ceiling = min(wg.max * hosts, MAX_INT32) if autoscaling else desired * hosts
         plans.append(GroupPlan(name, sg, minimum, max(ceiling, minimum), desired * hosts))
     return plans
+
+
+def resource_problems(obj: RayObject, spec: RayClusterSpec) -> list[str]:
+    """What Kubernetes would refuse in the pod templates' resources (a negative or fractional ``nvidia.com/gpu``, a
+    request above its limit, a ``gpu-fraction`` outside (0, 1]), each as "<Kind> <name>: <field>: <problem>". The
+    rules are :mod:`kai_ray.api.strict`'s, applied to the parsed templates so that every entry point (CLI,
+    simulator, operator) refuses the same objects."""
+    path = cluster_spec_path(obj)
+    templates: list[tuple[str, PodTemplateSpec]] = []
+    if spec.head_group_spec is not None:
+        templates.append((f"{path}.headGroupSpec.template", spec.head_group_spec.template))
+    templates += [
+        (f"{path}.workerGroupSpecs[{i}].template", wg.template) for i, wg in enumerate(spec.worker_group_specs)
+    ]
+    if isinstance(obj, RayJob) and obj.spec.submitter_pod_template is not None:
+        templates.append(("spec.submitterPodTemplate", obj.spec.submitter_pod_template))
+    out: list[str] = []
+    for where, template in templates:
+        fraction = fraction_problem(template.metadata.annotations, f"{where}.metadata.annotations")
+        found = [fraction] if fraction else []
+        for list_name, containers in (
+            ("containers", template.spec.containers),
+            ("initContainers", template.spec.init_containers or []),
+        ):
+            for i, ctr in enumerate(containers):
+                if ctr.resources is not None:
+                    found += container_resource_problems(
+                        ctr.resources.requests, ctr.resources.limits, f"{where}.spec.{list_name}[{i}].resources"
+                    )
+        out += [f"{obj.kind} {obj.metadata.name}: {err}" for err in found]
+    return out
 
 
 def gang_too_large(obj: RayObject, spec: RayClusterSpec, pods: int, limit: int) -> str:
@@ -221,6 +253,8 @@ def group(
     spec = effective_cluster_spec(obj, cluster)
     plans = plan_groups(obj, spec)
     path = cluster_spec_path(obj)
+    for problem in resource_problems(obj, spec):
+        raise GroupingError(problem)
 
     head = spec.head_group_spec
     assert head is not None  # plan_groups raised otherwise

@@ -20,7 +20,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic.alias_generators import to_camel
 
 from kai_ray import constants as c
-from kai_ray.api.loader import ManifestError, describe, field_path, load_documents, parse_object, what_is
+from kai_ray.api.loader import (
+    ManifestError,
+    describe,
+    field_path,
+    load_documents,
+    located,
+    parse_object,
+    read_text,
+    what_is,
+)
 from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
@@ -348,7 +357,7 @@ class Scenario:
     podgrouper: PodgrouperConfig
     source: str
     description: str | None = None
-    warnings: list[str] = dataclasses.field(default_factory=list)  # unknown fields, ignored (one line each)
+    warnings: list[str] = dataclasses.field(default_factory=list)  # unknown fields, ignored: "<where>: <field>: ..."
 
 
 def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
@@ -383,9 +392,11 @@ def _known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> set[str]:
 
 def _read(path: Path, what: str) -> str:
     try:
-        return path.read_text()
+        return read_text(path)
     except OSError as exc:
         raise ScenarioError(f"{what}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except ManifestError as exc:
+        raise ScenarioError(str(exc) if what == str(path) else f"{what}: {exc}") from None
 
 
 def _queue_from_entry(entry: QueueEntry, where: str, warnings: list[str]) -> Queue:
@@ -394,7 +405,7 @@ def _queue_from_entry(entry: QueueEntry, where: str, warnings: list[str]) -> Que
         doc.setdefault("apiVersion", "scheduling.run.ai/v2")
         doc.setdefault("kind", "Queue")
         for unknown in unknown_fields(doc, "Queue"):
-            warnings.append(f"{where}: {unknown}; ignored")
+            warnings.append(f"{where}: {unknown.located()}")
         try:
             obj = parse_object(doc, where)
         except ManifestError as exc:
@@ -413,7 +424,7 @@ def _queue_from_entry(entry: QueueEntry, where: str, warnings: list[str]) -> Que
     except ValidationError as exc:
         raise ScenarioError(_first_error(exc, where)) from None
     for unknown in unknown_fields({"spec": spec_fields}, "Queue"):
-        warnings.append(f"{where}: {unknown}; ignored")
+        warnings.append(f"{where}: {unknown.located()}")
     return Queue(metadata=ObjectMeta(name=entry.name), spec=spec)
 
 
@@ -430,7 +441,7 @@ def _load_queues(entries: list[QueueEntry], base: Path, source: str, warnings: l
             try:
                 for label, doc in load_documents(text, str(entry.path)):
                     for unknown in unknown_fields(doc, "Queue" if isinstance(doc, dict) else None):
-                        warnings.append(f"{where}.path: {label} ({describe(doc)}): {unknown}; ignored")
+                        warnings.append(f"{where}.path: {label} ({describe(doc)}): {unknown.located()}")
                     obj = parse_object(doc, label)
                     if not isinstance(obj, Queue):
                         raise ScenarioError(f"{where}.path: {label} is a {type(obj).__name__}, not a Queue")
@@ -482,11 +493,12 @@ def _load_workload(
         field = f"{where}.path"
     else:
         label, doc, field = f"{where}.manifest", spec.manifest, f"{where}.manifest"
+    named = f"{field} ({describe(doc)})" if isinstance(doc, dict) else field
     if isinstance(doc, dict) and doc.get("kind") in ("RayCluster", "RayJob", "RayService"):
         for unknown in unknown_fields(doc):
-            warnings.append(f"{field}: {unknown}; ignored")
+            warnings.append(f"{named}: {unknown.located()}")
         for bad in invalid_quantities(doc):
-            raise ScenarioError(f"{field}: {bad}")
+            raise ScenarioError(f"{named}: {bad}")
     try:
         obj = parse_object(doc, label)
     except ManifestError as exc:
@@ -499,9 +511,9 @@ def _load_workload(
     try:
         pg = group(obj, config=pg_config)
     except GroupingError as exc:
-        raise ScenarioError(f"{field}: {exc}") from None
+        raise ScenarioError(located(named, str(exc), doc)) from None
     if c.INVALID in pg.metadata.annotations:
-        raise ScenarioError(f"{field}: {pg.metadata.annotations[c.INVALID]}")
+        raise ScenarioError(located(named, pg.metadata.annotations[c.INVALID], doc))
     cluster_spec = effective_cluster_spec(obj)
     groups = {wg.group_name or f"worker-group-{k}": wg for k, wg in enumerate(cluster_spec.worker_group_specs)}
     for k, step in enumerate(spec.scale):

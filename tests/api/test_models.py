@@ -132,7 +132,7 @@ def test_podgroup_webhook_checks():
 def test_type_errors_name_the_field():
     doc = yaml.safe_load(PODGROUP)
     doc["spec"]["minMember"] = "three"
-    with pytest.raises(ManifestError, match=r"field spec.minMember"):
+    with pytest.raises(ManifestError, match=r"\(PodGroup pg\): spec\.minMember: Input should be a valid integer"):
         parse_object(doc)
 
 

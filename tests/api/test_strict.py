@@ -139,3 +139,55 @@ def test_field_lists_match_kuberay_and_kai_crds() -> None:
     assert known["QueueSpec"] == _at(q, "spec")
     assert known["QueueResources"] == _at(q, "spec", "resources")
     assert known["QueueResource"] == _at(q, "spec", "resources", "gpu")
+
+
+def _resources(resources: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    doc = _raycluster()
+    template = doc["spec"]["workerGroupSpecs"][0]["template"]
+    template["spec"]["containers"][0]["resources"] = resources
+    if annotations is not None:
+        template["metadata"] = {"annotations": annotations}
+    return doc
+
+
+R = "spec.workerGroupSpecs[0].template.spec.containers[0].resources"
+
+
+@pytest.mark.parametrize(
+    ("resources", "annotations", "found"),
+    [
+        ({"limits": {"nvidia.com/gpu": "-8"}}, None, f"{R}.limits[nvidia.com/gpu]: '-8' is negative"),
+        ({"limits": {"nvidia.com/gpu": -8}}, None, f"{R}.limits[nvidia.com/gpu]: -8 is negative"),
+        ({"limits": {"nvidia.com/gpu": "2.5"}}, None, f"{R}.limits[nvidia.com/gpu]: '2.5' is not a whole number"),
+        ({"limits": {"nvidia.com/gpu": "500m"}}, None, f"{R}.limits[nvidia.com/gpu]: '500m' is not a whole number"),
+        ({"limits": {"example.com/fpga": 1.5}}, None, f"{R}.limits[example.com/fpga]: 1.5 is not a whole number"),
+        ({"requests": {"cpu": "-500m"}}, None, f"{R}.requests[cpu]: '-500m' is negative"),
+        ({"requests": {"memory": "-1Gi"}}, None, f"{R}.requests[memory]: '-1Gi' is negative"),
+        ({"requests": {"memory": float("nan")}}, None, f"{R}.requests[memory]: nan is not a finite quantity"),
+        ({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}, None, f"{R}.requests[cpu]: '2' is above the limit '1'"),
+        (
+            {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}},
+            None,
+            f"{R}.requests[nvidia.com/gpu]: 1 is not the limit 2; an extended resource's request must equal its limit",
+        ),
+        ({}, {"gpu-fraction": "1.5"}, "metadata.annotations[gpu-fraction]: '1.5' is not in (0, 1]"),
+        ({}, {"gpu-fraction": "-0.5"}, "metadata.annotations[gpu-fraction]: '-0.5' is not in (0, 1]"),
+        ({}, {"gpu-fraction": "half"}, "metadata.annotations[gpu-fraction]: 'half' is not in (0, 1]"),
+    ],
+)
+def test_resources_kubernetes_would_refuse_are_named(
+    resources: dict[str, Any], annotations: dict[str, str] | None, found: str
+) -> None:
+    """Issue 22: Kubernetes refuses negative requests and limits, fractional extended resources, a request above its
+    limit and an extended resource whose request is not its limit; kai-ray names each by path."""
+    problems = [str(e) for e in invalid_quantities(_resources(resources, annotations))]
+    assert len(problems) == 1 and found in problems[0], problems
+
+
+def test_resources_kubernetes_accepts_pass() -> None:
+    ok = {
+        "requests": {"cpu": "500m", "memory": "1.5Gi", "nvidia.com/gpu": "2", "hugepages-2Mi": "0"},
+        "limits": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": 2, "ephemeral-storage": "1e3"},
+    }
+    assert invalid_quantities(_resources(ok, {"gpu-fraction": "0.5"})) == []
+    assert invalid_quantities(_resources({"limits": {"nvidia.com/gpu": "1k"}}, {"gpu-fraction": "1"})) == []

@@ -8,6 +8,9 @@ subprocesses.
 
 from __future__ import annotations
 
+import codecs
+import io
+import json
 import logging
 import os
 import signal
@@ -126,6 +129,7 @@ def _cases(unreachable: str, files: dict[str, str]) -> list[tuple[list[str], str
         (["demo", "--report", "/proc/kai-ray-report"], "--report"),
         (["explain", "x", *gone], "cannot reach the API server at https://127.0.0.1:"),
         (["explain", "x", *gone, "-o", "xml"], "--output"),
+        (["explain", "x", *gone, "-o", "JSON"], "cannot reach the API server at https://127.0.0.1:"),
         (["explain", "x", "--kubeconfig", "/nonexistent"], "--kubeconfig /nonexistent: no such file"),
         (["explain", "x", *gone, "--context", "nope"], "--context nope: no such context"),
         (["queues", *gone], "cannot reach the API server at https://127.0.0.1:"),
@@ -273,3 +277,265 @@ def _wait(check: Any, timeout: float = 60.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+# --- issue 22: bad resources, huge gangs, encodings, duplicate keys, --strict, one error layout -------------------
+
+EXAMPLES = ROOT / "examples"
+GPU = "nvidia.com/gpu"
+WORKER_RESOURCES = "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].resources"
+
+
+def _rayjob(
+    resources: dict[str, Any] | None = None, annotations: dict[str, str] | None = None, **worker: Any
+) -> dict[str, Any]:
+    """A RayJob (SidecarMode: one gang) whose worker group has ``resources`` and ``annotations``."""
+    template: dict[str, Any] = {
+        "spec": {"containers": [{"name": "w", "resources": resources or {"limits": {GPU: "1"}}}]}
+    }
+    if annotations:
+        template["metadata"] = {"annotations": annotations}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "job", "labels": {"kai.scheduler/queue": "team"}},
+        "spec": {
+            "entrypoint": "python train.py",
+            "submissionMode": "SidecarMode",
+            "rayClusterSpec": {
+                "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head"}]}}},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "template": template, **worker}],
+            },
+        },
+    }
+
+
+def _scenario(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nodes": [{"name": "n", "gpus": 8}],
+        "queues": [{"name": "team", "resources": {"gpu": {"quota": 8}}}],
+        "workloads": [{"manifest": manifest, "duration": 60}],
+    }
+
+
+BAD_RESOURCES: dict[str, tuple[dict[str, Any], str]] = {
+    # name: (RayJob, the field and what is wrong, as the error line says them)
+    "gpu-negative": (_rayjob({"limits": {GPU: "-8"}}), f"{WORKER_RESOURCES}.limits[{GPU}]: '-8' is negative"),
+    "gpu-fraction": (_rayjob({"limits": {GPU: "2.5"}}), f"{WORKER_RESOURCES}.limits[{GPU}]: '2.5' is not a whole"),
+    "cpu-negative": (_rayjob({"requests": {"cpu": "-1"}}), f"{WORKER_RESOURCES}.requests[cpu]: '-1' is negative"),
+    "memory-negative": (
+        _rayjob({"requests": {"memory": "-2Gi"}}),
+        f"{WORKER_RESOURCES}.requests[memory]: '-2Gi' is negative",
+    ),
+    "limit-below-request": (
+        _rayjob({"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}),
+        f"{WORKER_RESOURCES}.requests[cpu]: '4' is above the limit '2'",
+    ),
+    "gpu-request-not-limit": (
+        _rayjob({"requests": {GPU: "1"}, "limits": {GPU: "2"}}),
+        f"{WORKER_RESOURCES}.requests[{GPU}]: '1' is not the limit '2'",
+    ),
+    "fraction-above-one": (
+        _rayjob({}, {"gpu-fraction": "1.5"}),
+        "spec.rayClusterSpec.workerGroupSpecs[0].template.metadata.annotations[gpu-fraction]: '1.5' is not in (0, 1]",
+    ),
+    "fraction-zero": (
+        _rayjob({}, {"gpu-fraction": "0"}),
+        "spec.rayClusterSpec.workerGroupSpecs[0].template.metadata.annotations[gpu-fraction]: '0' is not in (0, 1]",
+    ),
+    "huge": (
+        _rayjob(replicas=1_000_000_000),
+        "spec.rayClusterSpec.workerGroupSpecs[0].replicas: 1000000000 = 1000000000 pods make a gang",
+    ),
+    "negative-replicas": (_rayjob(replicas=-1), "spec.rayClusterSpec.workerGroupSpecs[0].replicas: -1 is negative"),
+    "negative-max": (_rayjob(maxReplicas=-3), "spec.rayClusterSpec.workerGroupSpecs[0].maxReplicas: -3 is negative"),
+}
+LATIN1 = "# caf\u00e9\nnodes: []\n".encode("latin-1")
+BINARY = bytes(range(256))
+DUPLICATE = (
+    "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata:\n  name: c\n  labels:\n"
+    "    kai.scheduler/queue: training\n    kai.scheduler/queue: serving\n"
+)
+
+
+@pytest.fixture(scope="module")
+def issue22(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("issue22")
+    out: dict[str, str] = {}
+    for name, (manifest, _) in BAD_RESOURCES.items():
+        (d / f"{name}.yaml").write_text(yaml.safe_dump(manifest))
+        (d / f"{name}-scenario.yaml").write_text(yaml.safe_dump(_scenario(manifest)))
+        out[name] = str(d / f"{name}.yaml")
+        out[f"{name}-scenario"] = str(d / f"{name}-scenario.yaml")
+    typo = _rayjob()
+    typo["spec"]["rayClusterSpec"]["workerGroupSpec"] = typo["spec"]["rayClusterSpec"].pop("workerGroupSpecs")
+    files: dict[str, bytes] = {
+        "latin1": LATIN1,
+        "binary": BINARY,
+        "duplicate": DUPLICATE.encode(),
+        "duplicate-scenario": b"nodes: []\nworkloads: []\nnodes: []\n",
+        "typo": yaml.safe_dump(typo).encode(),
+        "typo-scenario": yaml.safe_dump(_scenario(typo)).encode(),
+        "merged": b"".join(p.read_bytes().removeprefix(b"---\n") for p in sorted(EXAMPLES.glob("ray*.yaml"))),
+    }
+    for name, data in files.items():
+        (d / f"{name}.yaml").write_bytes(data)
+        out[name] = str(d / f"{name}.yaml")
+    return out
+
+
+def _second_api_version(path: str) -> int:
+    lines = [i + 1 for i, line in enumerate(Path(path).read_text().splitlines()) if line.startswith("apiVersion:")]
+    return lines[1]
+
+
+FILE_PROBLEMS = {
+    "latin1": "line 1: not UTF-8 text (byte 0xe9 at byte 5); save the file as UTF-8",
+    "binary": "a binary file, not YAML text",
+    "duplicate": "line 7: duplicate key 'kai.scheduler/queue' (first on line 6)",
+    "duplicate-scenario": "line 3: duplicate key 'nodes' (first on line 1)",
+    "merged": "line {line}: duplicate key 'apiVersion' (first on line 3); two objects in one document: a '---' line "
+    "between them is probably missing",
+}
+TYPO = "spec.rayClusterSpec.workerGroupSpec: unknown field (did you mean workerGroupSpecs?) (--strict)"
+SCENARIO_READERS = ("simulate", "queues", "pending", "demo")
+CASES22 = (
+    [(name, entry) for name in BAD_RESOURCES for entry in ("podgroup", *SCENARIO_READERS)]
+    + [(name, entry) for name in FILE_PROBLEMS for entry in ("podgroup", *SCENARIO_READERS)]
+    + [("strict", entry) for entry in ("podgroup", *SCENARIO_READERS)]
+)
+
+
+def _argv(entry: str, path: str) -> list[str]:
+    return {
+        "podgroup": ["podgroup", "-f", path],
+        "simulate": ["simulate", path],
+        "queues": ["queues", "--scenario", path, "--at", "1m"],
+        "pending": ["pending", "--scenario", path, "--at", "1m"],
+        "demo": ["demo", "--scenario", path, "--no-report"],
+    }[entry]
+
+
+def _case22(files: dict[str, str], name: str, entry: str) -> tuple[list[str], str]:
+    """(argv, how the error line starts after ``kai-ray: error: ``: file, document or scenario field, object, field
+    path, problem)."""
+    if name == "strict":
+        path = files["typo" if entry == "podgroup" else "typo-scenario"]
+        label = (
+            f"{path} document 1 (RayJob job)" if entry == "podgroup" else f"{path}: workloads[0].manifest (RayJob job)"
+        )
+        return [*_argv(entry, path), "--strict"], f"{label}: {TYPO}"
+    if name in BAD_RESOURCES:
+        path = files[name if entry == "podgroup" else f"{name}-scenario"]
+        label = (
+            f"{path} document 1 (RayJob job)" if entry == "podgroup" else f"{path}: workloads[0].manifest (RayJob job)"
+        )
+        return _argv(entry, path), f"{label}: {BAD_RESOURCES[name][1]}"
+    path = files[name]
+    problem = FILE_PROBLEMS[name].format(line=_second_api_version(path) if name == "merged" else 0)
+    return _argv(entry, path), f"{path}: {problem}"
+
+
+@pytest.mark.parametrize(("name", "entry"), CASES22, ids=[f"{n}-{e}" for n, e in CASES22])
+def test_issue22_bad_input_fails_in_one_line_at_every_entry_point(
+    capsys: pytest.CaptureFixture[str],
+    issue22: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    entry: str,
+) -> None:
+    """Negative and fractional GPUs (and every other resource Kubernetes would refuse), huge gangs, files that are
+    not UTF-8, duplicate keys and --strict: exit 2 with one ``kai-ray: error: <file> ...: <field>: <problem>`` line,
+    never 0 and never 70, on podgroup, simulate, queues/pending --scenario and demo --scenario."""
+    monkeypatch.chdir(tmp_path)
+    argv, expected = _case22(issue22, name, entry)
+    code, err = _run(capsys, argv)
+    lines = err.strip().splitlines()
+    assert code == 2, (argv, code, err)
+    assert "Traceback" not in err and "internal error" not in err, (argv, err)
+    assert len(lines) == 1 and lines[0].startswith(f"kai-ray: error: {expected}"), (argv, lines)
+    assert "Value error" not in err and "_replicas" not in err and " field spec" not in err, (argv, err)
+
+
+def _run_out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (LATIN1, "<stdin>: line 1: not UTF-8 text (byte 0xe9 at byte 5); save the file as UTF-8"),
+        (BINARY, "<stdin>: a binary file, not YAML text"),
+        (DUPLICATE.encode(), "<stdin>: line 7: duplicate key 'kai.scheduler/queue' (first on line 6)"),
+    ],
+)
+def test_issue22_stdin_is_read_as_the_files_are(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, data: bytes, expected: str
+) -> None:
+    _stdin(monkeypatch, data)
+    code, err = _run(capsys, ["podgroup", "-f", "-"])
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kai-ray: error: {expected}"), lines
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-8"])
+def test_issue22_unicode_files_with_a_byte_order_mark_are_read(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, encoding: str
+) -> None:
+    """What Windows PowerShell's ``>`` writes (UTF-16 with a BOM), and UTF-8 with a BOM, are read like UTF-8."""
+    manifest = yaml.safe_dump(_rayjob(), allow_unicode=True).replace("python train.py", "python tr\u00e4in.py")
+    scenario = yaml.safe_dump(_scenario(yaml.safe_load(manifest)), allow_unicode=True)
+    bom = {"utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE, "utf-8": codecs.BOM_UTF8}[encoding]
+    (tmp_path / "job.yaml").write_bytes(bom + manifest.encode(encoding))
+    (tmp_path / "scenario.yaml").write_bytes(bom + scenario.encode(encoding))
+    for argv in (
+        ["podgroup", "-f", str(tmp_path / "job.yaml"), "-o", "JSON"],
+        ["simulate", str(tmp_path / "scenario.yaml"), "--json"],
+        ["queues", "--scenario", str(tmp_path / "scenario.yaml"), "--at", "1m", "-o", "Yaml"],
+        ["pending", "--scenario", str(tmp_path / "scenario.yaml"), "--at", "1m", "-o", "JSON"],
+    ):
+        code, err = _run(capsys, argv)
+        assert (code, err) == (0, ""), (argv, err)
+    _stdin(monkeypatch, bom + manifest.encode(encoding))
+    code, out, err = _run_out(capsys, ["podgroup", "-f", "-", "-o", "YAML"])
+    assert (code, err) == (0, "")
+    assert yaml.safe_load(out)["metadata"]["name"] == "pg-job"
+
+
+def test_issue22_the_examples_concatenate_into_one_stream(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cat examples/*.yaml | kai-ray podgroup -f -``: every example starts a document with ``---``."""
+    paths = sorted(EXAMPLES.glob("**/*.yaml"))
+    assert paths and all(p.read_text().startswith("---\n") and p.read_text().endswith("\n") for p in paths)
+    _stdin(monkeypatch, b"".join(p.read_bytes() for p in sorted(EXAMPLES.glob("*.yaml"))))
+    code, out, _ = _run_out(capsys, ["podgroup", "-f", "-", "-o", "json"])
+    assert code == 0
+    names = sorted(g["metadata"]["name"] for g in json.loads(out))
+    ray = [yaml.safe_load_all(p.read_text()) for p in sorted(EXAMPLES.glob("*.yaml"))]
+    expected = sorted(f"pg-{d['metadata']['name']}" for docs in ray for d in docs if d["kind"].startswith("Ray"))
+    assert names == expected and len(names) == 5
+
+
+def test_issue22_warnings_say_strict_makes_them_errors(
+    capsys: pytest.CaptureFixture[str], issue22: dict[str, str]
+) -> None:
+    code, err = _run(capsys, ["podgroup", "-f", issue22["typo"]])
+    assert code == 0
+    assert err.strip() == (
+        f"kai-ray: warning: {issue22['typo']} document 1 (RayJob job): spec.rayClusterSpec.workerGroupSpec: unknown "
+        "field (did you mean workerGroupSpecs?); ignored (--strict makes this an error)"
+    )

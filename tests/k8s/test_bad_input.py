@@ -219,3 +219,62 @@ def test_every_class_of_accepted_bad_object_is_explained_and_the_rest_schedules(
     # Fixed objects are scheduled: the dangling owner appears, the fraction is corrected.
     kube.merge_patch(pods_path(ns, "frac-0"), {"metadata": {"annotations": {c.GPU_FRACTION: "0.5"}}})
     wait_until("the fixed gpu-fraction pod to be bound", lambda: bound(kube, ns, ["frac-0"]), 60)
+
+
+def _resources_worker(resources: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    worker = _worker("gpu", 1, 1)
+    template = worker["template"]
+    template["spec"]["containers"][0]["resources"] = resources
+    if annotations:
+        template["metadata"] = {"annotations": annotations}
+    return worker
+
+
+def test_resources_kubernetes_would_refuse_are_explained_on_the_ray_cr(
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: Any,
+    run_scheduler: Any,
+    run_podgrouper: Any,
+    priority_classes: Any,
+) -> None:
+    """Issue 22: a negative or fractional whole-GPU count, a negative CPU request, a limit below its request and a
+    gpu-fraction above 1 pass KubeRay's CRD schema (quantities as strings) but every pod KubeRay makes from such a
+    template would be refused: the Ray CR gets a Warning Event and its PodGroup a condition naming the field, and
+    the rest of the cluster schedules."""
+    ns = namespace
+    _, selector = node_pool(1, gpus=8)
+    queues("dept")
+    team = queues("team", parent="dept")
+    run_scheduler(node_selector=selector)
+    run_podgrouper()
+    gpu = "nvidia.com/gpu"
+    resources = "spec.workerGroupSpecs[0].template.spec.containers[0].resources"
+    cases = {
+        "neg-gpu": (_resources_worker({"limits": {gpu: "-8"}}), f"{resources}.limits[{gpu}]: '-8' is negative"),
+        "half-gpus": (
+            _resources_worker({"limits": {gpu: "2.5"}}),
+            f"{resources}.limits[{gpu}]: '2.5' is not a whole number",
+        ),
+        "neg-cpu": (_resources_worker({"requests": {"cpu": "-1"}}), f"{resources}.requests[cpu]: '-1' is negative"),
+        "low-limit": (
+            _resources_worker({"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}),
+            f"{resources}.requests[memory]: '2Gi' is above the limit '1Gi'",
+        ),
+        "big-fraction": (
+            _resources_worker({}, {c.GPU_FRACTION: "1.5"}),
+            "spec.workerGroupSpecs[0].template.metadata.annotations[gpu-fraction]: '1.5' is not in (0, 1]",
+        ),
+    }
+    for name, (worker, _) in cases.items():
+        _create_ray(kube, ns, "RayCluster", name, _cluster_spec(worker), labels={QUEUE: team})
+    good = make_gang(kube, ns, "good", pods=2, gpus=2, queue=team, labels=BYO)
+    wait_until("the good gang to be bound", lambda: len(bound(kube, ns, good)) == 2, 60)
+
+    for name, (_, field) in cases.items():
+        cond = wait_until(
+            f"the {name} PodGroup's condition", lambda n=name: _scheduled_condition(kube, ns, n, "False"), 60
+        )
+        assert cond["reason"] == "InvalidPodGroup" and field in cond["message"], cond
+        assert field in _event(kube, ns, name, "PodGroupError")["message"]

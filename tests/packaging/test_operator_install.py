@@ -206,7 +206,7 @@ def test_the_charts_commands_run_from_the_operator_install(venv: Path, plane: Co
             lease["metadata"]["name"]
             for lease in kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NS}/leases")["items"]
         }
-        assert {"kai-ray-podgrouper", "kai-ray-scheduler"} <= leases
+        assert {"rel-kai-ray-podgrouper", "rel-kai-ray-scheduler"} <= leases  # named per release
     finally:
         for proc in procs.values():
             with contextlib.suppress(ProcessLookupError):
@@ -233,6 +233,6 @@ def test_what_the_operator_install_lacks_is_named_in_one_line(venv: Path, tmp_pa
     )
     assert bench.returncode == 2
     assert bench.stderr.strip().splitlines() == [
-        "kai-ray: error: kai-ray bench e2e needs cryptography, which comes with the 'testing' extra: "
-        "pip install 'kai-ray[testing]'"
+        "kai-ray: error: kai-ray bench: the benchmarks are development tooling, not in the kai-ray wheel: "
+        "in a kai-ray checkout, pip install -e '.[bench]'"
     ], "one line, before anything is built or started"

@@ -101,8 +101,14 @@ def test_unknown_fields_warn_with_a_suggestion_and_bad_quantities_fail():
     out = run("podgroup", "-f", "-", stdin=yaml.safe_dump(doc))
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip() == (
-        "kai-ray: warning: <stdin> document 1 (RayCluster typo): unknown field spec.workerGroupSpec "
-        "(did you mean workerGroupSpecs?); ignored"
+        "kai-ray: warning: <stdin> document 1 (RayCluster typo): spec.workerGroupSpec: unknown field "
+        "(did you mean workerGroupSpecs?); ignored (--strict makes this an error)"
+    )
+    out = run("podgroup", "-f", "-", "--strict", stdin=yaml.safe_dump(doc))
+    assert (out.returncode, out.stdout) == (2, ""), out
+    assert out.stderr.strip() == (
+        "kai-ray: error: <stdin> document 1 (RayCluster typo): spec.workerGroupSpec: unknown field "
+        "(did you mean workerGroupSpecs?) (--strict)"
     )
     doc = ray_doc("RayCluster", cluster_spec(worker("w", 2)), name="eight")
     ctr = doc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]

@@ -226,3 +226,39 @@ def test_rayjob_with_cluster_selector_is_a_clear_error():
     doc["spec"] = {"entrypoint": "x", "clusterSelector": {"ray.io/cluster": "shared"}}
     with pytest.raises(GroupingError, match="spec.rayClusterSpec"):
         pg_of(doc)
+
+
+@pytest.mark.parametrize(
+    ("where", "resources", "message"),
+    [
+        ("worker", {"limits": {"nvidia.com/gpu": "-8"}}, "'-8' is negative"),
+        ("worker", {"limits": {"nvidia.com/gpu": 2.5}}, "2.5 is not a whole number"),
+        ("head", {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}, "'4' is above the limit '2'"),
+        ("submitter", {"requests": {"memory": "-1Gi"}}, "'-1Gi' is negative"),
+    ],
+)
+def test_resources_kubernetes_would_refuse_make_the_object_ungroupable(where, resources, message):
+    """Issue 22: the podgrouper, which every entry point goes through, refuses a Ray CR whose pods Kubernetes would
+    refuse, naming the field (the operator turns it into a placeholder PodGroup and a Warning Event)."""
+    doc = ray_doc("RayJob", cluster_spec(worker("gpu", 2)), name="job")
+    spec = doc["spec"]["rayClusterSpec"]
+    ctr = {"name": "c", "resources": resources}
+    field = {
+        "worker": "spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0]",
+        "head": "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0]",
+        "submitter": "spec.submitterPodTemplate.spec.containers[0]",
+    }[where]
+    if where == "worker":
+        spec["workerGroupSpecs"][0]["template"]["spec"]["containers"] = [ctr]
+    elif where == "head":
+        spec["headGroupSpec"]["template"]["spec"]["containers"] = [ctr]
+    else:
+        doc["spec"]["submitterPodTemplate"] = {"spec": {"containers": [ctr]}}
+    with pytest.raises(GroupingError) as err:
+        pg_of(doc)
+    assert str(err.value).startswith(f"RayJob job: {field}.resources."), err.value
+    assert message in str(err.value)
+    fraction = ray_doc("RayCluster", cluster_spec(worker("gpu", 1)), name="rc")
+    fraction["spec"]["workerGroupSpecs"][0]["template"]["metadata"] = {"annotations": {c.GPU_FRACTION: "1.5"}}
+    with pytest.raises(GroupingError, match=r"annotations\[gpu-fraction\]: '1.5' is not in \(0, 1\]"):
+        pg_of(fraction)

@@ -109,10 +109,10 @@ def test_unknown_fields_in_a_scenario_warn_and_the_run_goes_on(
     out, err = _run(capsys, "simulate", str(path), "--json")
     assert json.loads(out)["metrics"]["completed"] == 1
     assert err.splitlines() == [
-        f"kai-ray: warning: {path}: queues[0]: unknown field spec.resources.gpu.overQuotaWieght "
-        "(did you mean overQuotaWeight?); ignored",
-        f"kai-ray: warning: {path}: workloads[0].manifest: unknown field spec.workerGroupSpecs[0].minReplica "
-        "(did you mean minReplicas?); ignored",
+        f"kai-ray: warning: {path}: queues[0]: spec.resources.gpu.overQuotaWieght: unknown field "
+        "(did you mean overQuotaWeight?); ignored (--strict makes this an error)",
+        f"kai-ray: warning: {path}: workloads[0].manifest (RayCluster c): spec.workerGroupSpecs[0].minReplica: "
+        "unknown field (did you mean minReplicas?); ignored (--strict makes this an error)",
     ]
 
 

@@ -39,7 +39,7 @@ from kai_ray.api.loader import ManifestError, parse_object
 from kai_ray.api.meta import ObjectMeta, Pod
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayJob, RayService
-from kai_ray.api.strict import LAST_APPLIED, invalid_quantities, object_unknown_fields
+from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
 from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder, object_ref
 from kai_ray.k8s.base.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.base.isolate import Guard
@@ -648,7 +648,8 @@ class PodgrouperOperator:
 
     def _check_fields(self, kind: str, raw: dict[str, Any]) -> None:
         """One Warning Event per version of a Ray CR naming its unknown fields (kept by the object, or pruned by the
-        API server but remembered by kubectl's last-applied annotation) and its unparsable quantities."""
+        API server but remembered by kubectl's last-applied annotation). Resources Kubernetes would refuse (a bad
+        quantity, a negative or fractional GPU count) make the object ungroupable: :meth:`_ray_group` reports them."""
         meta = raw.get("metadata") or {}
         ckey = f"{kind}/{meta.get('namespace')}/{meta.get('name')}"
         version = (meta.get("uid"), meta.get("generation"), (meta.get("annotations") or {}).get(LAST_APPLIED))
@@ -660,10 +661,6 @@ class PodgrouperOperator:
         if unknown:
             self.metrics.findings.labels(kind).inc()
             self.events.emit(ref, WARNING, "UnknownField", f"{'; '.join(map(str, unknown))}; ignored by kai-ray")
-        bad = invalid_quantities(raw, kind)
-        if bad:
-            self.metrics.findings.labels(kind).inc()
-            self.events.emit(ref, WARNING, "InvalidQuantity", "; ".join(map(str, bad)))
 
     def reconcile_ray(self, kind: str, key: str) -> None:
         raw = self._get_cached(self.ray[kind], key)
