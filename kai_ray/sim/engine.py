@@ -430,7 +430,17 @@ class Engine:
 
     # ------------------------------------------------------------------ one scheduling cycle
     def _stuck(self) -> bool:
-        return self.opt.ray_facts and any(w.stuck for w in self.active.values())
+        """A running gang on a bounded-wait clock (half-started, or with a max-runtime): cycles must go on."""
+        return self.opt.ray_facts and any(
+            w.stuck
+            or (
+                w.state == RUNNING
+                and w.job is not None
+                and w.job.raynative is not None
+                and w.job.raynative.max_runtime is not None
+            )
+            for w in self.active.values()
+        )
 
     def _cycle(self, t: float) -> None:
         if not self.with_pending and not self._stuck():
@@ -540,10 +550,16 @@ class Engine:
         self._evicted_now = set(evicted)
         for key, items in evicted.items():
             job = touched[key].job
-            if job is not None and any(e.reason is Reason.READY_TIMEOUT for _, e in items):
-                facts = job.raynative if job.raynative is not None else RayNativeFacts()
-                facts.backoff_until = t + self.config.ready_timeout_backoff
-                job.raynative = facts
+            if job is None:
+                continue
+            if any(e.reason is Reason.READY_TIMEOUT for _, e in items):
+                backoff = job.raynative if job.raynative is not None else RayNativeFacts()
+                backoff.backoff_until = t + self.config.ready_timeout_backoff
+                job.raynative = backoff
+            limit = job.raynative
+            whole = any(e.whole_gang for _, e in items)
+            if whole and limit is not None and limit.max_runtime is not None and job.last_start is not None:
+                limit.admitted_seconds = (limit.admitted_seconds or 0.0) + (t - job.last_start)  # as the operator
         for key, items in evicted.items():
             w = touched[key]
             w.evicted_pods += len(items)
@@ -795,6 +811,9 @@ class Engine:
                         consider(w.job.last_start + timeout)
                 if facts is not None and facts.backoff_until is not None:
                     consider(facts.backoff_until)
+                start = w.job.last_start if w.job is not None and w.state == RUNNING else None
+                if start is not None and facts is not None and facts.max_runtime is not None:
+                    consider(start + facts.max_runtime - (facts.admitted_seconds or 0.0))
         if self._timers_possible:
             for w in self.active.values():
                 job = w.job

@@ -62,3 +62,39 @@ def test_upgrade_at_is_for_a_rayservice_only() -> None:
     }
     with pytest.raises(ScenarioError, match=r"workloads\[0\]\.upgradeAt: only a RayService upgrades"):
         parse_scenario(doc, "s.yaml")
+
+
+def test_max_runtime_stops_a_run_and_it_stays_stopped() -> None:
+    from kai_ray.sim.metrics import result_document
+    from kai_ray.sim.run import simulate
+
+    doc = {
+        "nodes": [{"name": "n", "gpus": 8}],
+        "workloads": [
+            {
+                "manifest": {
+                    "apiVersion": "ray.io/v1",
+                    "kind": "RayJob",
+                    "metadata": {
+                        "name": "long",
+                        "labels": {"kai.scheduler/queue": "default-queue"},
+                        "annotations": {"kai-ray.io/max-runtime": "10m"},
+                    },
+                    "spec": {
+                        "entrypoint": "python train.py",
+                        "submissionMode": "SidecarMode",
+                        "rayClusterSpec": {
+                            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "r"}]}}}
+                        },
+                    },
+                },
+                "duration": "1h",
+            }
+        ],
+        "simulation": {"rayFacts": True, "until": "2h"},
+    }
+    out = result_document(simulate(parse_scenario(doc, "s.yaml")), "s.yaml")
+    w = out["workloads"]["default/long"]
+    assert w["state"] == "Pending" and w["pending_reason"] == "MaxRuntimeExceeded"
+    stops = [e for e in out["events"] if e["reason"] == "MaxRuntime"]
+    assert len(stops) == 1 and stops[0]["t"] == pytest.approx(600, abs=2)
