@@ -69,6 +69,12 @@ def build_config(**opts: Any) -> OperatorConfig:
             kai_coexistence=opts["kai_coexistence"],
             default_priority=_priorities(opts["default_priority"]),
             max_gang_pods=opts["max_gang_pods"],
+            idle_aware_victims=opts["idle_aware_victims"],
+            checkpoint_aware_victims=opts["checkpoint_aware_victims"],
+            ready_timeout=duration(opts["ready_timeout"], "--ready-timeout"),
+            ready_timeout_backoff=duration(opts["ready_timeout_backoff"], "--ready-timeout-backoff"),
+            upgrade_surge=opts["upgrade_surge"],
+            ray_activity_interval=duration(opts["ray_activity_interval"], "--ray-activity-interval"),
             k_value=opts["k_value"],
             usage_db=opts["usage_db"],
             usage_db_url=opts["usage_db_url"] or "",
@@ -148,10 +154,17 @@ SERVING = "Metrics, health and logs (both operators)"
 PANELS = {
     "scheduling": "Scheduling",
     "reclaim": "Ray-aware reclaim and the autoscaler hook",
+    "raynative": "Ray-native scheduling (docs/ray-native.md)",
     "usage": "Time-based fair share (KAI's usageDBConfig)",
     "podgrouper": "Podgrouper",
 }
-OWNER = {"scheduling": "scheduler", "reclaim": "scheduler", "usage": "scheduler", "podgrouper": "podgrouper"}
+OWNER = {
+    "scheduling": "scheduler",
+    "reclaim": "scheduler",
+    "raynative": "scheduler",
+    "usage": "scheduler",
+    "podgrouper": "podgrouper",
+}
 
 
 def _option(kind: str, default: Any, help: str, *decls: str, panel: str = CLUSTER, metavar: str | None = None) -> Any:
@@ -254,6 +267,42 @@ def _define(kind: str) -> None:
             None, "PriorityClass of a Ray kind that names none (repeatable)", panel="podgrouper", metavar="KIND=CLASS"
         ),
         max_gang_pods: int = o(10_000, "pods one gang may have; a Ray object asking for more is refused", metavar="N"),
+        idle_aware_victims: bool = o(
+            True,
+            "among equal victims, evict Ray workloads idle in Ray first, then those busy for the shortest time",
+            "--ray-idle/--no-ray-idle",
+            panel="raynative",
+        ),
+        ray_activity_interval: str = o(
+            "30s",
+            "how often Ray's idle/busy state is read from each cluster's GCS (0s: off; needs the 'ray' extra)",
+            panel="raynative",
+            metavar="DURATION",
+        ),
+        checkpoint_aware_victims: bool = o(
+            True,
+            "among equal victims, evict the most recently checkpointed first",
+            "--ray-checkpoints/--no-ray-checkpoints",
+            panel="raynative",
+        ),
+        ready_timeout: str = o(
+            "0s",
+            "evict a gang bound but not all Ready this long (0s: off; an annotation on the Ray object overrides)",
+            panel="raynative",
+            metavar="DURATION",
+        ),
+        ready_timeout_backoff: str = o(
+            "1m",
+            "how long a gang evicted for its ready-timeout waits before it is placed again",
+            panel="raynative",
+            metavar="DURATION",
+        ),
+        upgrade_surge: bool = o(
+            True,
+            "a RayService's pending upgrade cluster may exceed its queue's quota up to the limit",
+            "--upgrade-surge/--no-upgrade-surge",
+            panel="raynative",
+        ),
         k_value: float = o(1.0, "weight of historical usage in the over-quota division (kValue)", panel="usage"),
         usage_db: str = o(
             "none",

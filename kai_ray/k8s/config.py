@@ -91,6 +91,13 @@ class OperatorConfig:
     drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
     max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
+    # scheduler: Ray-native scheduling (issue 25, docs/ray-native.md)
+    idle_aware_victims: bool = True  # among equal victims, Ray-idle first, then busy for the shortest time
+    checkpoint_aware_victims: bool = True  # ... and the least work since kai-ray.io/last-checkpoint-time
+    ready_timeout: float = 0.0  # seconds: default kai-ray.io/ready-timeout (0: off)
+    ready_timeout_backoff: float = 60.0  # seconds a gang evicted for its ready-timeout waits before placement
+    upgrade_surge: bool = True  # a RayService's pending cluster may go above quota, up to the limit
+    ray_activity_interval: float = 30.0  # seconds between reads of Ray's idle/busy state from each GCS (0: off)
     # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.scheduling.usage); off unless
     # usage_db is set
     k_value: float = 1.0
@@ -139,6 +146,10 @@ class OperatorConfig:
             raise ConfigError(f"--drain-deadline: {self.drain_deadline} must not be negative")
         if self.max_gang_pods < 1:
             raise ConfigError(f"--max-gang-pods: {self.max_gang_pods} must be at least 1")
+        if self.ray_activity_interval < 0:
+            raise ConfigError(f"--ray-activity-interval: {self.ray_activity_interval} must not be negative")
+        if self.ready_timeout < 0 or self.ready_timeout_backoff < 0:
+            raise ConfigError("--ready-timeout/--ready-timeout-backoff: must not be negative")
         if self.headroom_interval < 0:
             raise ConfigError(f"--headroom-interval: {self.headroom_interval} must not be negative")
         self.usage_params()

@@ -8,7 +8,7 @@ and evicted at the end is an eviction, carrying the action and preemptor recorde
 from __future__ import annotations
 
 from kai_ray.durations import span
-from kai_ray.scheduler.decisions import Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
+from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
 from kai_ray.scheduler.dra import ClaimAllocation
 from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import (
@@ -20,6 +20,7 @@ from kai_ray.scheduler.session import (
     PIPELINED,
     Allocated,
     Evicted,
+    EvictInfo,
     JobInfo,
     Session,
 )
@@ -101,7 +102,7 @@ def build_result(ses: Session) -> CycleResult:
                     preemptor=info.preemptor,
                     elastic=info.elastic,
                     whole_gang=info.whole_gang,
-                    message=info.message,
+                    message=_with_loss_note(ses, p, info),
                     moved_to=ses.nodes[moved[p][0]].name if p in moved else None,
                     moved_group=moved[p][1] if p in moved else None,
                 )
@@ -128,6 +129,14 @@ def build_result(ses: Session) -> CycleResult:
     res.findings = list(ses.findings)
     res.stats = dict(ses.stats)
     return res
+
+
+def _with_loss_note(ses: Session, p: int, info: EvictInfo) -> str:
+    """The eviction message, plus what Ray said about the victim when that chose it among equals (issue 25)."""
+    if info.action not in (Action.PREEMPT, Action.RECLAIM, Action.CONSOLIDATION):
+        return info.message
+    note = ses.jobs[ses.p_job[p]].risk_note if info.whole_gang else ses.p_risk_note.get(p, "")
+    return f"{info.message}; victim order: {note}" if note else info.message
 
 
 def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:

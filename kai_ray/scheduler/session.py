@@ -87,6 +87,9 @@ class JobInfo:
     init_pending: list[float] = field(default_factory=list)  # requested by pending pods (under ceilings)
     version: int = 0  # bumped on every change of its pods' states: cache key for derived data
     cache: dict[str, Any] = field(default_factory=dict)
+    # kai-ray victim order among equals (issue 25, :mod:`.workloss`): seconds of work an eviction would lose, and why
+    risk: float = 0.0
+    risk_note: str = ""
 
     def has_pending(self, ses: Session) -> bool:
         return self.n_pend > 0
@@ -197,6 +200,9 @@ class Session:
         self.evict_info: dict[int, EvictInfo] = {}
         self.p_moved: dict[int, tuple[int, str | None]] = {}  # moved pod -> (node, gpu group) of its copy
         self.stats: dict[str, float] = {}
+        # per pod, as JobInfo.risk (set by workloss.assess; zeros keep the eviction order as it was)
+        self.p_risk: list[float] = [0.0] * len(self.pods)
+        self.p_risk_note: dict[int, str] = {}
 
     # ------------------------------------------------------------------ building
     def _build_nodes(self, nodes: list[Node]) -> None:

@@ -9,7 +9,7 @@ from kai_ray.bridge_dra import catalog_from_documents, node_gpu_devices
 from kai_ray.scheduler.snapshot import Resources
 from kai_ray.sim.engine import Engine, EngineOptions, SimResult
 from kai_ray.sim.policy import KAI_RAY, Policy
-from kai_ray.sim.scenario import Scenario, SimulationOptions
+from kai_ray.sim.scenario import Scenario, SimulationOptions, Workload
 from kai_ray.sim.workloads import RayWorkload
 
 
@@ -24,6 +24,7 @@ def engine_options(sim: SimulationOptions, policy: Policy = KAI_RAY) -> EngineOp
         termination_grace=sim.termination_grace,
         elastic_speedup=sim.elastic_speedup,
         until=sim.until,
+        ray_facts=sim.ray_facts,
     )
 
 
@@ -60,10 +61,44 @@ def build_engine(scn: Scenario, policy: Policy = KAI_RAY) -> Engine:
             gang_scheduling=policy.gang_scheduling,
             dra=dra,
         )
+        _ray_native_world(rw, w)
         engine.add(rw)
         for step in w.scale:
             engine.add_scale(rw, step.at, step.group, step.replicas)
+        if w.spec is not None and w.spec.upgrade_at is not None:
+            engine.add(_upgrade_surge(rw, w.spec.upgrade_at))
     return engine
+
+
+def _ray_native_world(rw: RayWorkload, w: Workload) -> None:
+    spec = w.spec
+    if spec is None:
+        return
+    rw.checkpoint_interval = spec.checkpoint_interval
+    rw.activity = (spec.activity.busy, spec.activity.idle) if spec.activity is not None else None
+    rw.startup_failures = spec.startup_failures
+
+
+def _upgrade_surge(active: RayWorkload, at: float) -> RayWorkload:
+    """A RayService's zero-downtime upgrade: KubeRay's pending cluster, the same service with the new spec, which
+    takes over (and the old cluster goes) once its gang runs."""
+    assert active.obj is not None
+    obj = active.obj.model_copy(deep=True)
+    obj.metadata.name = f"{obj.metadata.name}-upgrade"
+    if obj.metadata.uid:
+        obj.metadata.uid = f"{obj.metadata.uid}-upgrade"
+    return RayWorkload(
+        key=f"{obj.metadata.namespace}/{obj.metadata.name}",
+        kind=active.kind,
+        arrive_at=at,
+        duration=None,
+        restart_cost=active.restart_cost,
+        obj=obj,
+        pg_config=active.pg_config,
+        priority_classes=active.priority_classes,
+        gang_scheduling=active.gang_scheduling,
+        upgrade_of=active.key,
+    )
 
 
 def simulate(scn: Scenario, policy: Policy = KAI_RAY) -> SimResult:

@@ -225,6 +225,14 @@ class ScaleStep(_Strict):
     replicas: int = Field(ge=0)
 
 
+class ActivitySpec(_Strict):
+    """Busy/idle phases in Ray (issue 25): ``busy`` seconds with tasks or actors running, then ``idle`` seconds with
+    none, repeating from each run's start (an interactive cluster left running between sessions)."""
+
+    busy: Seconds = Field(ge=0)
+    idle: Seconds = Field(ge=0)
+
+
 class WorkloadSpec(_Strict):
     """A Ray CR (inline ``manifest`` or a file ``path``) that arrives at ``at`` and runs for ``duration`` seconds."""
 
@@ -234,6 +242,11 @@ class WorkloadSpec(_Strict):
     duration: Seconds | None = None  # None: runs until the end (a service)
     restart_cost: Seconds | None = None  # overrides simulation.restartCost
     scale: list[ScaleStep] = Field(default_factory=list)  # replaces the simple autoscaler policy when given
+    # kai-ray Ray-native world (issue 25, docs/ray-native.md)
+    checkpoint_interval: Seconds | None = Field(default=None, ge=0)  # overrides simulation.checkpointInterval
+    activity: ActivitySpec | None = None
+    startup_failures: int = Field(default=0, ge=0)  # first placements whose pods never all turn Ready
+    upgrade_at: Seconds | None = None  # RayService: a zero-downtime upgrade starts its pending cluster then
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
@@ -252,6 +265,7 @@ class SimulationOptions(_Strict):
     termination_grace: Seconds = 0.0  # evicted pods hold their resources this long (Releasing)
     elastic_speedup: Literal["linear", "none"] = "linear"  # extra workers above the minimum speed a job up linearly
     until: Seconds | None = None  # stop the clock here (default: when every workload with a duration is done)
+    ray_facts: bool = False  # tell the scheduler what Ray knows, as the operators do (issue 25)
 
 
 def _config_model() -> type[BaseModel]:
@@ -368,6 +382,7 @@ class Workload:
     restart_cost: float | None
     source: str  # where it came from, for messages
     scale: list[ScaleStep] = dataclasses.field(default_factory=list)
+    spec: WorkloadSpec | None = None  # the entry as written (Ray-native world options)
 
     @property
     def key(self) -> str:
@@ -574,8 +589,16 @@ def _load_workload(
                 f"{where}.scale[{k}].replicas: {step.replicas} x numOfHosts {wg.hosts} pods; at most "
                 f"{pg_config.max_gang_pods} pods per gang"
             )
+    if spec.upgrade_at is not None and not isinstance(obj, RayService):
+        raise ScenarioError(f"{where}.upgradeAt: only a RayService upgrades (this is a {obj.kind})")
     return Workload(
-        obj=obj, at=spec.at, duration=spec.duration, restart_cost=spec.restart_cost, source=field, scale=spec.scale
+        obj=obj,
+        at=spec.at,
+        duration=spec.duration,
+        restart_cost=spec.restart_cost,
+        source=field,
+        scale=spec.scale,
+        spec=spec,
     )
 
 

@@ -62,6 +62,15 @@ class WorkloadBase:
     running_pods: int = 0
     gang_gpus: float = 0.0  # GPUs of the gang minimum (for wasted work)
     _interval_start: float = 0.0
+    # kai-ray Ray-native world (issue 25, docs/ray-native.md)
+    checkpoint_interval: float | None = None  # seconds of work between checkpoints (overrides the simulation's)
+    activity: tuple[float, float] | None = None  # (busy, idle) seconds in Ray, repeating from each run's start
+    startup_failures: int = 0  # placements whose pods never all turn Ready (an image that never pulls, ...)
+    stuck: bool = False  # this placement is one of them: bound, never Ready, no progress
+    stuck_gpu_seconds: float = 0.0  # GPUs held by this workload's half-started gangs
+    work_lost_gpu_seconds: float = 0.0  # work lost to evictions (since the checkpoint / busy phase), GPU-seconds
+    upgrade_of: str | None = None  # a RayService's pending cluster: the workload it replaces once running
+    served_at: float | None = None  # when an upgrade surge took over
 
     # ------------------------------------------------------------------ controller behaviour (overridden)
     def create(self, t: float) -> Job:
@@ -144,7 +153,10 @@ class WorkloadBase:
 
         ``gpus_held`` is what the workload held over that interval: callers advance before changing its pods."""
         dt = t - self.last_update
-        if dt > 0 and self.state == RUNNING:
+        if dt > 0 and self.state == RUNNING and self.stuck:
+            self.wasted_gpu_seconds += dt * gpus_held
+            self.stuck_gpu_seconds += dt * gpus_held
+        elif dt > 0 and self.state == RUNNING:
             warm = min(dt, self.warmup_left)
             self.warmup_left -= warm
             self.wasted_gpu_seconds += warm * gpus_held
@@ -157,7 +169,7 @@ class WorkloadBase:
         self.last_update = t
 
     def eta(self, t: float) -> float | None:
-        if self.duration is None or self.state != RUNNING or self.rate <= 0:
+        if self.duration is None or self.state != RUNNING or self.rate <= 0 or self.stuck:
             return None
         left = max(0.0, self.duration - self.done)
         return t + self.warmup_left + left / self.rate
@@ -184,22 +196,40 @@ class WorkloadBase:
             self.pending_seconds += t - self.pending_since
             self.pending_since = t
 
-    def lose_work(self, checkpoint_interval: float) -> None:
-        """On losing the gang: work since the last checkpoint is lost (none when checkpoints are continuous)."""
-        if checkpoint_interval > 0:
-            kept = math.floor(self.done / checkpoint_interval + 1e-9) * checkpoint_interval
-            lost = (self.done - kept) * self.gang_gpus  # work at any size costs the gang minimum's GPU time
+    def lose_work(self, checkpoint_interval: float, t: float | None = None) -> None:
+        """On losing the gang: work since the last checkpoint is lost (none when checkpoints are continuous); with
+        busy/idle phases, an idle Ray cluster loses nothing and a busy one at most its current busy phase."""
+        interval = self.checkpoint_interval if self.checkpoint_interval is not None else checkpoint_interval
+        lost_work: float | None = None
+        if interval > 0:
+            lost_work = self.done - math.floor(self.done / interval + 1e-9) * interval
+        phase = self.busy_phase(t)
+        if phase is not None:
+            at_risk = phase * self.rate
+            lost_work = at_risk if lost_work is None else min(lost_work, at_risk)
+        if lost_work is not None and not self.stuck:
+            lost = lost_work * self.gang_gpus  # work at any size costs the gang minimum's GPU time
             self.wasted_gpu_seconds += lost
             self.useful_gpu_seconds -= lost
-            self.done = kept
+            self.work_lost_gpu_seconds += lost
+            self.done -= lost_work
+        self.stuck = False
         self.warmup_left = 0.0
+
+    def busy_phase(self, t: float | None) -> float | None:
+        """Seconds into the current busy phase at ``t`` (0 while idle); None without declared phases."""
+        if self.activity is None or t is None or self.job is None or self.job.last_start is None:
+            return None
+        busy, idle = self.activity
+        pos = (t - self.job.last_start) % (busy + idle) if busy + idle > 0 else 0.0
+        return pos if pos < busy else 0.0
 
     def restart_in_place(self, t: float, checkpoint_interval: float) -> None:
         """A Ray-unaware eviction of pods the run needed: Ray sees workers die, and the job restarts from its last
         checkpoint on the pods it still has, paying its restart cost (it stays Running for the scheduler)."""
         self.preemptions += 1
         self.preempted_at.append(t)
-        self.lose_work(checkpoint_interval)
+        self.lose_work(checkpoint_interval, t)
         self.restarts += 1
         self.warmup_left = self.restart_cost
 

@@ -27,10 +27,10 @@ from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import FALLBACK_CODES, ReclaimRecord
 from kai_ray.k8s.scheduling import status as st
-from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
+from kai_ray.k8s.scheduling.cache import PgEntry, PodEntry, SchedulerCache, SnapshotView
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, object_ref, pod_ref, rfc3339
 from kai_ray.k8s.scheduling.resume import is_virtual
-from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus
+from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
 from kai_ray.scheduler.dra import ClaimAllocation
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,23 @@ class Dispatch:
             if pg is not None and ref is not None:
                 self.reporter.write_pg_status(job, st.evicted_status(evs, now))
                 self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))
-            self.reporter.annotate_pg(job, {c.LAST_EVICTION: now})
+            self.reporter.annotate_pg(job, {c.LAST_EVICTION: now, **self._raynative_stamps(pg, evs)})
+
+    def _raynative_stamps(self, pg: PgEntry | None, evs: list[Evict]) -> dict[str, str | None]:
+        """Issue 25: a gang evicted for its ready-timeout waits out the backoff (``kai-ray.io/requeue-after``); a gang
+        with a max-runtime that loses its run keeps the admitted time it had (``kai-ray.io/admitted-seconds``)."""
+        out: dict[str, str | None] = {}
+        if any(e.reason is Reason.READY_TIMEOUT for e in evs):
+            out[c.REQUEUE_AFTER] = rfc3339(time.time() + self.config.ready_timeout_backoff)
+        ann = ((pg.raw.get("metadata") or {}).get("annotations") or {}) if pg is not None else {}
+        start = parse_time(ann.get(c.LAST_START))
+        if c.MAX_RUNTIME in ann and start is not None and any(e.whole_gang for e in evs):
+            try:
+                before = float(ann.get(c.ADMITTED_SECONDS) or 0.0)
+            except ValueError:
+                before = 0.0
+            out[c.ADMITTED_SECONDS] = f"{before + max(0.0, time.time() - start):.0f}"
+        return out
 
     def evict(self, p: PodEntry, e: Evict) -> None:
         """One pod, evicted or deleted (``eviction_mode``); also the interceptors' fallback."""

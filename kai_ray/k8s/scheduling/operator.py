@@ -44,13 +44,14 @@ from kai_ray.k8s.scheduling import dra
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, slim_pod
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
 from kai_ray.k8s.scheduling.dra import DraStore, slim_pod_claims
+from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
 from kai_ray.k8s.scheduling.usage import capacity_of, make_source
 from kai_ray.podgrouper import PodgrouperConfig
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
-from kai_ray.scheduler.snapshot import SchedulerConfig
+from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,19 @@ COMPONENT = "kai-scheduler"
 REPORT_INTERVAL = 1.0  # seconds between two status reports while bindings are being dispatched
 IDLE_RESYNC = 30.0  # seconds between cycles when every gang is scheduled and nothing changes
 WRITE_HOLDOFF = 0.5  # seconds after the last binding was dispatched before status/Event writes resume
+
+
+def timed_waits(snap: Snapshot) -> bool:
+    """Whether a clock of issue 25's bounded waits runs for some gang: a bound pod not Ready under a ready-timeout,
+    a max-runtime on a running gang, a requeue backoff. Without one, an idle loop may sleep until a change."""
+    for job in snap.jobs:
+        facts = job.raynative
+        if facts is not None and (facts.max_runtime is not None or facts.backoff_until is not None):
+            return True
+        timeout = facts.ready_timeout if facts is not None and facts.ready_timeout is not None else None
+        if (timeout or snap.config.default_ready_timeout) and any(p.ready is False for p in job.pods):
+            return True
+    return False
 
 
 class SchedulerOperator:
@@ -150,6 +164,9 @@ class SchedulerOperator:
                 lambda key, work: self.writer.submit(key, work, priority=STATUS_PRIORITY),
                 templates=self.gangs.probe_templates if self.gangs is not None else None,
             )
+        self.ray_activity: RayActivityPoller | None = None
+        if config.ray_activity_interval > 0 and config.idle_aware_victims:
+            self.ray_activity = RayActivityPoller(self.kube, self.cache, config.ray_activity_interval, self.is_leader)
         self.informers = self._informers()
         self.elector: LeaderElector | None = None
         if config.leader_elect:
@@ -218,6 +235,8 @@ class SchedulerOperator:
             self.usage.start()
         self._loop_thread = threading.Thread(target=self._loop, name="scheduler-loop", daemon=True)
         self._loop_thread.start()
+        if self.ray_activity is not None:
+            self.ray_activity.start()
         if self.elector is not None:
             self.elector.start()
         else:
@@ -233,6 +252,8 @@ class SchedulerOperator:
             self.elector.stop(release=release)
         if self._loop_thread is not None:
             self._loop_thread.join(10)
+        if self.ray_activity is not None:
+            self.ray_activity.stop()
         self.binder.stop()
         self.writer.stop()
         if self.usage is not None:
@@ -311,6 +332,11 @@ class SchedulerOperator:
             queue_priority_in_quota_reclaim=cfg.queue_priority_reclaim,
             default_preemption_delay=cfg.preemption_delay,
             k_value=cfg.k_value,
+            idle_aware_victims=cfg.idle_aware_victims,
+            checkpoint_aware_victims=cfg.checkpoint_aware_victims,
+            default_ready_timeout=cfg.ready_timeout or None,
+            ready_timeout_backoff=cfg.ready_timeout_backoff,
+            upgrade_surge=cfg.upgrade_surge,
         )
 
     def _loop(self) -> None:
@@ -356,6 +382,8 @@ class SchedulerOperator:
             if quiet and time.monotonic() >= earliest:
                 return
 
+    _timed_waits = False  # a running gang waits on a ready-timeout or max-runtime clock: keep the periodic cycle
+
     def _period(self) -> float:
         """Seconds until the next periodic cycle when nothing changes.
 
@@ -366,7 +394,7 @@ class SchedulerOperator:
         """
         r = self.last_result
         busy = r is None or r.binds or r.evictions or any(not j.scheduled for j in r.jobs.values())
-        if not busy:
+        if not busy and not self._timed_waits:
             return IDLE_RESYNC
         return max(self.config.schedule_period, 4 * self._last_cycle_seconds)
 
@@ -379,6 +407,7 @@ class SchedulerOperator:
             with self.cache.lock:
                 statuses = {name: q.raw.get("status") or {} for name, q in self.cache.queues.items()}
             view.snapshot.usage = self.usage.before_cycle(time.time(), statuses)
+        self._timed_waits = timed_waits(view.snapshot)
         t1 = time.perf_counter()
         result = self.quarantine.run(view.snapshot)
         t2 = time.perf_counter()
