@@ -32,6 +32,13 @@ SCHEDULER_RULES: list[Rule] = [
         "resources": ["rayclusters", "rayjobs", "rayservices"],
         "verbs": ["get", "list", "watch", "patch"],
     },
+    # DRA: devices and claims into the snapshot; a claim's allocation and reservedFor written before binding
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update"]},
     *EVENT_RULES,
 ]
 
