@@ -77,6 +77,8 @@ class Informer:
         self._relisted = threading.Condition()
         self._list_count = 0
         self._resp: Any = None
+        self.watching = threading.Event()  # a watch stream is open: the store follows the server within milliseconds
+        self._progress = threading.Condition()
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
@@ -102,6 +104,28 @@ class Informer:
             self._relist.set()
             self._close_stream()
             return self._relisted.wait_for(lambda: self._list_count >= target or self._stop.is_set(), timeout)
+
+    def wait_for_version(self, rv: str, timeout: float) -> bool:
+        """Wait until this informer has seen everything up to ``rv`` (a resourceVersion another watcher of the same
+        resource reported). resourceVersions are opaque to clients in principle; a value that is not an integer
+        answers False, and the caller falls back to a fresh list."""
+        try:
+            target = int(rv)
+        except ValueError:
+            return False
+
+        def seen() -> bool:
+            try:
+                return int(self.resource_version or 0) >= target
+            except ValueError:
+                return False
+
+        with self._progress:
+            return self._progress.wait_for(lambda: seen() or self._stop.is_set(), timeout) and seen()
+
+    def _advanced(self) -> None:
+        with self._progress:
+            self._progress.notify_all()
 
     def _close_stream(self) -> None:
         resp = self._resp
@@ -196,6 +220,7 @@ class Informer:
             if prev is None or resource_version(prev) != resource_version(obj):
                 self._emit(UPSERT, key, obj)
         self.synced.set()
+        self._advanced()
         with self._relisted:
             self._list_count += 1
             self._relisted.notify_all()
@@ -210,6 +235,7 @@ class Informer:
         }
         resp = self.kube.open_stream(self.path, query, timeout=self.watch_timeout + 30)
         self._resp = resp
+        self.watching.set()
         try:
             if self._stop.is_set() or self._relist.is_set():
                 return
@@ -225,6 +251,7 @@ class Informer:
                 if kind == "BOOKMARK":
                     if rv:
                         self.resource_version = rv
+                        self._advanced()
                     continue
                 obj = self.transform(obj)
                 key = object_key(obj)
@@ -236,9 +263,11 @@ class Informer:
                     if rv:
                         self.resource_version = rv
                 self._emit(DELETE if kind == "DELETED" else UPSERT, key, obj)
+                self._advanced()
                 if self._stop.is_set() or self._relist.is_set():
                     return
         finally:
+            self.watching.clear()
             self._resp = None
 
     def _emit(self, kind: str, key: str, obj: dict[str, Any]) -> None:

@@ -18,8 +18,13 @@ kai-ray suspended stays in the snapshot as virtual pending pods and is resumed w
 (:mod:`kai_ray.k8s.scheduling.resume`), and the headroom the Ray autoscaler hook reads is published after cycles,
 rate-limited.
 
-Only the Lease holder runs cycles; informers run on every replica so a new leader starts warm, but it lists again
-before its first cycle so it sees every binding of the previous leader.
+Only the Lease holder runs cycles; informers run on every replica, so a follower's cache is as current as the
+leader's and a new leader schedules at once (warm standby). It must still have seen every binding of the previous
+leader before it binds: a leader stopped gracefully stops its loop, waits for its bindings to be answered and to come
+back through its own watch, and releases the Lease with the pods resourceVersion it has seen; the new leader waits
+until its own pods watch has reached that version (milliseconds; both watch the same stream). A leader that crashed
+is replaced only after its Lease expired, long after its last binding reached every watch. Only an informer whose
+watch is not open, or a release without that note, makes the new leader list again before its first cycle.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 from kai_ray.k8s.base.events import EventRecorder
 from kai_ray.k8s.base.informer import Informer, wait_all_synced
 from kai_ray.k8s.base.isolate import Quarantine
-from kai_ray.k8s.base.leader import LeaderElector, LeaseConfig
+from kai_ray.k8s.base.leader import HANDOVER_PREFIX, LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.base.workqueue import Dispatcher
@@ -54,6 +59,8 @@ COMPONENT = "kai-scheduler"
 REPORT_INTERVAL = 1.0  # seconds between two status reports while bindings are being dispatched
 IDLE_RESYNC = 30.0  # seconds between cycles when every gang is scheduled and nothing changes
 WRITE_HOLDOFF = 0.5  # seconds after the last binding was dispatched before status/Event writes resume
+HANDOVER_PODS_RV = HANDOVER_PREFIX + "pods-resource-version"
+HANDOVER_DRAIN = 5.0  # seconds a leader stopping gracefully waits for its bindings before it releases the Lease
 
 
 class SchedulerOperator:
@@ -210,10 +217,11 @@ class SchedulerOperator:
         self._stop.set()
         self._leading.clear()
         self._wake.set()
-        if self.elector is not None:
-            self.elector.stop(release=release)
         if self._loop_thread is not None:
             self._loop_thread.join(10)
+        if self.elector is not None:
+            handover = self._drain() if release and self.elector.is_leader() else None
+            self.elector.stop(release=release, handover=handover)
         self.binder.stop()
         self.writer.stop()
         if self.usage is not None:
@@ -225,6 +233,38 @@ class SchedulerOperator:
         if self._owns_kube:
             self.kube.reachability.close()  # its prober, if the server was unreachable
         self.metrics.close()
+
+    def _drain(self) -> dict[str, str] | None:
+        """Before a graceful release: let the bindings already sent be answered and come back through the pods
+        watch, then name the pods resourceVersion seen, so the next leader knows how far it must have read."""
+        deadline = time.monotonic() + HANDOVER_DRAIN
+        self.binder.wait_idle(HANDOVER_DRAIN)
+        while self.cache.inflight() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pods = self._informer("pods")
+        if self.cache.inflight() or pods is None or not pods.resource_version:
+            return None  # the next leader lists again
+        return {HANDOVER_PODS_RV: pods.resource_version}
+
+    def _informer(self, name: str) -> Informer | None:
+        return next((inf for inf in self.informers if inf.name == name), None)
+
+    def _catch_up(self, elector: LeaderElector) -> bool:
+        """Before the first cycle as leader: make sure the cache holds every binding of the previous leader (see the
+        module docstring). False when this replica stopped or lost the Lease meanwhile."""
+        watched = [inf for inf in self.informers if inf.name == "pods" or inf.name.startswith("podgroups")]
+        stale = [inf for inf in watched if not inf.missing and not inf.watching.is_set()]
+        pods = self._informer("pods")
+        rv = elector.handover.get(HANDOVER_PODS_RV)
+        caught_up = rv is not None and pods is not None and pods.wait_for_version(rv, 2.0)
+        if elector.took_released and pods is not None and pods not in stale and not caught_up:
+            stale.append(pods)
+        for inf in stale:
+            while not inf.relist(30.0):
+                if self._stop.is_set() or not elector.is_leader():
+                    return False
+                log.warning("%s: fresh list after election is taking long; still waiting", inf.name)
+        return True
 
     def _writes_may_go(self) -> bool:
         """Status and Events wait while bindings are being sent (a burst of arrivals is scheduled first)."""
@@ -252,14 +292,8 @@ class SchedulerOperator:
         def begin() -> None:
             if not wait_all_synced(self.informers, self._stop):
                 return
-            if self.elector is not None:
-                # See every write of the previous leader before acting (its watch events may still be in flight).
-                for inf in self.informers:
-                    if inf.name == "pods" or inf.name.startswith("podgroups"):
-                        while not inf.relist(30.0):
-                            if self._stop.is_set() or not self.elector.is_leader():
-                                return
-                            log.warning("%s: fresh list after election is taking long; still waiting", inf.name)
+            if self.elector is not None and not self._catch_up(self.elector):
+                return
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
                 return
             self._leading.set()
