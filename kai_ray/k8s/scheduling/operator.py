@@ -30,6 +30,7 @@ watch is not open, or a release without that note, makes the new leader list aga
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -63,10 +64,28 @@ HANDOVER_PODS_RV = HANDOVER_PREFIX + "pods-resource-version"
 HANDOVER_DRAIN = 5.0  # seconds a leader stopping gracefully waits for its bindings before it releases the Lease
 
 
+def since_process_start() -> float | None:
+    """Seconds since this process started (from /proc; None elsewhere): the cold-start figures are measured from
+    the moment the process exists, so they include the interpreter and every import."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 3)
+
+
 class SchedulerOperator:
-    """One scheduler replica. ``start()`` returns at once; ``stop()`` ends every thread it started."""
+    """One scheduler replica. ``start()`` returns at once; ``stop()`` ends every thread it started.
+
+    ``startup`` records, in seconds since the process started, when the replica was built (interpreter, imports,
+    the runtime's start-up), its informers had listed, it began to lead and its first cycle as leader ended; the
+    liveness probe reports it, ``kai-ray bench failover`` reads it."""
 
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
+        self.startup: dict[str, float | None] = {"built": since_process_start()}
         self.config = config.validate()
         self._owns_kube = kube is None
         self.kube = kube or Kube.connect(
@@ -252,13 +271,16 @@ class SchedulerOperator:
     def _catch_up(self, elector: LeaderElector) -> bool:
         """Before the first cycle as leader: make sure the cache holds every binding of the previous leader (see the
         module docstring). False when this replica stopped or lost the Lease meanwhile."""
-        watched = [inf for inf in self.informers if inf.name == "pods" or inf.name.startswith("podgroups")]
-        stale = [inf for inf in watched if not inf.missing and not inf.watching.is_set()]
         pods = self._informer("pods")
         rv = elector.handover.get(HANDOVER_PODS_RV)
-        caught_up = rv is not None and pods is not None and pods.wait_for_version(rv, 2.0)
-        if elector.took_released and pods is not None and pods not in stale and not caught_up:
-            stale.append(pods)
+        stale = []
+        for inf in self.informers:
+            if inf.missing or not (inf is pods or inf.name.startswith("podgroups")):
+                continue
+            if inf is pods and rv is not None and inf.wait_for_version(rv, 2.0):
+                continue  # seen everything the previous leader had seen after its last binding
+            if (inf is pods and elector.took_released) or not inf.watching.wait(2.0):
+                stale.append(inf)  # a release without a note, or a watch that is not open (just listed: opening)
         for inf in stale:
             while not inf.relist(30.0):
                 if self._stop.is_set() or not elector.is_leader():
@@ -282,7 +304,13 @@ class SchedulerOperator:
     def health(self) -> dict[str, Any]:
         """For the liveness probe: raises when the loop is stuck while leading."""
         age = time.monotonic() - self.last_cycle if self.last_cycle else None
-        info = {"leader": self.is_leader(), "synced": self.synced(), "cycles": self.cycles, "last_cycle_age": age}
+        info = {
+            "leader": self.is_leader(),
+            "synced": self.synced(),
+            "cycles": self.cycles,
+            "last_cycle_age": age,
+            "startup": self.startup,
+        }
         limit = 30.0 + 10 * self.config.schedule_period
         if self.is_leader() and age is not None and age > limit:
             raise RuntimeError(f"no scheduling cycle for {age:.0f}s")
@@ -292,11 +320,14 @@ class SchedulerOperator:
         def begin() -> None:
             if not wait_all_synced(self.informers, self._stop):
                 return
+            self.startup.setdefault("synced", since_process_start())
             if self.elector is not None and not self._catch_up(self.elector):
                 return
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
                 return
             self._leading.set()
+            self.startup["leading"] = since_process_start()
+            self.startup.pop("first_cycle", None)
             self.metrics.leader.labels("scheduler").set(1)
             self.metrics.leader_transitions.labels("scheduler").inc()
             log.info("scheduling as %s", self.config.identity)
@@ -424,6 +455,10 @@ class SchedulerOperator:
         self._last_cycle_seconds = t4 - t0
         self.last_result = result
         self.reporter.record_cycle(view, result, (t0, t1, t2, t3, t4))
+        if leading and "first_cycle" not in self.startup:
+            self.startup["first_cycle"] = since_process_start()
+            self.startup["first_cycle_seconds"] = round(t4 - t0, 3)
+            log.info("first cycle as leader: %s", self.startup)
         return result
 
     # --- what the Ray-aware reclaim reads from the cache ---------------------------------------------------------
