@@ -45,6 +45,7 @@ def _register(argv: list[str] | None = None) -> None:
     the other commands' imports would add about half a second to every operator start and failover."""
     if (sys.argv[1:] if argv is None else argv)[:1] == ["operator"]:
         from kai_ray.cli import operator, output  # noqa: F401
+
         return
     from kai_ray.cli import commands  # noqa: F401  (imports every command module)
 

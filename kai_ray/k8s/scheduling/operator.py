@@ -92,6 +92,8 @@ class SchedulerOperator:
             config.kubeconfig, config.context, pool_size=config.bind_workers + config.write_workers + 12
         )
         self.metrics = SchedulerMetrics()
+        if config.node_pool:  # one process per pool: every series of this target belongs to it
+            self.metrics.registry.set_target_info({"node_pool": config.node_pool})
         self.cache = SchedulerCache(config, on_change=self.wake)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -189,16 +191,26 @@ class SchedulerOperator:
 
     def _informers(self) -> list[Informer]:
         cfg = self.config
-        node_sel = ",".join(f"{k}={v}" for k, v in sorted(cfg.node_selector.items())) or None
+        pool = cfg.pool_selector()
+        node_sel = ",".join([*(f"{k}={v}" for k, v in sorted(cfg.node_selector.items())), *([pool] if pool else [])])
         infs = [
-            Informer(self.kube, "/api/v1/nodes", name="nodes", handler=self.cache.on_node, label_selector=node_sel),
+            Informer(
+                self.kube, "/api/v1/nodes", name="nodes", handler=self.cache.on_node, label_selector=node_sel or None
+            ),
             Informer(
                 self.kube,
                 "/apis/scheduling.k8s.io/v1/priorityclasses",
                 name="priorityclasses",
                 handler=self.cache.on_priority_class,
             ),
-            Informer(self.kube, queues_path(), name="queues", handler=self.cache.on_queue, missing_ok=True),
+            Informer(
+                self.kube,
+                queues_path(),
+                name="queues",
+                handler=self.cache.on_queue,
+                missing_ok=True,
+                label_selector=pool,
+            ),
             Informer(self.kube, pods_path(), name="pods", handler=self.cache.on_pod, transform=slim_pod),
         ]
         for ns in cfg.namespaces or (None,):
@@ -209,6 +221,7 @@ class SchedulerOperator:
                     name=f"podgroups-{ns or 'all'}",
                     handler=self.cache.on_podgroup,
                     missing_ok=True,
+                    label_selector=pool,
                 )
             )
         if self.gangs is not None:
