@@ -73,6 +73,7 @@ class FailoverResult:
     takeover_after_sigkill_seconds: float | None
     first_bind_after_takeover: dict[str, float | None] = field(default_factory=dict)
     cold_start: dict[str, Any] = field(default_factory=dict)
+    new_leaders: dict[str, Any] = field(default_factory=dict)  # each new leader's startup record (process clock)
     binding_conflicts: float = 0.0
     overcommitted_nodes: int = 0
     bound: int = 0
@@ -314,6 +315,7 @@ def _run(
     fleet.signal("s1", signal.SIGTERM)
     take1 = _until("s2 to take over", lambda: lease.took_over("s2", t_term), 3 * cfg.lease_duration + 30)
     bind1 = _until("a bind by s2", lambda: pods.first_bound(take1), 60)
+    leader_startup = {"sigterm": _health(h2).get("startup") or {}}
     fleet.wait_gone("s1")
 
     _, h3 = fleet.start("scheduler", "s3")
@@ -324,6 +326,7 @@ def _run(
     fleet.signal("s2", signal.SIGKILL)
     take2 = _until("s3 to take over", lambda: lease.took_over("s3", t_kill), 3 * cfg.lease_duration + 30)
     bind2 = _until("a bind by s3", lambda: pods.first_bound(take2), 60)
+    leader_startup["sigkill"] = _health(h3).get("startup") or {}
     fleet.wait_gone("s2")
 
     say("SIGTERM to the last replica; cold start of a new one")
@@ -369,6 +372,7 @@ def _run(
         takeover_after_sigkill_seconds=_seconds(take2, t_kill),
         first_bind_after_takeover=after_take,
         cold_start={"process_start_to_first_bind_seconds": after_start, **startup},
+        new_leaders=leader_startup,
         binding_conflicts=conflicts,
         overcommitted_nodes=over,
         bound=bound,

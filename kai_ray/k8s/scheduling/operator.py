@@ -333,7 +333,9 @@ class SchedulerOperator:
         def begin() -> None:
             if not wait_all_synced(self.informers, self._stop):
                 return
-            self.startup.setdefault("synced", since_process_start())
+            if "synced" not in self.startup:
+                self.startup["synced"] = since_process_start()
+                self.startup.update({f"list_{inf.name}_seconds": inf.list_seconds for inf in self.informers})
             if self.elector is not None and not self._catch_up(self.elector):
                 return
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
