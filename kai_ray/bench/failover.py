@@ -315,7 +315,7 @@ def _run(
     fleet.signal("s1", signal.SIGTERM)
     take1 = _until("s2 to take over", lambda: lease.took_over("s2", t_term), 3 * cfg.lease_duration + 30)
     bind1 = _until("a bind by s2", lambda: pods.first_bound(take1), 60)
-    leader_startup = {"sigterm": _health(h2).get("startup") or {}}
+    leader_startup = {"sigterm": _until("s2's first cycle", lambda: _first_cycle(h2), 60)}
     fleet.wait_gone("s1")
 
     _, h3 = fleet.start("scheduler", "s3")
@@ -326,7 +326,7 @@ def _run(
     fleet.signal("s2", signal.SIGKILL)
     take2 = _until("s3 to take over", lambda: lease.took_over("s3", t_kill), 3 * cfg.lease_duration + 30)
     bind2 = _until("a bind by s3", lambda: pods.first_bound(take2), 60)
-    leader_startup["sigkill"] = _health(h3).get("startup") or {}
+    leader_startup["sigkill"] = _until("s3's first cycle", lambda: _first_cycle(h3), 60)
     fleet.wait_gone("s2")
 
     say("SIGTERM to the last replica; cold start of a new one")
