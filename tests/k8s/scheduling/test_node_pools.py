@@ -116,3 +116,23 @@ def test_preemption_in_one_pool_never_evicts_in_another(
         30,
     )
     assert status[0]["nodePool"] == a
+
+
+def test_pool_selectors_and_bad_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """KAI's semantics: a named pool selects its label value, ``default`` what carries no label, none everything."""
+    from kai_ray.cli import main
+    from kai_ray.k8s.config import OperatorConfig
+
+    assert OperatorConfig().pool_selector() is None
+    assert OperatorConfig(node_pool="a100").pool_selector() == f"{POOL}=a100"
+    assert OperatorConfig(node_pool="default").pool_selector() == f"!{POOL}"
+    assert OperatorConfig(node_pool="a100", node_pool_label_key="x/pool").lease("scheduler")[0] == (
+        "kai-ray-scheduler-a100"
+    )
+    assert OperatorConfig(node_pool="a100").lease("podgrouper")[0] == "kai-ray-podgrouper"
+    with pytest.raises(SystemExit) as exit_:
+        main(["operator", "scheduler", "--node-pool", "bad name!"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "kai-ray: error: --node-pool: 'bad name!' is not a label value (letters, digits, '-', '_', '.')"
+    )
