@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
@@ -136,3 +137,9 @@ def test_pool_selectors_and_bad_names(capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().err.strip() == (
         "kai-ray: error: --node-pool: 'bad name!' is not a label value (letters, digits, '-', '_', '.')"
     )
+
+
+def test_a_pools_metrics_name_the_pool(run_scheduler: Any, namespace: str) -> None:
+    op: SchedulerOperator = run_scheduler(node_pool=f"{namespace}-m")
+    text = generate_latest(op.metrics.registry).decode()
+    assert f'target_info{{node_pool="{namespace}-m"}} 1.0' in text
