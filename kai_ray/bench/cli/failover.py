@@ -42,7 +42,7 @@ def failover(
     if not 0 < lease[2] < lease[1] < lease[0]:
         raise CliError("--retry-period < --renew-deadline < --lease-duration is required")
     headroom = nodes * gpus_per_node - running
-    if headroom < rate * (lease[0] + 60):
+    if headroom < rate * (lease[0] + 40):
         raise CliError(f"--running: {running} pods leave {headroom} GPUs, too few for {rate:g} arrivals/s")
     from kai_ray.extras import require
 
