@@ -6,6 +6,8 @@ SCHEDULER_NAME = "kai-scheduler"
 
 # KAI wire keys
 QUEUE_LABEL = "kai.scheduler/queue"
+NODE_POOL_LABEL = "kai.scheduler/node-pool"  # KAI's nodePoolLabelKey default: nodes, Queues, PodGroups of a pool
+DEFAULT_NODE_POOL = "default"  # KAI's default SchedulingShard: what carries no node-pool label
 PRIORITY_LABEL = "priorityClassName"
 RAY_PRIORITY_LABEL = "ray.io/priority-class-name"
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from kai_ray import constants as c
 from kai_ray.cli import CliError, app
 from kai_ray.durations import flag
 from kai_ray.k8s.config import ConfigError, OperatorConfig, parse_selector
@@ -44,6 +45,8 @@ def build_config(**opts: Any) -> OperatorConfig:
             queue_label_key=opts["queue_label_key"],
             namespaces=tuple(opts["namespace"] or ()),
             node_selector=parse_selector(opts["node_selector"] or ""),
+            node_pool=opts.get("node_pool") or "",
+            node_pool_label_key=opts.get("node_pool_label_key") or c.NODE_POOL_LABEL,
             leader_elect=opts["leader_elect"],
             lease_name=opts["lease_name"] or "",
             lease_namespace=opts["lease_namespace"] or "",
@@ -196,6 +199,16 @@ def _define(kind: str) -> None:
         ),
         node_selector: str | None = o(
             None, "only nodes with these labels, e.g. a node pool", panel="scheduling", metavar="K=V,..."
+        ),
+        node_pool: str | None = o(
+            None,
+            "KAI's SchedulingShard: only nodes, Queues, PodGroups labelled <node-pool-label-key>=NAME "
+            "('default': those without the label)",
+            panel="scheduling",
+            metavar="NAME",
+        ),
+        node_pool_label_key: str = o(
+            c.NODE_POOL_LABEL, "label that names a node pool", panel="scheduling", metavar="KEY"
         ),
         leader_elect: bool = o(True, "elect a leader through a Lease"),
         lease_name: str | None = o(None, "Lease name (default kai-ray-<operator>)", metavar="NAME"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, u
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
 RAY_KINDS = ("RayCluster", "RayJob", "RayService")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class ConfigError(ValueError):
@@ -61,6 +63,10 @@ class OperatorConfig:
     queue_label_key: str = c.QUEUE_LABEL
     namespaces: tuple[str, ...] = ()  # empty: all namespaces
     node_selector: dict[str, str] = field(default_factory=dict)  # nodes the scheduler may use (a node pool)
+    # scheduler: KAI's SchedulingShard. "" = no pools (every node, Queue, PodGroup); "default" = those without the
+    # label; any other name = those labelled <node_pool_label_key>=<name>
+    node_pool: str = ""
+    node_pool_label_key: str = c.NODE_POOL_LABEL
     leader_elect: bool = True
     lease_name: str = ""  # default: kai-ray-<operator>
     lease_namespace: str = ""  # default: the operator's own namespace
@@ -123,6 +129,8 @@ class OperatorConfig:
             raise ConfigError("--scheduler-name: must not be empty")
         if not self.queue_label_key:
             raise ConfigError("--queue-label-key: must not be empty")
+        if self.node_pool and (not self.node_pool_label_key or not _LABEL_VALUE.fullmatch(self.node_pool)):
+            raise ConfigError(f"--node-pool: {self.node_pool!r} is not a label value (letters, digits, '-', '_', '.')")
         if self.schedule_period <= 0:
             raise ConfigError(f"--schedule-period: {self.schedule_period} must be positive")
         if self.preemption_delay < 0:
@@ -180,7 +188,16 @@ class OperatorConfig:
         return params
 
     def lease(self, operator: str) -> tuple[str, str]:
-        return (self.lease_name or f"kai-ray-{operator}", self.lease_namespace or default_namespace())
+        pool = f"-{self.node_pool}" if self.node_pool and operator == "scheduler" else ""
+        return (self.lease_name or f"kai-ray-{operator}{pool}", self.lease_namespace or default_namespace())
+
+    def pool_selector(self) -> str | None:
+        """The label selector of this scheduler's node pool (nodes, Queues, PodGroups); None without pools."""
+        if not self.node_pool:
+            return None
+        if self.node_pool == c.DEFAULT_NODE_POOL:
+            return f"!{self.node_pool_label_key}"
+        return f"{self.node_pool_label_key}={self.node_pool}"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> OperatorConfig:

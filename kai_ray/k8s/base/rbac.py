@@ -11,7 +11,11 @@ from typing import Any
 Rule = dict[str, Any]
 
 LEASE_RULES: list[Rule] = [
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update"],
+    },
 ]
 
 EVENT_RULES: list[Rule] = [

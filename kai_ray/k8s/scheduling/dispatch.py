@@ -172,7 +172,9 @@ class Dispatch:
             self.metrics.queue_evictions.labels(queue, e.action.value).inc()
             pg = self.cache.pgs.get(e.job)
             if pg is not None:
-                self.metrics.evicted_pods.labels(pg.name, pg.namespace, pg.uid, st.NODE_POOL, e.action.value).inc()
+                self.metrics.evicted_pods.labels(
+                    pg.name, pg.namespace, pg.uid, self.config.node_pool or st.NODE_POOL, e.action.value
+                ).inc()
             if e.preemptor:
                 self._made_room[e.preemptor] = e.action.value
             by_preemptor[e.preemptor or "?"] += 1

@@ -207,7 +207,7 @@ class Reporter:
         stored = _condition(current, st.SCHEDULED)
         if stored is not None and stored.get("reason") == v.reason.value and stored.get("message") == v.message:
             return  # already says so (e.g. written by the previous leader)
-        self.write_pg_status(key, st.podgroup_status(current, v, iso))
+        self.write_pg_status(key, st.podgroup_status(current, v, iso, node_pool=self.config.node_pool or st.NODE_POOL))
         if written:
             return  # a message refresh: Events are for transitions
         ref = object_ref("PodGroup", pg.raw)
