@@ -1,0 +1,179 @@
+"""kai-ray on a real node: pods whose containers really run, gangs that run to completion, a preemption whose victim
+really receives SIGTERM and is given its grace period, and a PodDisruptionBudget computed by the real
+kube-controller-manager holding an eviction back.
+
+Real: kube-apiserver, etcd, kube-controller-manager, kubelet, containerd, runc, the CNI bridge, busybox processes.
+Stand-in: the GPUs (``nvidia.com/gpu`` is capacity written onto the node: bookkeeping only, no device).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path
+from kai_ray.testing.controlplane.realnode import NODE_NAME, RealNode
+from tests.k8s.helpers import bound, events, podgroup_body, wait_until
+from tests.realnode.helpers import logs, phase, pod, running_containers
+
+pytestmark = [pytest.mark.realnode, pytest.mark.slow]
+
+MakePod = Callable[..., dict[str, Any]]
+# A process that says when it starts, and on SIGTERM writes the time, takes 3 s to wind down, then writes again.
+TRAPPER = (
+    'm=/marker/$HOSTNAME; trap \'echo "term $(date +%s)" >> $m; sleep 3; echo "exit $(date +%s)" >> $m; exit 0\' TERM;'
+    " echo started; while :; do sleep 1 & wait $!; done"
+)
+
+
+def test_the_node_is_ready_and_a_pod_runs_to_completion(
+    real_node: RealNode, kube: Kube, namespace: str, make_pod: MakePod
+) -> None:
+    node = kube.get(f"/api/v1/nodes/{NODE_NAME}")
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(real_node.gpus)
+    assert {a["type"]: a["address"] for a in node["status"]["addresses"]}["InternalIP"] == real_node.node_ip
+
+    kube.create(
+        pods_path(namespace), make_pod("hello", "echo hello from $(hostname); cat /proc/1/cmdline", scheduler=None)
+    )
+    wait_until("the pod to succeed", lambda: phase(kube, namespace, "hello") == "Succeeded", 120, 0.2)
+    text = logs(kube, namespace, "hello")
+    assert "hello from hello" in text
+    assert "cat\0/proc/1/cmdline" in text  # the shell exec'd cat as PID 1: the container has its own PID namespace
+    status = (pod(kube, namespace, "hello") or {})["status"]
+    assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    assert status["podIP"].startswith("10.85.")
+
+
+def test_a_gpu_gang_scheduled_by_kai_ray_runs_its_containers_to_completion(
+    real_node: RealNode,
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    run_scheduler: Any,
+    priority_classes: Any,
+    make_pod: MakePod,
+    on_node: dict[str, str],
+) -> None:
+    queues("dept", gpu_quota=8)
+    team = queues("team", gpu_quota=8, parent="dept")
+    run_scheduler(node_selector=on_node)
+    kube.create(podgroups_path(namespace), podgroup_body("gang", 4, team))
+    names = [f"gang-{i}" for i in range(4)]
+    # Each member waits until all four exist with an IP, so the gang really runs at once or never finishes.
+    script = "echo member $(hostname) started; sleep 2; echo member $(hostname) done"
+    created = time.monotonic()
+    for name in names:
+        kube.create(pods_path(namespace), make_pod(name, script, gpus=2, group="gang"))
+    wait_until("the gang to be bound to the real node", lambda: len(bound(kube, namespace, names)) == 4, 120, 0.2)
+    assert set(bound(kube, namespace, names).values()) == {NODE_NAME}
+
+    def all_started() -> bool:
+        return all(running_containers(kube, namespace, n) or phase(kube, namespace, n) == "Succeeded" for n in names)
+
+    wait_until("every member's container to start", all_started, 180, 0.2)
+    latency = time.monotonic() - created
+    wait_until(
+        "the gang to run to completion", lambda: all(phase(kube, namespace, n) == "Succeeded" for n in names), 180
+    )
+    for name in names:
+        assert f"member {name} done" in logs(kube, namespace, name)
+    print(f"gang of 4 on the real node: creation to all containers started {latency:.1f}s")
+
+
+def _marker_volume(tmp: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes = [{"name": "marker", "hostPath": {"path": str(tmp), "type": "Directory"}}]
+    return volumes, [{"name": "marker", "mountPath": "/marker"}]
+
+
+def _started(kube: Kube, ns: str, names: list[str]) -> bool:
+    return all(running_containers(kube, ns, n) and "started" in logs(kube, ns, n) for n in names)
+
+
+def test_a_preempted_pod_gets_sigterm_and_its_grace_period_then_really_stops(
+    real_node: RealNode,
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    run_scheduler: Any,
+    priority_classes: Any,
+    make_pod: MakePod,
+    on_node: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    tmp_path.chmod(0o777)
+    volumes, mounts = _marker_volume(tmp_path)
+    queues("dept", gpu_quota=8)
+    team = queues("team", gpu_quota=8, parent="dept")
+    run_scheduler(node_selector=on_node)
+
+    kube.create(podgroups_path(namespace), podgroup_body("training", 2, team, "train"))
+    training = ["training-0", "training-1"]
+    for name in training:
+        body = make_pod(name, TRAPPER, gpus=4, group="training", grace=30, volumes=volumes, mounts=mounts)
+        kube.create(pods_path(namespace), body)
+    wait_until("training's containers to run", lambda: _started(kube, namespace, training), 180, 0.3)
+
+    kube.create(podgroups_path(namespace), podgroup_body("serving", 1, team, "inference"))
+    kube.create(pods_path(namespace), make_pod("serving-0", "echo serving; sleep 3600", gpus=4, group="serving"))
+    wait_until("serving to run", lambda: running_containers(kube, namespace, "serving-0"), 180, 0.3)
+
+    evicted = [n for n in training if (tmp_path / n).is_file()]
+    assert evicted, "a training pod must have been evicted to make room"
+    for name in evicted:
+        wait_until(f"{name} to be gone", lambda n=name: pod(kube, namespace, n) is None, 120, 0.3)
+        lines = dict(line.split() for line in (tmp_path / name).read_text().splitlines())
+        assert int(lines["exit"]) - int(lines["term"]) >= 3, "the grace period must let the process wind down"
+    survivors = [n for n in training if n not in evicted]
+    for name in survivors:
+        assert running_containers(kube, namespace, name)
+
+
+def test_a_pod_disruption_budget_holds_an_eviction_back_on_real_pods(
+    real_node: RealNode,
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    run_scheduler: Any,
+    priority_classes: Any,
+    make_pod: MakePod,
+    on_node: dict[str, str],
+) -> None:
+    queues("dept", gpu_quota=8)
+    team = queues("team", gpu_quota=8, parent="dept")
+    run_scheduler(node_selector=on_node)
+    kube.create(podgroups_path(namespace), podgroup_body("training", 2, team, "train"))
+    training = ["training-0", "training-1"]
+    for name in training:
+        script = "echo started; while :; do sleep 1 & wait $!; done"
+        kube.create(pods_path(namespace), make_pod(name, script, gpus=4, group="training", labels={"app": "training"}))
+    wait_until("training's containers to run", lambda: _started(kube, namespace, training), 180, 0.3)
+
+    pdb_path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    kube.create(
+        pdb_path,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "training"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "training"}}},
+        },
+    )
+
+    def computed() -> bool:  # the disruption controller of kube-controller-manager, not the test, writes this
+        status = kube.get(f"{pdb_path}/training").get("status") or {}
+        return status.get("currentHealthy") == 2 and status.get("disruptionsAllowed") == 0
+
+    wait_until("kube-controller-manager to compute the budget", computed, 120, 0.3)
+
+    kube.create(podgroups_path(namespace), podgroup_body("serving", 1, team, "inference"))
+    kube.create(pods_path(namespace), make_pod("serving-0", "sleep 3600", gpus=4, group="serving"))
+    ev = wait_until("an EvictionBlocked Event", lambda: events(kube, namespace, reason="EvictionBlocked"), 60)
+    assert "disruption budget" in ev[0]["message"]
+    assert all(running_containers(kube, namespace, n) for n in training), "the budget must keep training running"
+    assert phase(kube, namespace, "serving-0") == "Pending"
