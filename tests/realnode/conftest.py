@@ -41,7 +41,8 @@ def real_node() -> Iterator[RealNode]:
     try:
         yield node
     finally:
-        node.stop()
+        leftovers = node.stop()
+    assert not leftovers, f"the real node did not leave the host as it found it: {leftovers}"
 
 
 @pytest.fixture(scope="session")

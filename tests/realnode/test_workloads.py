@@ -177,3 +177,14 @@ def test_a_pod_disruption_budget_holds_an_eviction_back_on_real_pods(
     assert "disruption budget" in ev[0]["message"]
     assert all(running_containers(kube, namespace, n) for n in training), "the budget must keep training running"
     assert phase(kube, namespace, "serving-0") == "Pending"
+
+
+def test_every_component_listens_only_on_loopback_or_the_nodes_bridge(real_node: RealNode) -> None:
+    allowed = {"127.0.0.1", "::1", real_node.node_ip}
+    seen: dict[str, list[tuple[str, int]]] = {}
+    for name, comp in real_node.components.items():
+        if comp.alive():
+            seen[name] = comp.listening()
+    assert {"kubelet", "containerd", "kube-apiserver", "kube-proxy", "kube-controller-manager", "coredns"} <= set(seen)
+    wide = {name: [a for a in addrs if a[0] not in allowed] for name, addrs in seen.items()}
+    assert not any(wide.values()), f"listening beyond loopback and {real_node.node_ip}: {wide}"

@@ -253,6 +253,14 @@ class HostState:
                     problems.append(f"sysctl {name}={value}: {exc}")
         if workdir is not None and _mounts_under(workdir):
             problems.append(f"mounts left under {workdir}: {', '.join(_mounts_under(workdir))}")
+        for binary, tables in self.chains.items():
+            for table, before in tables.items():
+                added = {c for c in _iptables_chains(binary, table) - before if c.startswith(CHAIN_PREFIXES)}
+                if added:
+                    problems.append(f"{binary} -t {table} chains left: {', '.join(sorted(added))}")
+        if not self.bridge_existed and Path(f"/sys/class/net/{BRIDGE}").exists():
+            problems.append(f"bridge {BRIDGE} left")
+        problems += [f"cgroup {c} left" for c, existed in self.kubepods.items() if not existed and Path(c).exists()]
         return problems
 
 
@@ -376,6 +384,7 @@ class RealNode:
     name: str = NODE_NAME
     node_ip: str = NODE_IP
     _stopped: bool = field(default=False, init=False)
+    leftovers: list[str] = field(default_factory=list, init=False)
 
     def __enter__(self) -> RealNode:
         return self.start()
@@ -769,10 +778,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     for pid in procs.read_text().split():
                         os.kill(int(pid), signal.SIGKILL)
 
-    def stop(self) -> None:
-        """Stop the node's processes (pods first), then the control plane, then put the host back; idempotent."""
+    def stop(self) -> list[str]:
+        """Stop the node's processes (pods first), then the control plane, then put the host back; idempotent.
+
+        Returns what could not be put back (empty when the host is as it was; also kept in :attr:`leftovers`)."""
         if self._stopped:
-            return
+            return self.leftovers
         self._stopped = True
         plane = getattr(self, "plane", None)
         try:
@@ -796,8 +807,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 _LIVE.discard(self)
             if hasattr(self, "workdir") and not self.keep_workdir and not _mounts_under(self.workdir):
                 shutil.rmtree(self.workdir, ignore_errors=True)
+            self.leftovers = problems
             if problems:
                 print(f"[kai-ray] real node left behind: {'; '.join(problems)}", file=sys.stderr)
+        return self.leftovers
 
     # --- access -----------------------------------------------------------------------------------------------------
 
