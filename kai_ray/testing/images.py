@@ -55,7 +55,8 @@ default_ulimits = []
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
-static_dir = "{tmp}/libpod"
+# libpod's state database stays at its default, beside the storage: conmon starts `podman container cleanup` without
+# this file, and unless the cleanup finds the container there `podman run` and `podman wait` hang 20 s.
 tmp_dir = "{tmp}/tmp"
 volume_path = "{tmp}/volumes"
 
@@ -260,7 +261,7 @@ def _build_base(podman: Podman, recipe: _Recipe, workdir: Path) -> None:
             "--dpkgopt=path-include=/usr/share/doc/*/copyright",
             SUITE, str(tarball), *_debian_sources(),
         ],
-        timeout=1800,
+        timeout=1800, log=_build_log(recipe.ref),
     )  # fmt: skip
     podman(
         "import",
@@ -419,16 +420,26 @@ def _why_not() -> str:
     return "this host has no apt-get" if shutil.which("apt-get") is None else "apt-get install needs root"
 
 
-def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
+def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None, log: Path | None = None) -> str:
+    """Run a command; a failure is one line (its last line of output, and where the whole output was kept)."""
+    kept = f" (full output: {log})" if log else ""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
-        raise ImageBuildError(f"{' '.join(argv[:3])} ... did not finish in {timeout:.0f} s") from e
+        if log:
+            log.write_text(f"$ {' '.join(argv)}\n{_text(e.stdout)}\n{_text(e.stderr)}")
+        raise ImageBuildError(f"{' '.join(argv[:3])} ... did not finish in {timeout:.0f} s{kept}") from e
+    if log:
+        log.write_text(f"$ {' '.join(argv)}\n{done.stdout}\n{done.stderr}")
     if done.returncode != 0:
         raise ImageBuildError(
-            f"{' '.join(argv[:3])} ... exited {done.returncode}: {_last_line(done.stderr or done.stdout)}"
+            f"{' '.join(argv[:3])} ... exited {done.returncode}: {_last_line(done.stderr or done.stdout)}{kept}"
         )
     return done.stdout
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def _last_line(text: str) -> str:
@@ -448,7 +459,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class Podman:
-    """podman with the lane's own storage and configuration; the run root and libpod state are throw-away."""
+    """podman with the lane's own storage and configuration; the run root and temporary state are throw-away."""
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
@@ -471,8 +482,8 @@ class Podman:
             "TMPDIR": str(tmp),
         }
 
-    def __call__(self, *args: str, timeout: float = 300) -> str:
-        return _run(["podman", *args], timeout=timeout, env=self.env)
+    def __call__(self, *args: str, timeout: float = 300, log: Path | None = None) -> str:
+        return _run(["podman", *args], timeout=timeout, env=self.env, log=log)
 
     def build(self, context: Path, containerfile: Path, ref: str, build_args: dict[str, str]) -> None:
         self(
@@ -480,7 +491,7 @@ class Podman:
             "-v", f"{_host_ca_bundle()}:{_BUILD_CA}:ro", "-v", f"{self.tmp / 'pip.conf'}:/etc/pip.conf:ro",
             *(f"--build-arg={key}={value}" for key, value in build_args.items()),
             "-f", str(containerfile), "-t", ref, str(context),
-            timeout=1800,
+            timeout=1800, log=_build_log(ref),
         )  # fmt: skip
 
 
@@ -529,6 +540,11 @@ def _forget_older(podman: Podman, recipe: _Recipe, archive: Path) -> None:
     stale = [ref for ref in listed.split() if ref != recipe.ref or not recipe.keep]
     if stale:
         podman("rmi", "--force", *stale)
+
+
+def _build_log(ref: str) -> Path:
+    """The last build's output of an image, kept beside the archives (``localhost/kai-ray-NAME:hash`` -> NAME)."""
+    return images_dir() / f"{ref.rsplit('/', 1)[-1].split(':')[0].removeprefix('kai-ray-')}.build.log"
 
 
 def _meta_path(archive: Path) -> Path:
