@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from kai_ray.k8s.base.rest import Kube
+from kai_ray.k8s.base.rest import ApiError, Kube
 from kai_ray.testing.controlplane.harness import ControlPlane, our_crd_dir
+from kai_ray.testing.controlplane.pytest_plugin import _dns_prefix
 from kai_ray.testing.controlplane.realnode import NODE_NAME, NodeUnavailable, RealNode
 from tests.k8s.conftest import priority_classes, queues, run_scheduler  # noqa: F401  (fixtures, re-used here)
+from tests.k8s.helpers import wait_until
 
 
 def _unavailable(reason: str) -> None:
@@ -48,6 +50,30 @@ def real_node() -> Iterator[RealNode]:
 @pytest.fixture(scope="session")
 def control_plane(real_node: RealNode) -> ControlPlane:
     return real_node.plane
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace, returned once kube-controller-manager has made its ``default`` ServiceAccount (the
+    ServiceAccount admission plugin, on here, refuses pods until then)."""
+    name = control_plane.new_namespace(prefix=_dns_prefix(request.node.name))
+    wait_until(
+        "the namespace's default ServiceAccount",
+        lambda: _exists(kube, f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        60,
+    )
+    yield name
+    control_plane.clear_namespace(name)
+
+
+def _exists(kube: Kube, path: str) -> bool:
+    try:
+        kube.get(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 @pytest.fixture(scope="session")

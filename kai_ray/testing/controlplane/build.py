@@ -5,11 +5,11 @@ built once and cached under ``~/.cache/kai-ray/bin/<name>-<version>-<go>`` so th
 
 The Kubernetes components cannot be ``go install``-ed (``k8s.io/kubernetes`` maps its staging modules with
 ``replace``), so they are built from a small generated wrapper module whose replace list is read from upstream's go.mod
-through the proxy. kube-apiserver, kubelet, kube-controller-manager and kube-proxy are ONE multi-call binary ``kube``
-(as hyperkube and k3s do): it dispatches on the name it is called by (the cache holds a symlink per component) or on
-its first argument, so the packages they share are compiled and linked once and the real-node lane adds little to the
-apiserver's build. etcd's server module replaces its siblings with relative paths, so it gets a wrapper too. The rest
-install directly or build inside a copy of their module.
+through the proxy. kube-apiserver, kubelet, kube-controller-manager, kube-proxy and kube-scheduler are ONE multi-call
+binary ``kube`` (as hyperkube and k3s do): it dispatches on the name it is called by (the cache holds a symlink per
+component) or on its first argument, so the packages they share are compiled and linked once and the real-node lane
+adds little to the apiserver's build. etcd's server module replaces its siblings with relative paths, so it gets a
+wrapper too. The rest install directly or build inside a copy of their module.
 """
 
 from __future__ import annotations
@@ -102,7 +102,9 @@ class Binary:
     commands: tuple[str, ...] = ()  # a multi-call binary's names, each a symlink beside it in the cache
 
     def key(self) -> str:
-        parts = [self.module, self.package, self.ldflags, self.build, *([list(self.commands)] if self.commands else [])]
+        parts = [self.module, self.package, self.ldflags, self.build]
+        if self.commands:  # a multi-call binary: its generated main too
+            parts += [list(self.commands), hashlib.sha256(KUBE_MAIN.encode()).hexdigest()]
         digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
         return f"{self.name}-{self.version}-{go_version()}-{digest[:8]}"
 
@@ -124,7 +126,7 @@ def _kube_ldflags() -> list[str]:
     ]
 
 
-KUBE_COMMANDS = ("kube-apiserver", "kubelet", "kube-controller-manager", "kube-proxy")
+KUBE_COMMANDS = ("kube-apiserver", "kubelet", "kube-controller-manager", "kube-proxy", "kube-scheduler")
 
 BINARIES: dict[str, Binary] = {
     "etcd": Binary("etcd", ETCD_VERSION, "etcd", module="go.etcd.io/etcd/server/v3"),
@@ -159,6 +161,7 @@ import (
 \t"fmt"
 \t"os"
 \t"path/filepath"
+\t"sort"
 \t_ "time/tzdata"
 
 \t"github.com/spf13/cobra"
@@ -169,6 +172,7 @@ import (
 \tapiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 \tcontrollermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 \tproxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+\tscheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 \tkubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
@@ -177,6 +181,16 @@ var commands = map[string]func() *cobra.Command{
 \t"kubelet":                 kubelet.NewKubeletCommand,
 \t"kube-controller-manager": controllermanager.NewControllerManagerCommand,
 \t"kube-proxy":              proxy.NewProxyCommand,
+\t"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+}
+
+func names() []string {
+\tall := []string{}
+\tfor name := range commands {
+\t\tall = append(all, name)
+\t}
+\tsort.Strings(all)
+\treturn all
 }
 
 func main() {
@@ -186,7 +200,7 @@ func main() {
 \t}
 \tnewCommand, ok := commands[name]
 \tif !ok {
-\t\tfmt.Fprintln(os.Stderr, "usage: kube kube-apiserver|kubelet|kube-controller-manager|kube-proxy [flags]")
+\t\tfmt.Fprintln(os.Stderr, "usage: kube COMMAND [flags]; a COMMAND is one of", names())
 \t\tos.Exit(2)
 \t}
 \tos.Exit(cli.Run(newCommand()))

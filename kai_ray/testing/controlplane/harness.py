@@ -319,6 +319,8 @@ class ControlPlane:
     workdir: Path | None = None
     keep_workdir: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_KEEP_CONTROLPLANE") == "1")
     apiserver_extra_args: list[str] = field(default_factory=list)
+    # Without a controller-manager no ServiceAccount exists, so its admission plugin is off unless a real node runs one.
+    disabled_admission: tuple[str, ...] = ("ServiceAccount", "TaintNodesByCondition")
     kwok_log_level: str = field(default_factory=lambda: os.environ.get("KAI_RAY_KWOK_LOG_LEVEL", "WARN"))
     crds: Sequence[Path | str] = field(default_factory=list)
     seed_cache: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_NO_ETCD_SEED") != "1")
@@ -478,7 +480,7 @@ class ControlPlane:
             f"--service-account-signing-key-file={p.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            f"--disable-admission-plugins={','.join(self.disabled_admission)}",
             "--enable-priority-and-fairness=false",
             "--max-requests-inflight=0",
             "--max-mutating-requests-inflight=0",

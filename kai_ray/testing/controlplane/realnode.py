@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -79,6 +80,7 @@ SYSCTLS = (
 # result cache, kubelet's container-log links); whatever of them did not exist before is removed once empty.
 HOST_PATHS = ("/run/containerd", "/run/netns", "/var/run/netns", "/var/lib/cni", "/var/log/containers")
 CHAIN_PREFIXES = ("KUBE-", "CNI-HOSTPORT-")
+HOST_LOCK = "/run/lock/kai-ray-realnode.lock"
 ISOLATION_COMMENT = "kai-ray-realnode: pods reach only the bridge"
 
 
@@ -364,7 +366,8 @@ class RealNode:
     """A control plane (:class:`ControlPlane` bound to the bridge IP) plus one real node, as a context manager.
 
     ``gpus`` is advertised as ``nvidia.com/gpu`` capacity (bookkeeping only: no device is attached). ``dns`` and
-    ``proxy`` start CoreDNS and kube-proxy; ``controller_manager`` starts kube-controller-manager.
+    ``proxy`` start CoreDNS and kube-proxy; ``controller_manager`` starts kube-controller-manager; ``kube_scheduler``
+    starts the default scheduler (for pods that name no scheduler, such as the Helm chart's operators).
     """
 
     gpus: int = 8
@@ -372,6 +375,8 @@ class RealNode:
     dns: bool = True
     proxy: bool = True
     controller_manager: bool = True
+    kube_scheduler: bool = True
+    host_lock_timeout: float = 1800.0
     startup_timeout: float = 240.0
     keep_workdir: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_KEEP_CONTROLPLANE") == "1")
 
@@ -403,7 +408,8 @@ class RealNode:
             raise ControlPlaneError("this RealNode was already started; create a new one")
         begin = time.monotonic()
         preflight()
-        binaries = {name: build.ensure(name) for name in ("kubelet", "kube-controller-manager", "kube-proxy")}
+        names = ("kubelet", "kube-controller-manager", "kube-proxy", "kube-scheduler")
+        binaries = {name: build.ensure(name) for name in names}
         if self.dns:
             binaries["coredns"] = build.ensure("coredns")
         self.timings.build = time.monotonic() - begin
@@ -416,8 +422,9 @@ class RealNode:
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:
+            self._take_host_lock()
             if Path(f"/sys/class/net/{BRIDGE}").exists():
-                raise NodeUnavailable(f"bridge {BRIDGE} already exists: another real node runs on this host")
+                raise NodeUnavailable(f"bridge {BRIDGE} exists and no real node holds {HOST_LOCK}: remove it by hand")
             self.host = HostState.record()
             self._make_bridge()
             self.plane = ControlPlane(
@@ -427,7 +434,10 @@ class RealNode:
                 workdir=self.workdir / "cp",
                 keep_workdir=True,
                 startup_timeout=self.startup_timeout,
+                # pods get service-account tokens (the chart's operators need them) and the kubernetes Service's
+                # endpoint is this apiserver on the bridge
                 apiserver_extra_args=["--endpoint-reconciler-type=lease"],
+                disabled_admission=("TaintNodesByCondition",),
             )
             self.plane.start()
             self.timings.control_plane = time.monotonic() - begin
@@ -436,6 +446,8 @@ class RealNode:
             self.timings.containerd_ready = time.monotonic() - begin
             if self.controller_manager:
                 self._start_controller_manager(binaries["kube-controller-manager"])
+            if self.kube_scheduler:
+                self._start_scheduler(binaries["kube-scheduler"])
             self._start_kubelet(binaries["kubelet"])
             if self.proxy:
                 self._start_proxy(binaries["kube-proxy"])
@@ -448,6 +460,31 @@ class RealNode:
             self.stop()
             raise
         return self
+
+    def _take_host_lock(self) -> None:
+        """One real node per host (they would share ``/kubepods``, the KUBE-* chains and the bridge): wait for the
+        other one to stop, for up to ``host_lock_timeout`` seconds. The lock dies with its holder, even a SIGKILLed
+        one."""
+        self._lock = open(HOST_LOCK, "a+")  # noqa: SIM115 - held for the node's lifetime, closed by stop()
+        deadline = time.monotonic() + self.host_lock_timeout
+        said = False
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise NodeUnavailable(
+                        f"another real node held {HOST_LOCK} for {self.host_lock_timeout:.0f}s"
+                    ) from None
+                if not said:
+                    print(f"[kai-ray] waiting for another real node on this host ({HOST_LOCK})", file=sys.stderr)
+                    said = True
+                time.sleep(1)
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"{os.getpid()}\n")
+        self._lock.flush()
 
     # --- pieces -----------------------------------------------------------------------------------------------------
 
@@ -556,6 +593,24 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "--v=1",
         ]
         comp = self._spawn("kube-controller-manager", argv)
+        self._wait(comp, "to report /healthz", lambda: self._https_ok(comp, port, "/healthz"))
+
+    def _start_scheduler(self, binary: Path) -> None:
+        port = free_port()
+        kubeconfig = self.plane.kubeconfig_path
+        argv = [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self.workdir / 'kube-scheduler'}",
+            "--leader-elect=false",
+            "--profiling=false",
+            "--v=1",
+        ]
+        comp = self._spawn("kube-scheduler", argv)
         self._wait(comp, "to report /healthz", lambda: self._https_ok(comp, port, "/healthz"))
 
     def _https_ok(self, comp: Component, port: int, path: str) -> bool:
@@ -788,7 +843,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         plane = getattr(self, "plane", None)
         try:
             if plane is not None:
-                for name in ("kube-controller-manager",):
+                for name in ("kube-controller-manager", "kube-scheduler"):
                     plane.stop_component(name)
                 if "kubelet" in plane.components and self.containerd_address:
                     self._drain_pods()
@@ -805,6 +860,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             problems = self.host.restore(self.workdir) if self.host is not None else []
             with _LIVE_LOCK:
                 _LIVE.discard(self)
+            lock = getattr(self, "_lock", None)
+            if lock is not None:
+                lock.close()
             if hasattr(self, "workdir") and not self.keep_workdir and not _mounts_under(self.workdir):
                 shutil.rmtree(self.workdir, ignore_errors=True)
             self.leftovers = problems
