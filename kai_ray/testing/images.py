@@ -43,6 +43,7 @@ SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("pause", "busybox", "base", "operator", "ray")
+KEEP_VERSIONS = 3  # archives kept per image (the most recently used), for checkouts at different commits
 
 _APT_PACKAGES = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap", "ctr": "containerd"}
 _BUSYBOX = Path("/bin/busybox")
@@ -122,6 +123,8 @@ def ensure_image(name: str) -> Image:
     recipe = _recipe(name)
     archive = images_dir() / f"{name}-{recipe.digest[:12]}.tar"
     if archive.is_file():
+        with contextlib.suppress(OSError):
+            os.utime(archive)  # most recently used: the last to be forgotten
         return _image(recipe, archive, cached=True)
     for dependency in recipe.needs:
         ensure_image(dependency)
@@ -530,14 +533,23 @@ def _load(podman: Podman, recipe: _Recipe) -> None:
 
 
 def _forget_older(podman: Podman, recipe: _Recipe, archive: Path) -> None:
-    """Keep one archive per image, and in podman's storage only the current images others are built on."""
-    for old in images_dir().glob(f"{recipe.name}-*.tar"):
-        if old != archive and re.fullmatch(rf"{re.escape(recipe.name)}-[0-9a-f]{{12}}\.tar", old.name):
+    """Keep the most recently used archives of an image, and in podman's storage only the images others are built on.
+
+    Several, not one: checkouts at different commits share the cache, and keeping only the newest made each rebuild
+    the others' images (and could delete an archive another checkout was about to import).
+    """
+    pattern = re.compile(rf"{re.escape(recipe.name)}-([0-9a-f]{{12}})\.tar")
+    versions = [path for path in images_dir().glob(f"{recipe.name}-*.tar") if pattern.fullmatch(path.name)]
+    versions.sort(key=lambda path: path.stat().st_mtime, reverse=True)
+    kept = {archive, *versions[:KEEP_VERSIONS]}
+    for old in versions:
+        if old not in kept:
             old.unlink(missing_ok=True)
             _meta_path(old).unlink(missing_ok=True)
+    kept_tags = {path.name.removesuffix(".tar").rsplit("-", 1)[1] for path in kept}
     repository = recipe.ref.rsplit(":", 1)[0]
     listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", f"reference={repository}")
-    stale = [ref for ref in listed.split() if ref != recipe.ref or not recipe.keep]
+    stale = [ref for ref in listed.split() if not recipe.keep or ref.rsplit(":", 1)[1] not in kept_tags]
     if stale:
         podman("rmi", "--force", *stale)
 

@@ -164,3 +164,22 @@ def test_an_unknown_image_name_is_one_line() -> None:
     with pytest.raises(images.ImageBuildError, match=r"^unknown image 'nope': expected one of pause, busybox"):
         images.ensure_image("nope")
     assert os.path.isdir(images.images_dir())
+
+
+def test_the_most_recently_used_archives_of_an_image_are_kept_and_no_other_images(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KAI_RAY_CACHE", str(tmp_path))
+    directory = images.images_dir()
+    directory.mkdir(parents=True)
+    recipe = images._recipe("ray")
+    current = directory / f"ray-{recipe.digest[:12]}.tar"
+    older = [directory / f"ray-{digit * 12}.tar" for digit in "abcd"]
+    other = directory / f"ray-deps-{'e' * 12}.tar"
+    for age, path in enumerate([*older, other, current]):
+        path.write_bytes(b"")
+        os.utime(path, (1_000_000 + age, 1_000_000 + age))
+    with images.podman_session() as podman:
+        images._forget_older(podman, recipe, current)
+    kept = sorted(path.name for path in directory.glob("*.tar"))
+    assert kept == sorted([current.name, other.name, *(path.name for path in older[1 - images.KEEP_VERSIONS :])])
