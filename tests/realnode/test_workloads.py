@@ -30,6 +30,26 @@ TRAPPER = (
 )
 
 
+@pytest.fixture
+def team(queues: Any, run_scheduler: Any, priority_classes: Any, on_node: dict[str, str]) -> str:
+    """A queue whose quota is the node's 8 GPUs, and a kai-ray scheduler (in-process) that sees only the real node."""
+    queues("dept", gpu_quota=8)
+    name: str = queues("team", gpu_quota=8, parent="dept")
+    run_scheduler(node_selector=on_node)
+    return name
+
+
+def _gang(
+    kube: Kube, ns: str, make_pod: MakePod, name: str, size: int, queue: str, priority: str, script: str, **pod: Any
+) -> list[str]:
+    """A PodGroup (minMember = size) and its pods, each asking for 4 GPUs unless ``gpus`` says otherwise."""
+    kube.create(podgroups_path(ns), podgroup_body(name, size, queue, priority))
+    names = [f"{name}-{i}" for i in range(size)]
+    for member in names:
+        kube.create(pods_path(ns), make_pod(member, script, **{"gpus": 4, "group": name, **pod}))
+    return names
+
+
 def test_the_node_is_ready_and_a_pod_runs_to_completion(
     real_node: RealNode, kube: Kube, namespace: str, make_pod: MakePod
 ) -> None:
@@ -54,22 +74,12 @@ def test_a_gpu_gang_scheduled_by_kai_ray_runs_its_containers_to_completion(
     real_node: RealNode,
     kube: Kube,
     namespace: str,
-    queues: Any,
-    run_scheduler: Any,
-    priority_classes: Any,
+    team: str,
     make_pod: MakePod,
-    on_node: dict[str, str],
 ) -> None:
-    queues("dept", gpu_quota=8)
-    team = queues("team", gpu_quota=8, parent="dept")
-    run_scheduler(node_selector=on_node)
-    kube.create(podgroups_path(namespace), podgroup_body("gang", 4, team))
-    names = [f"gang-{i}" for i in range(4)]
-    # Each member waits until all four exist with an IP, so the gang really runs at once or never finishes.
     script = "echo member $(hostname) started; sleep 2; echo member $(hostname) done"
     created = time.monotonic()
-    for name in names:
-        kube.create(pods_path(namespace), make_pod(name, script, gpus=2, group="gang"))
+    names = _gang(kube, namespace, make_pod, "gang", 4, team, "train", script, gpus=2)
     wait_until("the gang to be bound to the real node", lambda: len(bound(kube, namespace, names)) == 4, 120, 0.2)
     assert set(bound(kube, namespace, names).values()) == {NODE_NAME}
 
@@ -99,28 +109,19 @@ def test_a_preempted_pod_gets_sigterm_and_its_grace_period_then_really_stops(
     real_node: RealNode,
     kube: Kube,
     namespace: str,
-    queues: Any,
-    run_scheduler: Any,
-    priority_classes: Any,
+    team: str,
     make_pod: MakePod,
-    on_node: dict[str, str],
     tmp_path: Path,
 ) -> None:
     tmp_path.chmod(0o777)
     volumes, mounts = _marker_volume(tmp_path)
-    queues("dept", gpu_quota=8)
-    team = queues("team", gpu_quota=8, parent="dept")
-    run_scheduler(node_selector=on_node)
 
-    kube.create(podgroups_path(namespace), podgroup_body("training", 2, team, "train"))
-    training = ["training-0", "training-1"]
-    for name in training:
-        body = make_pod(name, TRAPPER, gpus=4, group="training", grace=30, volumes=volumes, mounts=mounts)
-        kube.create(pods_path(namespace), body)
+    training = _gang(
+        kube, namespace, make_pod, "training", 2, team, "train", TRAPPER, grace=30, volumes=volumes, mounts=mounts
+    )
     wait_until("training's containers to run", lambda: _started(kube, namespace, training), 180, 0.3)
 
-    kube.create(podgroups_path(namespace), podgroup_body("serving", 1, team, "inference"))
-    kube.create(pods_path(namespace), make_pod("serving-0", "echo serving; sleep 3600", gpus=4, group="serving"))
+    _gang(kube, namespace, make_pod, "serving", 1, team, "inference", "echo serving; sleep 3600")
     wait_until("serving to run", lambda: running_containers(kube, namespace, "serving-0"), 180, 0.3)
 
     evicted = [n for n in training if (tmp_path / n).is_file()]
@@ -138,20 +139,11 @@ def test_a_pod_disruption_budget_holds_an_eviction_back_on_real_pods(
     real_node: RealNode,
     kube: Kube,
     namespace: str,
-    queues: Any,
-    run_scheduler: Any,
-    priority_classes: Any,
+    team: str,
     make_pod: MakePod,
-    on_node: dict[str, str],
 ) -> None:
-    queues("dept", gpu_quota=8)
-    team = queues("team", gpu_quota=8, parent="dept")
-    run_scheduler(node_selector=on_node)
-    kube.create(podgroups_path(namespace), podgroup_body("training", 2, team, "train"))
-    training = ["training-0", "training-1"]
-    for name in training:
-        script = "echo started; while :; do sleep 1 & wait $!; done"
-        kube.create(pods_path(namespace), make_pod(name, script, gpus=4, group="training", labels={"app": "training"}))
+    script = "echo started; while :; do sleep 1 & wait $!; done"
+    training = _gang(kube, namespace, make_pod, "training", 2, team, "train", script, labels={"app": "training"})
     wait_until("training's containers to run", lambda: _started(kube, namespace, training), 180, 0.3)
 
     pdb_path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
@@ -171,8 +163,7 @@ def test_a_pod_disruption_budget_holds_an_eviction_back_on_real_pods(
 
     wait_until("kube-controller-manager to compute the budget", computed, 120, 0.3)
 
-    kube.create(podgroups_path(namespace), podgroup_body("serving", 1, team, "inference"))
-    kube.create(pods_path(namespace), make_pod("serving-0", "sleep 3600", gpus=4, group="serving"))
+    _gang(kube, namespace, make_pod, "serving", 1, team, "inference", "sleep 3600")
     ev = wait_until("an EvictionBlocked Event", lambda: events(kube, namespace, reason="EvictionBlocked"), 60)
     assert "disruption budget" in ev[0]["message"]
     assert all(running_containers(kube, namespace, n) for n in training), "the budget must keep training running"

@@ -883,6 +883,24 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         images.import_to_containerd(image, self.containerd_address)
         return str(image.ref)
 
+    def pod_rss_bytes(self, uid: str) -> int:
+        """Summed RSS of the processes of pod ``uid`` (pause included), from its cgroup under ``/kubepods``."""
+        root = next((r for r in _cgroup_roots() if r.name in ("memory", "cgroup")), None)
+        if root is None or not (root / "kubepods").is_dir():
+            return 0
+        pids: set[str] = set()
+        for procs in (root / "kubepods").rglob("cgroup.procs"):
+            if f"pod{uid}" in str(procs):
+                with contextlib.suppress(OSError):
+                    pids.update(procs.read_text().split())
+        total = 0
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        return total
+
     def shim_rss_bytes(self) -> int:
         """Summed RSS of this containerd's runc shims (one per pod)."""
         total = 0
