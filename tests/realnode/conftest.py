@@ -8,6 +8,7 @@ the lane is skipped with one line, except on CI (``CI=true``), where that is a f
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,9 +41,12 @@ def real_node() -> Iterator[RealNode]:
     except (NodeUnavailable, ImageBuildError) as exc:
         _unavailable(str(exc))
         raise
+    print(f"[kai-ray] real node up: {node.timings.as_dict()}", file=sys.stderr)
     try:
         yield node
     finally:
+        rss = {name: round(node.rss_bytes(name) / 2**20) for name in ("kubelet", "containerd", "kube-apiserver")}
+        print(f"[kai-ray] RSS MiB at the end: {rss}, shims {node.shim_rss_bytes() / 2**20:.0f}", file=sys.stderr)
         leftovers = node.stop()
     assert not leftovers, f"the real node did not leave the host as it found it: {leftovers}"
 

@@ -352,6 +352,7 @@ class NodeTimings:
 
     build: float = 0.0
     images: float = 0.0
+    host_lock: float = 0.0  # waiting for another real node on this host to stop
     control_plane: float = 0.0
     containerd_ready: float = 0.0
     node_ready: float = 0.0
@@ -423,6 +424,7 @@ class RealNode:
             _LIVE.add(self)
         try:
             self._take_host_lock()
+            self.timings.host_lock = time.monotonic() - begin - self.timings.images
             if Path(f"/sys/class/net/{BRIDGE}").exists():
                 raise NodeUnavailable(f"bridge {BRIDGE} exists and no real node holds {HOST_LOCK}: remove it by hand")
             self.host = HostState.record()
