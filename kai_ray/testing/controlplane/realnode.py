@@ -389,6 +389,7 @@ class RealNode:
     pause_ref: str = field(default="", init=False)
     name: str = NODE_NAME
     node_ip: str = NODE_IP
+    _started: bool = field(default=False, init=False)
     _stopped: bool = field(default=False, init=False)
     leftovers: list[str] = field(default_factory=list, init=False)
 
@@ -405,8 +406,9 @@ class RealNode:
     def start(self) -> RealNode:
         """Install what is missing, build or find binaries and the pause image, then start everything and wait until
         the node is Ready and advertises its GPUs. A node starts once."""
-        if hasattr(self, "workdir"):
+        if self._started:
             raise ControlPlaneError("this RealNode was already started; create a new one")
+        self._started = True
         begin = time.monotonic()
         preflight()
         names = ("kubelet", "kube-controller-manager", "kube-proxy", "kube-scheduler")
@@ -418,13 +420,13 @@ class RealNode:
         pause = images.ensure_image("pause")
         self.pause_ref = pause.ref
         self.timings.images = time.monotonic() - begin
-        self.workdir = Path(tempfile.mkdtemp(prefix="kai-ray-node-"))
-        (self.workdir / "owner.pid").write_text(str(os.getpid()))
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:
             self._take_host_lock()
             self.timings.host_lock = time.monotonic() - begin - self.timings.images
+            self.workdir = Path(tempfile.mkdtemp(prefix="kai-ray-node-"))
+            (self.workdir / "owner.pid").write_text(str(os.getpid()))
             if Path(f"/sys/class/net/{BRIDGE}").exists():
                 raise NodeUnavailable(f"bridge {BRIDGE} exists and no real node holds {HOST_LOCK}: remove it by hand")
             self.host = HostState.record()
