@@ -136,6 +136,7 @@ def pod_from_api(pod: ApiPod, job_key: str, problems: list[str] | None = None) -
         ],
         start_time=parse_time(pod.status.start_time if pod.status else None),
         gated=bool(pod.spec.scheduling_gates),
+        ready=pod_ready(pod),
     )
 
 
@@ -203,7 +204,51 @@ def job_from_podgroup(
         staleness_grace=parse_duration(spec.staleness_grace_period, go=True),
         kind=_top_owner_kind(pg),
         pods=[pod_from_api(p, key, problems) for p in pods],
+        raynative=raynative_facts(pg, problems),
     )
+
+
+def _duration_annotation(pg: PodGroup, key: str, problems: list[str] | None) -> float | None:
+    raw = pg.metadata.annotations.get(key)
+    if raw is None:
+        return None
+    value = parse_duration(raw)
+    if value is None and problems is not None:
+        problems.append(f"PodGroup {pg.metadata.name} annotations[{key}]: {raw!r} is not a duration (e.g. 10m)")
+    return value
+
+
+def raynative_facts(pg: PodGroup, problems: list[str] | None = None) -> s.RayNativeFacts | None:
+    """The Ray-native facts and limits of a PodGroup (issue 25), from annotations; None when it has none."""
+    ann = pg.metadata.annotations
+    facts = s.RayNativeFacts(
+        last_checkpoint=parse_time(ann.get(c.LAST_CHECKPOINT)),
+        ready_timeout=_duration_annotation(pg, c.READY_TIMEOUT, problems),
+        max_pending_time=_duration_annotation(pg, c.MAX_PENDING_TIME, problems),
+        max_runtime=_duration_annotation(pg, c.MAX_RUNTIME, problems),
+        backoff_until=parse_time(ann.get(c.REQUEUE_AFTER)),
+        upgrade_of=f"{pg.metadata.namespace}/{ann[c.UPGRADE_SURGE_OF]}" if ann.get(c.UPGRADE_SURGE_OF) else None,
+    )
+    if c.LAST_CHECKPOINT in ann and facts.last_checkpoint is None and problems is not None:
+        problems.append(f"PodGroup {pg.metadata.name} annotations[{c.LAST_CHECKPOINT}]: not an RFC 3339 time")
+    try:
+        facts.admitted_seconds = float(ann[c.ADMITTED_SECONDS]) if c.ADMITTED_SECONDS in ann else None
+    except ValueError:
+        facts.admitted_seconds = None
+    if facts == s.RayNativeFacts():
+        return None
+    if facts.max_pending_time is not None:  # waiting since its last eviction, else since it was created
+        facts.pending_since = parse_time(ann.get(c.LAST_EVICTION))
+    return facts
+
+
+def pod_ready(pod: ApiPod) -> bool | None:
+    """The pod's Ready condition (None when the status has none yet)."""
+    extra = (pod.status.model_extra or {}) if pod.status is not None else {}
+    for cond in extra.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return None
 
 
 def _top_owner_kind(pg: PodGroup) -> str:

@@ -6,6 +6,8 @@ SCHEDULER_NAME = "kai-scheduler"
 
 # KAI wire keys
 QUEUE_LABEL = "kai.scheduler/queue"
+NODE_POOL_LABEL = "kai.scheduler/node-pool"  # KAI's nodePoolLabelKey default: nodes, Queues, PodGroups of a pool
+DEFAULT_NODE_POOL = "default"  # KAI's default SchedulingShard: what carries no node-pool label
 PRIORITY_LABEL = "priorityClassName"
 RAY_PRIORITY_LABEL = "ray.io/priority-class-name"
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
@@ -34,6 +36,16 @@ SUBGROUP_NAMES = "kai-ray.io/subgroup-names"
 SUBMITTER_SUBGROUP = "submitter"
 # Why the gang cannot be scheduled, written by the podgrouper on the PodGroup (the scheduler reports it as a condition)
 INVALID = "kai-ray.io/invalid"
+# Ray-native scheduling (issue 25, docs/ray-native.md). On the Ray object (copied to its PodGroup by the podgrouper):
+LAST_CHECKPOINT = "kai-ray.io/last-checkpoint-time"  # RFC 3339, set from inside the Ray program
+READY_TIMEOUT = "kai-ray.io/ready-timeout"  # duration: a bound gang not all Ready by then is evicted whole
+MAX_PENDING_TIME = "kai-ray.io/max-pending-time"  # duration: a condition and Event once pending longer
+MAX_PENDING_ACTION = "kai-ray.io/max-pending-action"  # "" (report only) | "suspend" | "fail"
+MAX_RUNTIME = "kai-ray.io/max-runtime"  # duration of admitted time, then stopped (a RayJob suspended)
+# written by kai-ray on the PodGroup:
+ADMITTED_SECONDS = "kai-ray.io/admitted-seconds"  # admitted time of earlier runs (max-runtime)
+REQUEUE_AFTER = "kai-ray.io/requeue-after"  # RFC 3339: a gang evicted for its ready-timeout waits until then
+UPGRADE_SURGE_OF = "kai-ray.io/upgrade-surge-of"  # a RayService's pending cluster: the active cluster's PodGroup
 # Pods one gang may have (minimum and elastic ceiling): no object makes the operators do work beyond it
 DEFAULT_MAX_GANG_PODS = 10_000
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from kai_ray import constants as c
 from kai_ray.cli import CliError, app
 from kai_ray.durations import flag
 from kai_ray.k8s.config import ConfigError, OperatorConfig, parse_selector
@@ -44,6 +45,8 @@ def build_config(**opts: Any) -> OperatorConfig:
             queue_label_key=opts["queue_label_key"],
             namespaces=tuple(opts["namespace"] or ()),
             node_selector=parse_selector(opts["node_selector"] or ""),
+            node_pool=opts.get("node_pool") or "",
+            node_pool_label_key=opts.get("node_pool_label_key") or c.NODE_POOL_LABEL,
             leader_elect=opts["leader_elect"],
             lease_name=opts["lease_name"] or "",
             lease_namespace=opts["lease_namespace"] or "",
@@ -69,6 +72,12 @@ def build_config(**opts: Any) -> OperatorConfig:
             kai_coexistence=opts["kai_coexistence"],
             default_priority=_priorities(opts["default_priority"]),
             max_gang_pods=opts["max_gang_pods"],
+            idle_aware_victims=opts["idle_aware_victims"],
+            checkpoint_aware_victims=opts["checkpoint_aware_victims"],
+            ready_timeout=duration(opts["ready_timeout"], "--ready-timeout"),
+            ready_timeout_backoff=duration(opts["ready_timeout_backoff"], "--ready-timeout-backoff"),
+            upgrade_surge=opts["upgrade_surge"],
+            ray_activity_interval=duration(opts["ray_activity_interval"], "--ray-activity-interval"),
             k_value=opts["k_value"],
             usage_db=opts["usage_db"],
             usage_db_url=opts["usage_db_url"] or "",
@@ -148,10 +157,17 @@ SERVING = "Metrics, health and logs (both operators)"
 PANELS = {
     "scheduling": "Scheduling",
     "reclaim": "Ray-aware reclaim and the autoscaler hook",
+    "raynative": "Ray-native scheduling (docs/ray-native.md)",
     "usage": "Time-based fair share (KAI's usageDBConfig)",
     "podgrouper": "Podgrouper",
 }
-OWNER = {"scheduling": "scheduler", "reclaim": "scheduler", "usage": "scheduler", "podgrouper": "podgrouper"}
+OWNER = {
+    "scheduling": "scheduler",
+    "reclaim": "scheduler",
+    "raynative": "scheduler",
+    "usage": "scheduler",
+    "podgrouper": "podgrouper",
+}
 
 
 def _option(kind: str, default: Any, help: str, *decls: str, panel: str = CLUSTER, metavar: str | None = None) -> Any:
@@ -183,6 +199,16 @@ def _define(kind: str) -> None:
         ),
         node_selector: str | None = o(
             None, "only nodes with these labels, e.g. a node pool", panel="scheduling", metavar="K=V,..."
+        ),
+        node_pool: str | None = o(
+            None,
+            "KAI's SchedulingShard: only nodes, Queues, PodGroups labelled <node-pool-label-key>=NAME "
+            "('default': those without the label)",
+            panel="scheduling",
+            metavar="NAME",
+        ),
+        node_pool_label_key: str = o(
+            c.NODE_POOL_LABEL, "label that names a node pool", panel="scheduling", metavar="KEY"
         ),
         leader_elect: bool = o(True, "elect a leader through a Lease"),
         lease_name: str | None = o(None, "Lease name (default kai-ray-<operator>)", metavar="NAME"),
@@ -254,6 +280,42 @@ def _define(kind: str) -> None:
             None, "PriorityClass of a Ray kind that names none (repeatable)", panel="podgrouper", metavar="KIND=CLASS"
         ),
         max_gang_pods: int = o(10_000, "pods one gang may have; a Ray object asking for more is refused", metavar="N"),
+        idle_aware_victims: bool = o(
+            True,
+            "among equal victims, evict Ray workloads idle in Ray first, then those busy for the shortest time",
+            "--ray-idle/--no-ray-idle",
+            panel="raynative",
+        ),
+        ray_activity_interval: str = o(
+            "30s",
+            "how often Ray's idle/busy state is read from each cluster's GCS (0s: off; needs the 'ray' extra)",
+            panel="raynative",
+            metavar="DURATION",
+        ),
+        checkpoint_aware_victims: bool = o(
+            True,
+            "among equal victims, evict the most recently checkpointed first",
+            "--ray-checkpoints/--no-ray-checkpoints",
+            panel="raynative",
+        ),
+        ready_timeout: str = o(
+            "0s",
+            "evict a gang bound but not all Ready this long (0s: off; an annotation on the Ray object overrides)",
+            panel="raynative",
+            metavar="DURATION",
+        ),
+        ready_timeout_backoff: str = o(
+            "1m",
+            "how long a gang evicted for its ready-timeout waits before it is placed again",
+            panel="raynative",
+            metavar="DURATION",
+        ),
+        upgrade_surge: bool = o(
+            True,
+            "a RayService's pending upgrade cluster may exceed its queue's quota up to the limit",
+            "--upgrade-surge/--no-upgrade-surge",
+            panel="raynative",
+        ),
         k_value: float = o(1.0, "weight of historical usage in the over-quota division (kValue)", panel="usage"),
         usage_db: str = o(
             "none",

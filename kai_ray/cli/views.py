@@ -32,6 +32,10 @@ ScenarioOpt = Annotated[
         "--scenario", help="a simulator scenario file, or 'demo' (the packaged one), instead of the cluster (with --at)"
     ),
 ]
+PoolOpt = Annotated[
+    str | None,
+    typer.Option("--node-pool", help="what the scheduler of this node pool sees ('default': nodes without the label)"),
+]
 AtOpt = Annotated[str | None, typer.Option("--at", help="with --scenario: the simulated time, e.g. 45m or 0:45:00")]
 KubeconfigOpt = Annotated[str | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG)")]
 ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context")]
@@ -58,12 +62,13 @@ def _load(
     context: str | None,
     scheduler: str,
     strict: bool = False,
+    node_pool: str | None = None,
 ) -> Source:
     if scenario is None:
         if at is not None:
             raise CliError("--at: only with --scenario (a cluster is shown as it is now)")
-        return _cluster(kubeconfig, context, scheduler)
-    for name, value in (("--kubeconfig", kubeconfig), ("--context", context)):
+        return _cluster(kubeconfig, context, scheduler, node_pool or "")
+    for name, value in (("--kubeconfig", kubeconfig), ("--context", context), ("--node-pool", node_pool)):
         if value is not None:
             raise CliError(f"{name}: not used with --scenario")
     if at is None:
@@ -86,14 +91,17 @@ def _load(
     return src
 
 
-def _cluster(kubeconfig: str | None, context: str | None, scheduler: str) -> Source:
+def _cluster(kubeconfig: str | None, context: str | None, scheduler: str, node_pool: str = "") -> Source:
     from kai_ray.cli.cluster import api_problem, connect
     from kai_ray.k8s.base.rest import ApiError
+    from kai_ray.k8s.config import ConfigError
     from kai_ray.k8s.scheduling.visibility import cluster_view
 
     kube = connect(kubeconfig, context)
     try:
-        view = cluster_view(kube, scheduler_name=scheduler)
+        view = cluster_view(kube, scheduler_name=scheduler, node_pool=node_pool)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
     except ApiError as exc:
         if exc.not_found:
             raise CliError(
@@ -187,6 +195,7 @@ def queues_cmd(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     scheduler_name: SchedulerOpt = "kai-scheduler",
+    node_pool: PoolOpt = None,
     output: OutputOpt = "text",
     strict: StrictOpt = False,
 ) -> None:
@@ -194,7 +203,7 @@ def queues_cmd(
     output = _check_output(output)
     if resource not in RESOURCE_UNITS:
         raise CliError(f"--resource: {resource!r} is not gpu, cpu or memory")
-    src = _load(scenario, at, kubeconfig, context, scheduler_name, strict)
+    src = _load(scenario, at, kubeconfig, context, scheduler_name, strict, node_pool)
     rows = queue_rows(src.snapshot, src.last, src.names)
     if output != "text":
         _emit({"source": src.label, "at": src.at, "units": UNITS_NOTE, "queues": [asdict(r) for r in rows]}, output)
@@ -228,12 +237,13 @@ def pending_cmd(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     scheduler_name: SchedulerOpt = "kai-scheduler",
+    node_pool: PoolOpt = None,
     output: OutputOpt = "text",
     strict: StrictOpt = False,
 ) -> None:
     """Pending workloads in the order the scheduler will try them, with the blocking reason from the last cycle."""
     output = _check_output(output)
-    src = _load(scenario, at, kubeconfig, context, scheduler_name, strict)
+    src = _load(scenario, at, kubeconfig, context, scheduler_name, strict, node_pool)
     if queue is not None and queue not in {q.name for q in src.snapshot.queues}:
         known = ", ".join(sorted(q.name for q in src.snapshot.queues)) or "none"
         raise CliError(f"--queue: no queue {queue!r} (queues: {known})")

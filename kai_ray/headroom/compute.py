@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 
 from kai_ray import constants as c
 from kai_ray.headroom.contract import SubgroupHeadroom
+from kai_ray.scheduler import dra
 from kai_ray.scheduler import snapshot as s
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
@@ -67,6 +68,8 @@ def compute_headroom(
     if missing:
         raise KeyError(f"jobs not in the snapshot: {', '.join(missing)}")
     templates = templates or {}
+    claims = {cl.key: cl for cl in snapshot.claims}
+    new_claims: list[dra.Claim] = []
     counted: dict[str, dict[str, int]] = {}
     probes: dict[str, dict[str, list[str]]] = {}
     new_jobs: list[s.Job] = []
@@ -106,14 +109,35 @@ def compute_headroom(
                         start_time=None,
                         gated=False,
                         created_at=snapshot.now + 1e9 + i,  # after every real pending pod of the subgroup
+                        claims=_probe_claims(template.claims, uid, claims, new_claims),
                     )
                 )
             probes[job.key][sg.name] = names
         new_jobs.append(dataclasses.replace(job, pods=list(job.pods) + extra))
     run = tuple(a for a in DEFAULT_ACTIONS if a in snapshot.config.actions) if actions is None else tuple(actions)
     config = dataclasses.replace(snapshot.config, actions=run)
-    result = run_cycle(dataclasses.replace(snapshot, jobs=new_jobs, config=config))
+    probe_snapshot = dataclasses.replace(snapshot, jobs=new_jobs, config=config)
+    if new_claims:
+        probe_snapshot.claims = list(snapshot.claims) + new_claims
+    result = run_cycle(probe_snapshot)
     return _count(snapshot, result, counted, wanted)
+
+
+def _probe_claims(
+    keys: tuple[str, ...], uid: str, claims: Mapping[str, dra.Claim], out: list[dra.Claim]
+) -> tuple[str, ...]:
+    """A probe pod's claims: a fresh, unallocated copy of each claim made for one pod (KubeRay's pod would get its
+    own claim from the template); a shared claim stays shared."""
+    mine = []
+    for key in keys:
+        claim = claims.get(key)
+        if claim is None or claim.shared:
+            mine.append(key)
+            continue
+        fresh = f"{uid}/{key}"
+        out.append(dra.Claim(key=fresh, requests=claim.requests))
+        mine.append(fresh)
+    return tuple(mine)
 
 
 def _count(

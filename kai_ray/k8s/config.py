@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, u
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
 RAY_KINDS = ("RayCluster", "RayJob", "RayService")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class ConfigError(ValueError):
@@ -61,6 +63,10 @@ class OperatorConfig:
     queue_label_key: str = c.QUEUE_LABEL
     namespaces: tuple[str, ...] = ()  # empty: all namespaces
     node_selector: dict[str, str] = field(default_factory=dict)  # nodes the scheduler may use (a node pool)
+    # scheduler: KAI's SchedulingShard. "" = no pools (every node, Queue, PodGroup); "default" = those without the
+    # label; any other name = those labelled <node_pool_label_key>=<name>
+    node_pool: str = ""
+    node_pool_label_key: str = c.NODE_POOL_LABEL
     leader_elect: bool = True
     lease_name: str = ""  # default: kai-ray-<operator>
     lease_namespace: str = ""  # default: the operator's own namespace
@@ -91,6 +97,13 @@ class OperatorConfig:
     drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
     max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
+    # scheduler: Ray-native scheduling (issue 25, docs/ray-native.md)
+    idle_aware_victims: bool = True  # among equal victims, Ray-idle first, then busy for the shortest time
+    checkpoint_aware_victims: bool = True  # ... and the least work since kai-ray.io/last-checkpoint-time
+    ready_timeout: float = 0.0  # seconds: default kai-ray.io/ready-timeout (0: off)
+    ready_timeout_backoff: float = 60.0  # seconds a gang evicted for its ready-timeout waits before placement
+    upgrade_surge: bool = True  # a RayService's pending cluster may go above quota, up to the limit
+    ray_activity_interval: float = 30.0  # seconds between reads of Ray's idle/busy state from each GCS (0: off)
     # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.scheduling.usage); off unless
     # usage_db is set
     k_value: float = 1.0
@@ -116,6 +129,8 @@ class OperatorConfig:
             raise ConfigError("--scheduler-name: must not be empty")
         if not self.queue_label_key:
             raise ConfigError("--queue-label-key: must not be empty")
+        if self.node_pool and (not self.node_pool_label_key or not _LABEL_VALUE.fullmatch(self.node_pool)):
+            raise ConfigError(f"--node-pool: {self.node_pool!r} is not a label value (letters, digits, '-', '_', '.')")
         if self.schedule_period <= 0:
             raise ConfigError(f"--schedule-period: {self.schedule_period} must be positive")
         if self.preemption_delay < 0:
@@ -139,6 +154,10 @@ class OperatorConfig:
             raise ConfigError(f"--drain-deadline: {self.drain_deadline} must not be negative")
         if self.max_gang_pods < 1:
             raise ConfigError(f"--max-gang-pods: {self.max_gang_pods} must be at least 1")
+        if self.ray_activity_interval < 0:
+            raise ConfigError(f"--ray-activity-interval: {self.ray_activity_interval} must not be negative")
+        if self.ready_timeout < 0 or self.ready_timeout_backoff < 0:
+            raise ConfigError("--ready-timeout/--ready-timeout-backoff: must not be negative")
         if self.headroom_interval < 0:
             raise ConfigError(f"--headroom-interval: {self.headroom_interval} must not be negative")
         self.usage_params()
@@ -169,7 +188,16 @@ class OperatorConfig:
         return params
 
     def lease(self, operator: str) -> tuple[str, str]:
-        return (self.lease_name or f"kai-ray-{operator}", self.lease_namespace or default_namespace())
+        pool = f"-{self.node_pool}" if self.node_pool and operator == "scheduler" else ""
+        return (self.lease_name or f"kai-ray-{operator}{pool}", self.lease_namespace or default_namespace())
+
+    def pool_selector(self) -> str | None:
+        """The label selector of this scheduler's node pool (nodes, Queues, PodGroups); None without pools."""
+        if not self.node_pool:
+            return None
+        if self.node_pool == c.DEFAULT_NODE_POOL:
+            return f"!{self.node_pool_label_key}"
+        return f"{self.node_pool_label_key}={self.node_pool}"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> OperatorConfig:

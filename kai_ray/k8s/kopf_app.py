@@ -107,4 +107,7 @@ def run(kind: str, config: OperatorConfig) -> None:
     registry = kopf.OperatorRegistry()
     register(kind, config, registry)
     liveness = f"http://{config.bind_address}:{config.health_port}/healthz" if config.health_port else None
-    kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness)
+    # Without an identity kopf asks getpass.getuser(), which raises KeyError for a uid that /etc/passwd does not list
+    # (the image and the chart run as 65532, which no base image lists): the operators crashed at start in a pod.
+    identity: Any = config.identity  # kopf's Identity is a NewType of str that kopf does not export
+    kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness, identity=identity)

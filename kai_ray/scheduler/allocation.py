@@ -52,7 +52,14 @@ def gang_shape(ses: Session, job: JobInfo, tasks: list[int]) -> tuple[object, ..
     return (
         job.spec.topology,
         tuple(
-            (ses.p_req[p], ses.p_frac[p], ses.p_gpumem[p], signature(pods[p]), getattr(sets[p], "topology", None))
+            (
+                ses.p_req[p],
+                ses.p_frac[p],
+                ses.p_gpumem[p],
+                signature(pods[p]),
+                getattr(sets[p], "topology", None),
+                pods[p].claims,  # DRA: devices are per claim, so no two claiming steps share a shape
+            )
             for p in tasks
         ),
     )
@@ -91,6 +98,24 @@ def queue_details(ses: Session, q: int, req: tuple[float, float, float], job: Jo
     }
 
 
+def upgrade_surge_of(ses: Session, job: JobInfo) -> JobInfo | None:
+    """The active cluster whose RayService this job upgrades, while that cluster still runs (kai-ray, issue 25).
+
+    A zero-downtime RayService upgrade runs a second cluster beside the active one until it is ready; a
+    non-preemptible service at its quota could never start it (KubeRay #1476, #4239). Its pending cluster is the
+    service's upgrade surge: it skips the in-quota rule for non-preemptible jobs (the queue's and its ancestors'
+    limits still hold, and it takes room from lower-priority work like any job); once KubeRay deletes the old
+    cluster the surge is simply the service again, back within its quota."""
+    facts = job.spec.raynative
+    if not ses.cfg.upgrade_surge or facts is None or facts.upgrade_of is None:
+        return None
+    idx = ses.job_index.get(facts.upgrade_of)
+    if idx is None or idx == job.idx:
+        return None
+    active = ses.jobs[idx]
+    return active if active.n_active > 0 and active.queue == job.queue else None
+
+
 def capacity_failure(ses: Session, job: JobInfo, tasks: list[int]) -> Failure | None:
     """KAI's IsJobOverQueueCapacity: limit on the queue and every ancestor, then in-quota for non-preemptible."""
     if job.queue < 0:
@@ -105,7 +130,7 @@ def capacity_failure(ses: Session, job: JobInfo, tasks: list[int]) -> Failure | 
             f"allocated {used:g}, requested {req[r]:g}"
         )
         return Failure(Reason.OVER_LIMIT, msg, {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]})
-    if not job.preemptible:
+    if not job.preemptible and upgrade_surge_of(ses, job) is None:
         breach = _first_breach(ses, chain, req, ses.q_alloc_np, "quota")
         if breach is not None:
             q, r, used, cap = breach
@@ -164,6 +189,9 @@ def fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarray
         mask = mask & (free[CPU] + EPS * max(1.0, c) >= c)
     if m > 0:
         mask = mask & (free[MEM] + EPS * max(1.0, m) >= m)
+    claims = ses.pods[p].claims
+    if claims and ses.dra is not None and mask.any():
+        mask = ses.dra.mask(claims, mask, future, ses.jobs[ses.p_job[p]].spec.queue)
     return mask
 
 
@@ -178,7 +206,7 @@ def _node_quota_ok(ses: Session, p: int, need: np.ndarray) -> np.ndarray:
         node = ses.tree.nodes[q]
         if node.limit[GPU] != -1:
             ok &= ses.q_alloc[q][GPU] + need <= node.limit[GPU] + EPS
-        if not job.preemptible and node.quota[GPU] != -1:
+        if not job.preemptible and node.quota[GPU] != -1 and upgrade_surge_of(ses, job) is None:
             ok &= ses.q_alloc_np[q][GPU] + need <= node.quota[GPU] + EPS
     return ok
 
@@ -297,6 +325,8 @@ def place_batch(ses: Session, tasks: list[int], allowed: np.ndarray | None) -> i
     if ses.p_frac[p0] or ses.p_gpumem[p0]:
         return 0
     pods = ses.pods
+    if pods[p0].claims:
+        return 0  # each pod's devices are chosen on its node (place_pod)
     sig0 = signature(pods[p0])
     for p in tasks[1:]:
         if ses.p_req[p] != req or ses.p_frac[p] or ses.p_gpumem[p] or signature(pods[p]) != sig0:
@@ -565,6 +595,8 @@ def never_fits(ses: Session, p: int) -> str | None:
     ok = ok & (alloc[CPU] + EPS * max(1.0, c) >= c) & (alloc[MEM] + EPS * max(1.0, m) >= m)
     if not ok.any():
         return f"bigger than every eligible node (gpu={g:g} cpu={c:g}m memory={m:g})"
+    if pod.claims and ses.dra is not None:
+        return ses.dra.unsatisfiable(pod.claims, base, ses.jobs[ses.p_job[p]].spec.queue)
     return None
 
 

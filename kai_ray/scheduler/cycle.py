@@ -12,6 +12,7 @@ import time
 import traceback
 
 from kai_ray.scheduler.allocate import allocate_action
+from kai_ray.scheduler.bounded import annotate, hold
 from kai_ray.scheduler.consolidation import consolidation_action
 from kai_ray.scheduler.decisions import CycleResult, Finding
 from kai_ray.scheduler.preempt import preempt_action
@@ -21,6 +22,7 @@ from kai_ray.scheduler.results import build_result
 from kai_ray.scheduler.session import Session
 from kai_ray.scheduler.snapshot import Snapshot
 from kai_ray.scheduler.stale import stale_gang_action
+from kai_ray.scheduler.workloss import assess
 
 ACTIONS = {
     "allocate": allocate_action,
@@ -33,6 +35,8 @@ ACTIONS = {
 
 def open_session(snapshot: Snapshot) -> Session:
     ses = Session(snapshot)
+    assess(ses)
+    hold(ses)
     compute_fair_share(ses)
     return ses
 
@@ -57,6 +61,7 @@ def run_cycle(snapshot: Snapshot) -> CycleResult:
             ses.stats[f"{name}_seconds"] = time.perf_counter() - ta
             ses.stats[f"{name}_cpu_seconds"] = time.process_time() - ca
         result = build_result(ses)
+        annotate(ses, result)
     except Exception as exc:  # pragma: no cover - defensive: the core must not crash its caller
         result = CycleResult()
         result.findings.append(

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from kai_ray.scheduler.dra import ClaimAllocation
+
 
 class Action(str, Enum):  # noqa: UP042  (str() kept as before)
     ALLOCATE = "allocate"
@@ -37,6 +39,8 @@ class Reason(str, Enum):  # noqa: UP042  (str() kept as before)
     TOPOLOGY = "TopologyConstraintUnsatisfiable"
     PREEMPTION_DELAY_NOT_ELAPSED = "PreemptionDelayNotElapsed"
     NOT_READY = "NotReadyForScheduling"  # fewer pods exist than the gang's minimum
+    READY_TIMEOUT_BACKOFF = "ReadyTimeoutBackoff"  # kai-ray: evicted for its ready-timeout, waiting out the backoff
+    MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"  # kai-ray: admitted for its kai-ray.io/max-runtime; not placed again
     INVALID = "InvalidPodGroup"
     QUEUE_INVALID = "QueueInvalid"  # its queue (or an ancestor) has an unknown parent or is in a cycle
     # evict
@@ -44,6 +48,8 @@ class Reason(str, Enum):  # noqa: UP042  (str() kept as before)
     RECLAIMED = "Reclaimed"
     CONSOLIDATED = "Consolidated"
     STALE_GANG = "StaleGang"
+    READY_TIMEOUT = "ReadyTimeout"  # kai-ray: bound but not all Ready within kai-ray.io/ready-timeout
+    MAX_RUNTIME = "MaxRuntime"  # kai-ray: admitted for kai-ray.io/max-runtime; stopped (a RayJob is suspended)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ class Bind:
     gpu_group: str | None = None  # fractional pods: the shared GPU they go on
     pipelined: bool = False  # True: wait for victims to release before binding
     message: str = ""
+    claims: tuple[ClaimAllocation, ...] = ()  # DRA: write each claim's allocation and reservedFor before binding
 
 
 @dataclass(frozen=True, slots=True)

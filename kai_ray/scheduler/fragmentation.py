@@ -35,6 +35,7 @@ TYPICAL_SHARE = 1.0  # the shapes that cover this share of GPU pods make the wor
 SHAPE_STEP = 10  # ... taken ten shapes at a time, as the paper's simulator does
 MAX_SHAPES = 128  # a bound on the work per placement
 TIE_BAND = 0.05  # GPUs of fragmentation within which placements count as equal and best fit decides
+PINNED_BAND = 0.005  # the same for the part that comes from shapes the node cannot host (see fgd_term)
 
 
 @dataclass
@@ -205,14 +206,37 @@ def bestfit_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
 
 def fgd_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
     """FGD: nodes ranked by the fragmentation the pod adds, in steps of ``TIE_BAND`` GPUs; best fit decides within a
-    step. Fixed steps (not a scale stretched over the candidates) keep near-equal placements near-equal."""
+    step. Fixed steps (not a scale stretched over the candidates) keep near-equal placements near-equal.
+
+    The part of the change that comes from shapes which cannot run on the node at all (a GPU model they do not name,
+    a selector) is ranked in steps of ``PINNED_BAND``: it is ``-g`` times the weight of those shapes, small per
+    placement, yet it is what keeps the nodes that model-pinned pods need free for them. Ranked in ``TIE_BAND`` steps
+    it drowned in best fit (which knows no GPU models), and fgd trailed the published FGD before the plateau on the
+    gpuspec lists. Where every shape may use every node (the default list) this part is zero and nothing changes."""
     delta, _ = fgd_delta(ses, p, cand)
     ok = cand & np.isfinite(delta)
     if not ok.any():
         return np.zeros(cand.size)
-    lo = float(delta[ok].min())
-    primary = np.where(ok, np.maximum(-(delta - lo) / TIE_BAND, -900.0), 0.0)
+    pinned = _pinned_part(ses, p, cand.size)
+    rest = delta - pinned
+    lo, lo_pinned = float(rest[ok].min()), float(pinned[ok].min())
+    step = (rest - lo) / TIE_BAND + (pinned - lo_pinned) / PINNED_BAND
+    primary = np.where(ok, np.maximum(-step, -900.0), 0.0)
     return primary + bestfit_term(ses, p, cand) / 9.0
+
+
+def _pinned_part(ses: Session, p: int, n: int) -> np.ndarray:
+    """Per node, the change in expected fragmentation from the shapes that may not run there: each counts all free
+    GPU share as fragment, so placing ``g`` GPUs lowers it by ``g`` times their weight (zero for CPU-only pods)."""
+    shape = _shape(ses, p)
+    if shape is None:
+        return np.zeros(n)
+    mix = workload_mix(ses)
+    blocked: np.ndarray | None = ses.memo.get("blocked_weight")
+    if blocked is None:
+        blocked = (~mix.access).astype(np.float64) @ mix.weight
+        ses.memo["blocked_weight"] = blocked
+    return -shape[1] * shape[2] * blocked
 
 
 def fgd_group(ses: Session, p: int, node: int) -> float | None:

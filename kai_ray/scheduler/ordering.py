@@ -86,6 +86,26 @@ def job_key(a: Any) -> tuple[int, int, float, str]:
     return (-a.priority, a.elastic_state(), a.created_at, a.uid)
 
 
+def victim_key(a: Any) -> tuple[int, int, float, float, str]:
+    """The victims queue's order as a key, sorted in reverse (the first victim has the largest key): KAI's job order
+    reversed, with kai-ray's work-at-risk (``JobInfo.risk``, :mod:`.workloss`) between elastic state and age, so
+    among otherwise equal victims the one that loses least goes first. All risks 0 is KAI's order exactly."""
+    return (-a.priority, a.elastic_state(), -a.risk, a.created_at, a.uid)
+
+
+def _victim_first(a: Any, b: Any) -> bool:
+    if a.priority != b.priority:
+        return a.priority < b.priority
+    ea, eb = a.elastic_state(), b.elastic_state()
+    if ea != eb:
+        return ea > eb
+    if a.risk != b.risk:
+        return a.risk < b.risk
+    if a.created_at != b.created_at:
+        return a.created_at > b.created_at
+    return a.uid > b.uid
+
+
 def job_less(ses: Session) -> Callable[[JobInfo, JobInfo], bool]:
     def less(a: JobInfo, b: JobInfo) -> bool:
         if a.priority != b.priority:
@@ -249,7 +269,7 @@ class JobsOrderByQueues:
         self.victims = victims
         self.in_quota_priority = ses.cfg.queue_priority_in_quota_reclaim
         jl = job_less(ses)
-        self._job_less = (lambda a, b: jl(b, a)) if self.reverse else jl
+        self._job_less = _victim_first if victims else (lambda a, b: jl(b, a)) if self.reverse else jl
         self.roots = GoHeap(self._node_less)
         self.nodes: dict[int, _QNode] = {}
         self.popped: dict[int, list[float]] = {}  # victims: leaf queue -> resources of the representatives popped
@@ -327,7 +347,7 @@ class JobsOrderByQueues:
                 for it in lst:
                     self.push(it)
                 continue
-            lst.sort(key=job_key, reverse=self.reverse)
+            lst.sort(key=victim_key if self.victims else job_key, reverse=self.reverse)
             node = _QNode(q, GoHeap(self._job_less), True)
             node.children.items = lst
             self.nodes[q] = node

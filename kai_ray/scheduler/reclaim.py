@@ -9,7 +9,7 @@ re-placed elsewhere (consolidating reclaim, KAI's default) cost nothing.
 
 from __future__ import annotations
 
-from kai_ray.scheduler.allocation import quota_request
+from kai_ray.scheduler.allocation import quota_request, upgrade_surge_of
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.minruntime import protected, reclaim_min_runtime
 from kai_ray.scheduler.pending import FailedJobs, pending_jobs_in_order, record_eviction_failure
@@ -44,7 +44,8 @@ def reclaim_for(
     if not tasks:
         return False
     req = quota_request(ses, tasks)
-    why = can_reclaim(ses, job.queue, req, job.preemptible)
+    in_quota_free = job.preemptible or upgrade_surge_of(ses, job) is not None  # a RayService upgrade surge
+    why = can_reclaim(ses, job.queue, req, in_quota_free)
     if why is not None:
         record_eviction_failure(job, "reclaim", why)
         return False
@@ -70,7 +71,7 @@ def reclaim_for(
 
     def validator(units: list[Unit], moved: set[int]) -> str | None:
         chunks = split_victim_chunks(ses, units, moved if consolidating else set())
-        return validate(ses, st, job.queue, req, job.preemptible, chunks)
+        return validate(ses, st, job.queue, req, in_quota_free, chunks)
 
     solver = JobSolver(
         ses,

@@ -8,7 +8,8 @@ and evicted at the end is an eviction, carrying the action and preemptor recorde
 from __future__ import annotations
 
 from kai_ray.durations import span
-from kai_ray.scheduler.decisions import Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
+from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
+from kai_ray.scheduler.dra import ClaimAllocation
 from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import (
     ACTIVE,
@@ -19,6 +20,7 @@ from kai_ray.scheduler.session import (
     PIPELINED,
     Allocated,
     Evicted,
+    EvictInfo,
     JobInfo,
     Session,
 )
@@ -81,6 +83,7 @@ def build_result(ses: Session) -> CycleResult:
                 gpu_group=group,
                 pipelined=pipelined,
                 message=msg,
+                claims=_claim_allocations(ses, p),
             )
         )
         bound_jobs[job.idx] = bound_jobs.get(job.idx, 0) + 1
@@ -99,7 +102,7 @@ def build_result(ses: Session) -> CycleResult:
                     preemptor=info.preemptor,
                     elastic=info.elastic,
                     whole_gang=info.whole_gang,
-                    message=info.message,
+                    message=_with_loss_note(ses, p, info),
                     moved_to=ses.nodes[moved[p][0]].name if p in moved else None,
                     moved_group=moved[p][1] if p in moved else None,
                 )
@@ -126,6 +129,14 @@ def build_result(ses: Session) -> CycleResult:
     res.findings = list(ses.findings)
     res.stats = dict(ses.stats)
     return res
+
+
+def _with_loss_note(ses: Session, p: int, info: EvictInfo) -> str:
+    """The eviction message, plus what Ray said about the victim when that chose it among equals (issue 25)."""
+    if info.action not in (Action.PREEMPT, Action.RECLAIM, Action.CONSOLIDATION):
+        return info.message
+    note = ses.jobs[ses.p_job[p]].risk_note if info.whole_gang else ses.p_risk_note.get(p, "")
+    return f"{info.message}; victim order: {note}" if note else info.message
 
 
 def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
@@ -190,3 +201,12 @@ def job_status(ses: Session, job: JobInfo, bound: int) -> JobStatus:
     if pending == 0:
         return JobStatus(job.key, False, Reason.GANG_DOES_NOT_FIT, "no schedulable pods")
     return JobStatus(job.key, False, Reason.GANG_DOES_NOT_FIT, "not attempted this cycle")
+
+
+def _claim_allocations(ses: Session, p: int) -> tuple[ClaimAllocation, ...]:
+    """The devices of each of the pod's claims (new or already allocated): the adapter writes what is missing."""
+    claims = ses.pods[p].claims
+    if not claims or ses.dra is None:
+        return ()
+    names = [n.name for n in ses.nodes]
+    return tuple(a for a in (ses.dra.allocation(k, names) for k in claims) if a is not None)

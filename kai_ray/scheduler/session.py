@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from kai_ray.scheduler.decisions import Action, Finding, Reason
+from kai_ray.scheduler.dra import DeviceLedger, Taken
 from kai_ray.scheduler.gang import PodSet, SubGroupSet, build_gang_tree, has_surplus, is_ready
 from kai_ray.scheduler.placement import StaticMasks
 from kai_ray.scheduler.queues import QueueTree, build_queue_tree
@@ -86,6 +87,9 @@ class JobInfo:
     init_pending: list[float] = field(default_factory=list)  # requested by pending pods (under ceilings)
     version: int = 0  # bumped on every change of its pods' states: cache key for derived data
     cache: dict[str, Any] = field(default_factory=dict)
+    # kai-ray victim order among equals (issue 25, :mod:`.workloss`): seconds of work an eviction would lose, and why
+    risk: float = 0.0
+    risk_note: str = ""
 
     def has_pending(self, ses: Session) -> bool:
         return self.n_pend > 0
@@ -138,6 +142,7 @@ class Allocated:
     pod: int
     created: bool  # a shared GPU was opened for it
     prev_req: tuple[float, float, float]
+    dra: Taken | None = None  # DRA devices it took (claims it allocated)
 
 
 @dataclass(slots=True)
@@ -185,10 +190,19 @@ class Session:
         self._build_nodes(snapshot.nodes)
         self._build_jobs(snapshot.jobs)
         self._build_queue_accounting()
+        self.dra: DeviceLedger | None = None
+        if snapshot.claims:
+            self.dra = DeviceLedger(snapshot.devices, snapshot.claims, self.node_index)
+            for p, st in enumerate(self.p_status):
+                if st in ACTIVE and self.pods[p].claims:
+                    self.dra.use(self.pods[p].claims, 1)
         self.log: list[Op] = []
         self.evict_info: dict[int, EvictInfo] = {}
         self.p_moved: dict[int, tuple[int, str | None]] = {}  # moved pod -> (node, gpu group) of its copy
         self.stats: dict[str, float] = {}
+        # per pod, as JobInfo.risk (set by workloss.assess; zeros keep the eviction order as it was)
+        self.p_risk: list[float] = [0.0] * len(self.pods)
+        self.p_risk_note: dict[int, str] = {}
 
     # ------------------------------------------------------------------ building
     def _build_nodes(self, nodes: list[Node]) -> None:
@@ -655,14 +669,18 @@ class Session:
                 self._release(p)
                 self._count_active(job, p, -1)
                 self.evict_info[p] = op.info
+                self._dra_use(p, -1)
             elif isinstance(op, Moved):
                 self._unhold(p, op.node, op.group, op.created)
                 self._count_active(job, p, -1)
+                self._dra_use(p, -1)
                 self.p_status[p] = EVICTED
                 del self.p_moved[p]
             elif isinstance(op, Allocated):
                 self._vacate(p, op.created)
                 self._count_active(job, p, -1)
+                if op.dra is not None and self.dra is not None:
+                    self.dra.untake(op.dra)
                 self.p_req[p] = op.prev_req
                 self.p_status[p] = PENDING
                 job.n_pend += 1
@@ -670,6 +688,7 @@ class Session:
                 self._release(p, -1.0)
                 self.p_status[p] = op.prev_status
                 self._count_active(job, p, 1)
+                self._dra_use(p, 1)
                 if op.prev_info is None:
                     self.evict_info.pop(p, None)
                 else:
@@ -697,7 +716,9 @@ class Session:
         self._count_active(job, p, 1)
         self.p_status[p] = PIPELINED if pipelined else ALLOCATED
         job.n_pend -= 1
-        self.log.append(Allocated(p, created, prev_req))
+        claims = self.pods[p].claims
+        taken = self.dra.take(claims, node, pipelined) if claims and self.dra is not None else None
+        self.log.append(Allocated(p, created, prev_req, taken))
 
     def evict(self, p: int, info: EvictInfo) -> None:
         job = self.jobs[self.p_job[p]]
@@ -705,6 +726,7 @@ class Session:
         self.p_status[p] = EVICTED
         self._release(p)
         self._count_active(job, p, -1)
+        self._dra_use(p, -1)
         self.log.append(Evicted(p, prev, self.evict_info.get(p)))
         self.evict_info[p] = info
 
@@ -727,6 +749,7 @@ class Session:
         job = self.jobs[self.p_job[p]]
         self._count_active(job, p, 1)
         self.p_status[p] = MOVED
+        self._dra_use(p, 1)
         self.p_moved[p] = (node, group)
         self.log.append(Moved(p, node, group, created))
 
@@ -738,6 +761,7 @@ class Session:
         self._release(p, -1.0)
         self.p_status[p] = next(op.prev_status for op in reversed(self.log) if isinstance(op, Evicted) and op.pod == p)
         self._count_active(job, p, 1)
+        self._dra_use(p, 1)
         self.log.append(Unevicted(p, info))
 
     def _unhold(self, p: int, node: int, group: str | None, created: bool) -> None:
@@ -760,6 +784,12 @@ class Session:
         for op in self.log[since:]:
             if isinstance(op, Allocated) and self.p_job[op.pod] == job.idx and st[op.pod] == ALLOCATED:
                 st[op.pod] = PIPELINED
+
+    def _dra_use(self, p: int, sign: int) -> None:
+        """Pod ``p`` starts or stops using its claims: a claim nobody active uses has releasing devices."""
+        claims = self.pods[p].claims
+        if claims and self.dra is not None:
+            self.dra.use(claims, sign)
 
     # ------------------------------------------------------------------ helpers
     def queue_of(self, job: JobInfo) -> int:

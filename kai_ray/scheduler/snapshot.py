@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kai_ray.scheduler.dra import Claim, Device
 from kai_ray.scheduler.usage import UsageParams
 
 UNLIMITED = -1.0
@@ -86,6 +87,18 @@ class NodeSelectorRequirement:
     values: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class RayActivity:
+    """What Ray last said about the Ray node in one pod (the GCS autoscaler state's ``idle_duration_ms``).
+
+    Why its own record with a time: the answer ages. The core uses it only while ``now - observed_at`` is within
+    ``SchedulerConfig.ray_activity_max_age``; an older or missing answer leaves the victim order as it was."""
+
+    observed_at: float  # snapshot clock
+    idle_seconds: float = 0.0  # > 0: no running tasks or actors for that long; 0: busy
+    busy_since: float | None = None  # when it last turned busy (the adapter remembers the transition); None unknown
+
+
 @dataclass(slots=True)
 class Node:
     name: str
@@ -121,6 +134,10 @@ class Pod:
     start_time: float | None = None  # seconds (snapshot clock) when it became Running
     gated: bool = False  # has scheduling gates: not ready to schedule
     created_at: float = 0.0  # creation time (snapshot clock): older pods are placed first within a PodSet
+    claims: tuple[str, ...] = ()  # keys of its ResourceClaims (Snapshot.claims); DRA GPUs are already in request
+    # kai-ray Ray-native facts (issue 25): what Ray says about this pod's Ray node; None unknown
+    ray_activity: RayActivity | None = None
+    ready: bool | None = None  # the pod's Ready condition; None unknown (ready-timeout ignores it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +186,7 @@ class Job:
     uid: str = ""
     kind: str = ""  # RayCluster / RayJob / RayService / "" - informational
     pods: list[Pod] = field(default_factory=list)
+    raynative: RayNativeFacts | None = None  # kai-ray's Ray-native facts and limits (issue 25); None: none
 
     @property
     def key(self) -> str:
@@ -179,6 +197,23 @@ class Job:
         if self.preemptibility is not None:
             return self.preemptibility is Preemptibility.PREEMPTIBLE
         return self.priority < 100
+
+
+@dataclass(slots=True)
+class RayNativeFacts:
+    """What kai-ray knows of a Ray workload beyond its pods (issue 25), kept apart from KAI's fields.
+
+    Times are on the snapshot clock, durations in seconds; None means unknown or not asked for."""
+
+    last_checkpoint: float | None = None  # kai-ray.io/last-checkpoint-time on the Ray object
+    ready_timeout: float | None = None  # kai-ray.io/ready-timeout (else SchedulerConfig.default_ready_timeout)
+    bound_since: float | None = None  # when its gang was last bound whole (ready-timeout runs from here)
+    max_pending_time: float | None = None  # kai-ray.io/max-pending-time
+    pending_since: float | None = None  # when it last started waiting (else created_at)
+    max_runtime: float | None = None  # kai-ray.io/max-runtime: admitted time after which it is stopped
+    admitted_seconds: float | None = None  # admitted time accumulated before the current run (adapter-kept)
+    backoff_until: float | None = None  # requeued after a ready-timeout: not placed again before this
+    upgrade_of: str | None = None  # a RayService's pending cluster: the Job key of the service's active cluster
 
 
 @dataclass(slots=True)
@@ -224,6 +259,13 @@ class SchedulerConfig:
     # KAI's usageDBConfig.usageParams: set, the adapter accounts each queue's usage into Snapshot.usage (time-based
     # fair share); None (KAI's default) keeps every usage at 0. The core itself reads only k_value and the usage.
     usage_params: UsageParams | None = None
+    # kai-ray Ray-native scheduling (issue 25, docs/ray-native.md); each one off-switchable
+    idle_aware_victims: bool = True  # among equal victims, Ray-idle first, then busy for the shortest time
+    checkpoint_aware_victims: bool = True  # ... and the least work since the last checkpoint
+    ray_activity_max_age: float = 120.0  # seconds: an older Ray answer is ignored (today's order)
+    default_ready_timeout: float | None = None  # seconds: a bound gang not Ready by then is evicted whole; None off
+    ready_timeout_backoff: float = 60.0  # seconds a gang evicted for its ready-timeout waits before placement
+    upgrade_surge: bool = True  # a RayService's pending cluster may go above quota (up to the limit) to upgrade
 
 
 @dataclass(slots=True)
@@ -236,3 +278,6 @@ class Snapshot:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     # queue name -> normalised historical usage (KAI's U'; absent: 0); None: no usage is accounted (feature off)
     usage: dict[str, Resources] | None = None
+    # Dynamic Resource Allocation: published devices and the claims pods name (kai_ray.scheduler.dra)
+    devices: list[Device] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)

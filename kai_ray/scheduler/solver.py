@@ -74,6 +74,7 @@ class VictimJob:
     states: list[int] = field(default_factory=list)  # elastic state of what remains before the step
     allocs: list[Vec] = field(default_factory=list)  # resources of what remains before the step
     nodes: list[int] = field(default_factory=list)  # nodes the job runs on (sorted by name)
+    risks: list[float] = field(default_factory=list)  # work the step's pods would lose (kai-ray, :mod:`.workloss`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ class Unit:
 class _Rep:
     """What KAI's victims queue holds: a victim job from one step on (its remaining pods)."""
 
-    __slots__ = ("alloc", "created_at", "priority", "queue", "state", "step", "uid", "vj")
+    __slots__ = ("alloc", "created_at", "priority", "queue", "risk", "state", "step", "uid", "vj")
 
     def __init__(self, vj: VictimJob, step: int) -> None:
         job = vj.job
@@ -109,9 +110,17 @@ class _Rep:
         self.uid = job.uid
         self.state = vj.states[step]
         self.alloc = vj.allocs[step]
+        self.risk = _unit_risk(vj, step)
 
     def elastic_state(self) -> int:
         return self.state
+
+
+def _unit_risk(vj: VictimJob, step: int) -> float:
+    """Work a unit's eviction loses (:mod:`.workloss`): the job's for a step that ends the gang, else its pods'."""
+    if vj.cores[step]:
+        return vj.job.risk
+    return vj.risks[step]
 
 
 def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None = None) -> list[VictimJob]:
@@ -158,6 +167,7 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
         vj.allocs.append(_sum_req(ses, [p for p in job.pods if st[p] in ACTIVE]))
         vj.steps.append(pods)
         vj.cores.append(not keeps)
+        vj.risks.append(max((ses.p_risk[p] for p in pods), default=0.0))
         for p in pods:
             ses.evict(p, info)
     ses.rollback(cp)
@@ -459,10 +469,11 @@ class JobSolver:
                 if len(nodes) != 1 or -1 in nodes:
                     break  # a later step needs this one gone first: stop at the first step off one node
                 (n,) = nodes
-                key = (job.priority, -job.elastic_state(), -job.created_at, job.uid, step)
+                risk = _unit_risk(vj, step)
+                key = (job.priority, -job.elastic_state(), risk, -job.created_at, job.uid, step)
                 per_node.setdefault(n, []).append((key, Unit(vj, step)))
         fut = ses.free + ses.rel
-        options: list[tuple[int, int, str, list[Unit]]] = []
+        options: list[tuple[int, int, float, str, list[Unit]]] = []
         for n, keyed in per_node.items():
             if any(alloc[r, n] + EPS * max(1.0, need[r]) < need[r] for r in range(3)):
                 continue
@@ -481,8 +492,9 @@ class JobSolver:
                     for r in range(3):
                         have[r] += req[r]
             if chosen and all(have[r] + EPS * max(1.0, need[r]) >= need[r] for r in range(3)):
-                options.append((sum(len(u.pods) for u in chosen), len(chosen), ses.nodes[n].name, chosen))
-        for _, _, _, chosen in sorted(options, key=lambda o: (o[0], o[1], o[2])):
+                risk = sum(_unit_risk(u.vj, u.step) for u in chosen)  # kai-ray: least work lost, then node name
+                options.append((sum(len(u.pods) for u in chosen), len(chosen), risk, ses.nodes[n].name, chosen))
+        for *_, chosen in sorted(options, key=lambda o: (o[0], o[1], o[2], o[3])):
             yield Scenario(tasks, [], chosen)
 
     # -- one scenario, for real
@@ -723,13 +735,15 @@ class JobSolver:
 
     def _prefer_single_node(self, cp0: int, tasks: list[int], best: Scenario) -> Scenario:
         """Swap the found victims for victims on one node when that is no worse for anyone: victims only from the
-        same queues, of no higher priority, no more pods, and no more gangs ended."""
+        same queues, of no higher priority, no more pods, no more gangs ended, and (kai-ray's work-at-risk order,
+        :mod:`.workloss`) no more work lost."""
         ses = self.ses
         found = best.units()
         queues = {u.vj.job.queue for u in found}
         top = max(u.vj.job.priority for u in found)
         pods = sum(len(u.pods) for u in found)
         ended = sum(1 for u in found if u.core)
+        risk = sum(_unit_risk(u.vj, u.step) for u in found)
         ses.rollback(cp0)
         for sc in self._single_node(tasks, queues, top):
             units = sc.units()
@@ -737,6 +751,7 @@ class JobSolver:
                 any(u.vj.job.queue not in queues or u.vj.job.priority > top for u in units)
                 or sum(len(u.pods) for u in units) > pods
                 or sum(1 for u in units if u.core) > ended
+                or sum(_unit_risk(u.vj, u.step) for u in units) > risk
             ):
                 continue
             if self.simulate(sc) and self._spans_nodes(cp0) == 1:

@@ -9,11 +9,13 @@ gang holds resources forever. The first time it is seen stale is ``Job.stale_sin
 from __future__ import annotations
 
 from kai_ray.durations import span
+from kai_ray.scheduler.bounded import evict_overdue
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.session import ACTIVE, DONE, EvictInfo, Session
 
 
 def stale_gang_action(ses: Session) -> None:
+    evict_overdue(ses)  # kai-ray's bounded waits (ready-timeout, max-runtime): same purpose, same action
     for job in ses.jobs:
         st = ses.p_status
         if job.n_active == 0 or job.min_satisfied():

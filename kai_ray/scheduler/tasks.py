@@ -116,10 +116,12 @@ def has_tasks_to_allocate(ses: Session, job: JobInfo) -> bool:
 # ---------------------------------------------------------------------- eviction
 
 
-def evict_key(ses: Session, p: int) -> tuple[int, int, float, str]:
-    """Reverse of placement order: workers before the head, lower task priority first, newest first."""
+def evict_key(ses: Session, p: int) -> tuple[int, int, float, float, str]:
+    """Reverse of placement order: workers before the head, lower task priority first, then (kai-ray) the pod whose
+    Ray node would lose least work (idle first, then busy for the shortest time; ``Session.p_risk``, 0 when Ray
+    said nothing), then newest first."""
     pod = ses.pods[p]
-    return (1 if pod.is_ray_head else 0, pod.task_priority, -pod.created_at, _neg(pod.uid))
+    return (1 if pod.is_ray_head else 0, pod.task_priority, ses.p_risk[p], -pod.created_at, _neg(pod.uid))
 
 
 def _neg(s: str) -> str:

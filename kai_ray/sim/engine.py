@@ -22,9 +22,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kai_ray.bridge_dra import DraCatalog
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
-from kai_ray.scheduler.snapshot import ZERO, Node, Pod, PodPhase, Queue, Resources, SchedulerConfig, Snapshot, Topology
+from kai_ray.scheduler.dra import Claim
+from kai_ray.scheduler.snapshot import (
+    ZERO,
+    Node,
+    Pod,
+    PodPhase,
+    Queue,
+    RayActivity,
+    RayNativeFacts,
+    Resources,
+    SchedulerConfig,
+    Snapshot,
+    Topology,
+)
 from kai_ray.sim.cluster import Cluster
 from kai_ray.sim.usage import SimUsage, UsageRecord
 from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, RayWorkload, WorkloadBase
@@ -51,6 +65,9 @@ class EngineOptions:
     ray_aware: bool = True
     suspend_kinds: tuple[str, ...] = ("RayJob",)  # kai-ray's --suspend-kinds default
     track_idle: bool = False  # record windows where GPUs idle while workloads wait for GPUs
+    # report what Ray knows to the scheduler as the operators do (issue 25): each running Ray node's busy/idle state
+    # (Pod.ray_activity), each run's last checkpoint, pod readiness, a RayService upgrade's active cluster
+    ray_facts: bool = False
 
 
 @dataclass
@@ -103,6 +120,8 @@ class Engine:
         self.opt = options or EngineOptions()
         self.topologies = topologies or []
         self.cluster = Cluster(nodes)
+        self.dra: DraCatalog | None = None  # DRA devices and claim templates (kai_ray.sim.run sets it)
+        self.claims: dict[str, Claim] = {}  # live claims made for pods, with the allocation of each bound one
         parents = {q.parent for q in queues if q.parent}
         self.leaf_queues = [q.name for q in queues if q.name not in parents]
         self._queue_by_name = {q.name: q for q in queues}
@@ -225,7 +244,7 @@ class Engine:
             self.hopeless.discard(key)
 
     def _can_progress(self) -> bool:
-        return len(self.with_pending) > len(self.hopeless)
+        return len(self.with_pending) > len(self.hopeless) or self._stuck()
 
     # ------------------------------------------------------------------ the loop
     @property
@@ -414,8 +433,21 @@ class Engine:
         self.events.append({"t": t, "type": typ, "workload": w.key, "reason": reason, "message": message, **extra})
 
     # ------------------------------------------------------------------ one scheduling cycle
+    def _stuck(self) -> bool:
+        """A running gang on a bounded-wait clock (half-started, or with a max-runtime): cycles must go on."""
+        return self.opt.ray_facts and any(
+            w.stuck
+            or (
+                w.state == RUNNING
+                and w.job is not None
+                and w.job.raynative is not None
+                and w.job.raynative.max_runtime is not None
+            )
+            for w in self.active.values()
+        )
+
     def _cycle(self, t: float) -> None:
-        if not self.with_pending:
+        if not self.with_pending and not self._stuck():
             return
         snap = self.snapshot(t)
         self._last_cycle = t
@@ -432,15 +464,72 @@ class Engine:
 
     def snapshot(self, t: float) -> Snapshot:
         """The world as the scheduler core sees it at ``t``: every node and queue, every arrived, unfinished job."""
+        if self.opt.ray_facts:
+            for w in self.active.values():
+                self._report_ray_facts(w, t)
+        jobs = [w.job for w in self.active.values() if w.job is not None]
         return Snapshot(
             nodes=self.nodes,
             queues=self.queues,
-            jobs=[w.job for w in self.active.values() if w.job is not None],
+            jobs=jobs,
             now=t,
             topologies=self.topologies,
             config=self.config,
             usage=self.usage.for_cycle(t) if self.usage is not None else None,
+            devices=self.dra.devices if self.dra is not None else [],
+            claims=self._live_claims() if self.dra is not None else [],
         )
+
+    def _live_claims(self) -> list[Claim]:
+        """The claims of the pods that exist (a claim made from a template goes with its pod, releasing its devices);
+        a new pod's claims are made from its template, unallocated."""
+        live: dict[str, Claim] = {}
+        for w in self.active.values():
+            if w.job is None or not isinstance(w, RayWorkload):
+                continue
+            for pod in w.job.pods:
+                if not pod.claims or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+                    continue
+                for key, requests in w.claim_requests(pod).items():
+                    live[key] = self.claims.get(key) or Claim(key=key, requests=requests)
+        self.claims = live
+        return list(live.values())
+
+    def _active_workload(self, key: str) -> WorkloadBase | None:
+        return next((w for w in self.active.values() if w.key == key), None)
+
+    def _report_ray_facts(self, w: WorkloadBase, t: float) -> None:
+        """What the operators would put in the snapshot for ``w`` at ``t``: Ray's busy/idle answer per running pod,
+        the time of the run's last checkpoint, its pods' readiness, the active cluster a RayService upgrade replaces."""
+        job = w.job
+        if job is None:
+            return
+        facts = job.raynative if job.raynative is not None else RayNativeFacts()
+        old = self._active_workload(w.upgrade_of) if w.upgrade_of is not None and w.served_at is None else None
+        facts.upgrade_of = old.job.key if old is not None and old.job is not None else None
+        facts.last_checkpoint = None
+        running = w.state == RUNNING and job.last_start is not None
+        activity: RayActivity | None = None
+        if running and not w.stuck:
+            assert job.last_start is not None
+            interval = w.checkpoint_interval if w.checkpoint_interval is not None else self.opt.checkpoint_interval
+            if interval > 0 and w.rate > 0:
+                done = w.done + max(0.0, (t - w.last_update) - w.warmup_left) * w.rate
+                since = (done - math.floor(done / interval + 1e-9) * interval) / w.rate
+                facts.last_checkpoint = t - since
+            phase = w.busy_phase(t)
+            if phase is None or phase > 0 or w.activity is None:
+                busy_since = t - phase if phase is not None else job.last_start
+                activity = RayActivity(observed_at=t, busy_since=busy_since)
+            else:
+                busy, idle = w.activity
+                idle_for = (t - job.last_start) % (busy + idle) - busy
+                activity = RayActivity(observed_at=t, idle_seconds=max(idle_for, 1e-3))
+        for pod in job.pods:
+            if pod.phase is PodPhase.RUNNING:
+                pod.ray_activity = activity
+                pod.ready = not w.stuck or pod.is_ray_head
+        job.raynative = facts
 
     def _apply(self, res: CycleResult, t: float) -> dict[str, WorkloadBase]:
         touched: dict[str, WorkloadBase] = {}
@@ -477,10 +566,29 @@ class Engine:
                 continue
             owner_w.advance(t, self._gpus_held(owner_w))
             self._bind(owner_w, pod_obj, b.node, b.gpu_group, t)
+            for alloc in b.claims:  # the adapter's part of DRA: write the claim's allocation before binding
+                claim = self.claims.get(alloc.claim)
+                if claim is not None and claim.allocation is None:
+                    per: dict[str, tuple[str, ...]] = {}
+                    for req, dev in alloc.devices:
+                        per[req] = (*per.get(req, ()), dev)
+                    claim.allocation = per
             binds.setdefault(b.job, []).append(b)
             touched[b.job] = owner_w
         self._record(evicted, binds, t)
         self._evicted_now = set(evicted)
+        for key, items in evicted.items():
+            job = touched[key].job
+            if job is None:
+                continue
+            if any(e.reason is Reason.READY_TIMEOUT for _, e in items):
+                backoff = job.raynative if job.raynative is not None else RayNativeFacts()
+                backoff.backoff_until = t + self.config.ready_timeout_backoff
+                job.raynative = backoff
+            limit = job.raynative
+            whole = any(e.whole_gang for _, e in items)
+            if whole and limit is not None and limit.max_runtime is not None and job.last_start is not None:
+                limit.admitted_seconds = (limit.admitted_seconds or 0.0) + (t - job.last_start)  # as the operator
         for key, items in evicted.items():
             w = touched[key]
             w.evicted_pods += len(items)
@@ -654,7 +762,7 @@ class Engine:
         if w.state == RUNNING and not sat:
             w.preemptions += 1
             w.preempted_at.append(t)
-            w.lose_work(self.opt.checkpoint_interval)
+            w.lose_work(self.opt.checkpoint_interval, t)
             w.rate = 0.0
             w.set_state(t, PENDING)
             w.version += 1
@@ -666,6 +774,14 @@ class Engine:
                 w.warmup_left = w.restart_cost
             w.job.last_start = t
             w.set_state(t, RUNNING)
+            if w.startup_failures > 0:  # this placement never turns Ready: it holds its GPUs and does nothing
+                w.startup_failures -= 1
+                w.stuck = True
+            elif w.upgrade_of is not None and w.served_at is None:
+                w.served_at = t  # the new cluster serves: KubeRay switches traffic and deletes the old one
+                old = self._active_workload(w.upgrade_of)
+                if old is not None:
+                    self._complete(old, t)
         if w.state == RUNNING:
             new_rate = w.worker_rate() if self.opt.elastic_speedup == "linear" else 1.0
             w.rate = new_rate
@@ -714,6 +830,19 @@ class Engine:
                 consider(job.stale_since + grace)
         if self.usage is not None:
             consider(self.usage.next_refresh(t))  # a new usage can move fair shares: reclaim may become possible
+        if self.opt.ray_facts:
+            for w in self.active.values():
+                facts = w.job.raynative if w.job is not None else None
+                if w.stuck and w.job is not None and w.job.last_start is not None:
+                    timeout = facts.ready_timeout if facts is not None and facts.ready_timeout else None
+                    timeout = timeout or cfg.default_ready_timeout
+                    if timeout:
+                        consider(w.job.last_start + timeout)
+                if facts is not None and facts.backoff_until is not None:
+                    consider(facts.backoff_until)
+                start = w.job.last_start if w.job is not None and w.state == RUNNING else None
+                if start is not None and facts is not None and facts.max_runtime is not None:
+                    consider(start + facts.max_runtime - (facts.admitted_seconds or 0.0))
         if self._timers_possible:
             for w in self.active.values():
                 job = w.job

@@ -103,6 +103,9 @@ def compute_metrics(res: SimResult) -> dict[str, Any]:
         "wasted_gpu_hours": _r(sum(w.wasted_gpu_seconds for w in res.workloads) / 3600.0, 4),
         "lost_gpu_hours": _r(sum(w.wasted_gpu_seconds - w.partial_gpu_seconds for w in res.workloads) / 3600.0, 4),
         "partial_gang_gpu_hours": _r(sum(w.partial_gpu_seconds for w in res.workloads) / 3600.0, 4),
+        # issue 25: work lost to evictions alone (since the checkpoint / busy phase); GPUs held by half-started gangs
+        "work_lost_gpu_hours": _r(sum(w.work_lost_gpu_seconds for w in res.workloads) / 3600.0, 4),
+        "half_started_gpu_hours": _r(sum(w.stuck_gpu_seconds for w in res.workloads) / 3600.0, 4),
         "idle_while_fitting_seconds": _r(sum(x["to"] - x["from"] for x in res.idle_windows if x["fits"])),
         "outcomes": outcomes,
         "total_gpus": res.total_gpus,
@@ -144,6 +147,16 @@ def workload_doc(w: WorkloadBase) -> dict[str, Any]:
         "wasted_gpu_hours": _r(w.wasted_gpu_seconds / 3600.0, 4),
         "lost_gpu_hours": _r((w.wasted_gpu_seconds - w.partial_gpu_seconds) / 3600.0, 4),
         "useful_gpu_hours": _r(w.useful_gpu_seconds / 3600.0, 4),
+        "work_lost_gpu_hours": _r(w.work_lost_gpu_seconds / 3600.0, 4),
+        "half_started_gpu_hours": _r(w.stuck_gpu_seconds / 3600.0, 4),
+        **(
+            {
+                "upgrade_of": w.upgrade_of,
+                "time_to_serve_seconds": _r(w.served_at - w.arrive_at) if w.served_at else None,
+            }
+            if w.upgrade_of is not None
+            else {}
+        ),
     }
 
 

@@ -76,6 +76,28 @@ class NodeTaint(_Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
 
+class DeviceSpec(_Strict):
+    """DRA devices of a node, as its driver would publish them in a ResourceSlice: ``count`` devices named
+    ``<name>-0 ..`` with the same attributes (string, integer or boolean) and capacities (quantities)."""
+
+    driver: str = Field(default="gpu.nvidia.com", min_length=1)
+    name: str = Field(default="gpu", min_length=1)
+    count: int = Field(default=1, ge=1, le=1024)
+    attributes: dict[str, str | bool | int] = Field(default_factory=dict)
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
+
+    def as_api(self, start: int = 0) -> list[dict[str, Any]]:
+        attrs = {
+            k: {"bool": v} if isinstance(v, bool) else {"int": v} if isinstance(v, int) else {"string": v}
+            for k, v in self.attributes.items()
+        }
+        caps = {k: {"value": str(int(v)) if float(v).is_integer() else str(v)} for k, v in self.capacity.items()}
+        return [
+            {"name": f"{self.name}-{i}", "attributes": attrs, "capacity": caps}
+            for i in range(start, start + self.count)
+        ]
+
+
 class NodeSpec(_Strict):
     """One node, or ``count`` identical nodes named ``<name>-0 .. <name>-<count-1>``.
 
@@ -92,6 +114,7 @@ class NodeSpec(_Strict):
     taints: list[NodeTaint] = Field(default_factory=list)
     unschedulable: bool = False  # cordoned
     ready: bool = True  # False: the node's Ready condition is False
+    devices: list[DeviceSpec] = Field(default_factory=list)  # DRA devices (ResourceSlices of the node)
 
     @model_validator(mode="before")
     @classmethod
@@ -141,6 +164,25 @@ class NodeSpec(_Strict):
             out.append(node)
         return out
 
+    def as_resource_slices(self) -> list[dict[str, Any]]:
+        """One ResourceSlice (resource.k8s.io/v1beta2 shape) per node and driver, as a DRA driver would publish."""
+        out = []
+        for node in self.node_names():
+            by_driver: dict[str, list[dict[str, Any]]] = {}
+            for dev in self.devices:
+                have = by_driver.setdefault(dev.driver, [])
+                have.extend(dev.as_api(sum(1 for d in have if d["name"].startswith(f"{dev.name}-"))))
+            for driver, devices in by_driver.items():
+                out.append(
+                    {
+                        "apiVersion": "resource.k8s.io/v1beta2",
+                        "kind": "ResourceSlice",
+                        "metadata": {"name": f"{node}-{driver}"},
+                        "spec": {"driver": driver, "nodeName": node, "pool": {"name": node}, "devices": devices},
+                    }
+                )
+        return out
+
     def as_nodes(self) -> list[Node]:
         """Scheduler-core Nodes, for callers that build a snapshot without the API's shapes (cycle fixtures)."""
         return [
@@ -183,6 +225,14 @@ class ScaleStep(_Strict):
     replicas: int = Field(ge=0)
 
 
+class ActivitySpec(_Strict):
+    """Busy/idle phases in Ray (issue 25): ``busy`` seconds with tasks or actors running, then ``idle`` seconds with
+    none, repeating from each run's start (an interactive cluster left running between sessions)."""
+
+    busy: Seconds = Field(ge=0)
+    idle: Seconds = Field(ge=0)
+
+
 class WorkloadSpec(_Strict):
     """A Ray CR (inline ``manifest`` or a file ``path``) that arrives at ``at`` and runs for ``duration`` seconds."""
 
@@ -192,6 +242,11 @@ class WorkloadSpec(_Strict):
     duration: Seconds | None = None  # None: runs until the end (a service)
     restart_cost: Seconds | None = None  # overrides simulation.restartCost
     scale: list[ScaleStep] = Field(default_factory=list)  # replaces the simple autoscaler policy when given
+    # kai-ray Ray-native world (issue 25, docs/ray-native.md)
+    checkpoint_interval: Seconds | None = Field(default=None, ge=0)  # overrides simulation.checkpointInterval
+    activity: ActivitySpec | None = None
+    startup_failures: int = Field(default=0, ge=0)  # first placements whose pods never all turn Ready
+    upgrade_at: Seconds | None = None  # RayService: a zero-downtime upgrade starts its pending cluster then
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
@@ -210,6 +265,7 @@ class SimulationOptions(_Strict):
     termination_grace: Seconds = 0.0  # evicted pods hold their resources this long (Releasing)
     elastic_speedup: Literal["linear", "none"] = "linear"  # extra workers above the minimum speed a job up linearly
     until: Seconds | None = None  # stop the clock here (default: when every workload with a duration is done)
+    ray_facts: bool = False  # tell the scheduler what Ray knows, as the operators do (issue 25)
 
 
 def _config_model() -> type[BaseModel]:
@@ -307,6 +363,9 @@ class ScenarioFile(_Strict):
     nodes: list[NodeSpec] = Field(min_length=1)
     queues: list[QueueEntry] = Field(default_factory=list)
     workloads: list[WorkloadSpec] = Field(default_factory=list)
+    # DRA objects: DeviceClass, ResourceClaimTemplate and ResourceClaim manifests (a workload's file may hold its
+    # templates too); without a DeviceClass, gpu.nvidia.com (NVIDIA's DRA driver) is assumed
+    dra: list[dict[str, Any]] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)
     simulation: SimulationOptions = Field(default_factory=SimulationOptions)
     priority_classes: dict[str, int] = Field(default_factory=lambda: dict(c.PRIORITY_CLASSES))
@@ -323,6 +382,7 @@ class Workload:
     restart_cost: float | None
     source: str  # where it came from, for messages
     scale: list[ScaleStep] = dataclasses.field(default_factory=list)
+    spec: WorkloadSpec | None = None  # the entry as written (Ray-native world options)
 
     @property
     def key(self) -> str:
@@ -343,6 +403,7 @@ class Scenario:
     source: str
     description: str | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)  # unknown fields, ignored: "<where>: <field>: ..."
+    dra: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # DRA manifests and the nodes' ResourceSlices
 
 
 def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
@@ -462,8 +523,17 @@ def _load_queues(entries: list[QueueEntry], base: Path, source: str, warnings: l
     return queues
 
 
+DRA_KINDS = ("DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "ResourceSlice")
+
+
 def _load_workload(
-    spec: WorkloadSpec, i: int, base: Path, source: str, pg_config: PodgrouperConfig, warnings: list[str]
+    spec: WorkloadSpec,
+    i: int,
+    base: Path,
+    source: str,
+    pg_config: PodgrouperConfig,
+    warnings: list[str],
+    dra_out: list[dict[str, Any]] | None = None,
 ) -> Workload:
     where = f"{source}: workloads[{i}]"
     if spec.path is not None:
@@ -472,6 +542,10 @@ def _load_workload(
             docs = list(load_documents(text, spec.path))
         except ManifestError as exc:
             raise ScenarioError(f"{where}.path: {exc}") from None
+        dra_docs = [doc for _, doc in docs if isinstance(doc, dict) and doc.get("kind") in DRA_KINDS]
+        docs = [d for d in docs if not (isinstance(d[1], dict) and d[1].get("kind") in DRA_KINDS)]
+        if dra_out is not None:
+            dra_out.extend(dra_docs)
         if len(docs) != 1:
             raise ScenarioError(f"{where}.path: {spec.path} holds {len(docs)} documents; a workload is one Ray CR")
         label, doc = docs[0]
@@ -515,8 +589,16 @@ def _load_workload(
                 f"{where}.scale[{k}].replicas: {step.replicas} x numOfHosts {wg.hosts} pods; at most "
                 f"{pg_config.max_gang_pods} pods per gang"
             )
+    if spec.upgrade_at is not None and not isinstance(obj, RayService):
+        raise ScenarioError(f"{where}.upgradeAt: only a RayService upgrades (this is a {obj.kind})")
     return Workload(
-        obj=obj, at=spec.at, duration=spec.duration, restart_cost=spec.restart_cost, source=field, scale=spec.scale
+        obj=obj,
+        at=spec.at,
+        duration=spec.duration,
+        restart_cost=spec.restart_cost,
+        source=field,
+        scale=spec.scale,
+        spec=spec,
     )
 
 
@@ -545,7 +627,13 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
     warnings: list[str] = []
     queues = _load_queues(raw.queues, base, source, warnings)
     pg_config = PodgrouperConfig(priority_classes=dict(raw.priority_classes))
-    workloads = [_load_workload(w, i, base, source, pg_config, warnings) for i, w in enumerate(raw.workloads)]
+    dra: list[dict[str, Any]] = []
+    for i, doc in enumerate(raw.dra):
+        if doc.get("kind") not in DRA_KINDS:
+            raise ScenarioError(f"{source}: dra[{i}].kind: {doc.get('kind')!r} is not one of {', '.join(DRA_KINDS)}")
+        dra.append(doc)
+    workloads = [_load_workload(w, i, base, source, pg_config, warnings, dra) for i, w in enumerate(raw.workloads)]
+    dra.extend(sl for ns in raw.nodes for sl in ns.as_resource_slices())
     keys: set[str] = set()
     leaves = {q.name for q in queues} - {q.spec.parent_queue for q in queues if q.spec.parent_queue}
     for i, w in enumerate(workloads):
@@ -568,6 +656,7 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         source=source,
         description=raw.description,
         warnings=warnings,
+        dra=dra,
     )
 
 

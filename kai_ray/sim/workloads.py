@@ -16,8 +16,10 @@ from kai_ray import constants as c
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.ray import RayCluster, RayJob, RayObject
 from kai_ray.bridge import job_from_podgroup, pod_from_api
+from kai_ray.bridge_dra import DraCatalog, template_pod_claims
 from kai_ray.podgrouper import PodgrouperConfig, cluster_name, expand_pods, group, stamp
-from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, SubGroup
+from kai_ray.scheduler.dra import DeviceRequest
+from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, Resources, SubGroup
 
 NOT_ARRIVED, PENDING, RUNNING, COMPLETED = "NotArrived", "Pending", "Running", "Completed"
 
@@ -60,6 +62,15 @@ class WorkloadBase:
     running_pods: int = 0
     gang_gpus: float = 0.0  # GPUs of the gang minimum (for wasted work)
     _interval_start: float = 0.0
+    # kai-ray Ray-native world (issue 25, docs/ray-native.md)
+    checkpoint_interval: float | None = None  # seconds of work between checkpoints (overrides the simulation's)
+    activity: tuple[float, float] | None = None  # (busy, idle) seconds in Ray, repeating from each run's start
+    startup_failures: int = 0  # placements whose pods never all turn Ready (an image that never pulls, ...)
+    stuck: bool = False  # this placement is one of them: bound, never Ready, no progress
+    stuck_gpu_seconds: float = 0.0  # GPUs held by this workload's half-started gangs
+    work_lost_gpu_seconds: float = 0.0  # work lost to evictions (since the checkpoint / busy phase), GPU-seconds
+    upgrade_of: str | None = None  # a RayService's pending cluster: the workload it replaces once running
+    served_at: float | None = None  # when an upgrade surge took over
 
     # ------------------------------------------------------------------ controller behaviour (overridden)
     def create(self, t: float) -> Job:
@@ -142,7 +153,10 @@ class WorkloadBase:
 
         ``gpus_held`` is what the workload held over that interval: callers advance before changing its pods."""
         dt = t - self.last_update
-        if dt > 0 and self.state == RUNNING:
+        if dt > 0 and self.state == RUNNING and self.stuck:
+            self.wasted_gpu_seconds += dt * gpus_held
+            self.stuck_gpu_seconds += dt * gpus_held
+        elif dt > 0 and self.state == RUNNING:
             warm = min(dt, self.warmup_left)
             self.warmup_left -= warm
             self.wasted_gpu_seconds += warm * gpus_held
@@ -155,7 +169,7 @@ class WorkloadBase:
         self.last_update = t
 
     def eta(self, t: float) -> float | None:
-        if self.duration is None or self.state != RUNNING or self.rate <= 0:
+        if self.duration is None or self.state != RUNNING or self.rate <= 0 or self.stuck:
             return None
         left = max(0.0, self.duration - self.done)
         return t + self.warmup_left + left / self.rate
@@ -182,22 +196,40 @@ class WorkloadBase:
             self.pending_seconds += t - self.pending_since
             self.pending_since = t
 
-    def lose_work(self, checkpoint_interval: float) -> None:
-        """On losing the gang: work since the last checkpoint is lost (none when checkpoints are continuous)."""
-        if checkpoint_interval > 0:
-            kept = math.floor(self.done / checkpoint_interval + 1e-9) * checkpoint_interval
-            lost = (self.done - kept) * self.gang_gpus  # work at any size costs the gang minimum's GPU time
+    def lose_work(self, checkpoint_interval: float, t: float | None = None) -> None:
+        """On losing the gang: work since the last checkpoint is lost (none when checkpoints are continuous); with
+        busy/idle phases, an idle Ray cluster loses nothing and a busy one at most its current busy phase."""
+        interval = self.checkpoint_interval if self.checkpoint_interval is not None else checkpoint_interval
+        lost_work: float | None = None
+        if interval > 0:
+            lost_work = self.done - math.floor(self.done / interval + 1e-9) * interval
+        phase = self.busy_phase(t)
+        if phase is not None:
+            at_risk = phase * self.rate
+            lost_work = at_risk if lost_work is None else min(lost_work, at_risk)
+        if lost_work is not None and not self.stuck:
+            lost = lost_work * self.gang_gpus  # work at any size costs the gang minimum's GPU time
             self.wasted_gpu_seconds += lost
             self.useful_gpu_seconds -= lost
-            self.done = kept
+            self.work_lost_gpu_seconds += lost
+            self.done -= lost_work
+        self.stuck = False
         self.warmup_left = 0.0
+
+    def busy_phase(self, t: float | None) -> float | None:
+        """Seconds into the current busy phase at ``t`` (0 while idle); None without declared phases."""
+        if self.activity is None or t is None or self.job is None or self.job.last_start is None:
+            return None
+        busy, idle = self.activity
+        pos = (t - self.job.last_start) % (busy + idle) if busy + idle > 0 else 0.0
+        return pos if pos < busy else 0.0
 
     def restart_in_place(self, t: float, checkpoint_interval: float) -> None:
         """A Ray-unaware eviction of pods the run needed: Ray sees workers die, and the job restarts from its last
         checkpoint on the pods it still has, paying its restart cost (it stays Running for the scheduler)."""
         self.preemptions += 1
         self.preempted_at.append(t)
-        self.lose_work(checkpoint_interval)
+        self.lose_work(checkpoint_interval, t)
         self.restarts += 1
         self.warmup_left = self.restart_cost
 
@@ -221,6 +253,7 @@ def _fresh(template: Pod, name: str, t: float) -> Pod:
         gpu_group=None,
         start_time=None,
         created_at=t,
+        claims=tuple(k if "/" in k else f"{template.namespace}/{name}-{k}" for k in template.claims),
     )
 
 
@@ -244,6 +277,8 @@ class RayWorkload(WorkloadBase):
     scripted: bool = False  # scale steps come from the scenario; the simple autoscaler policy stays out
     gang_scheduling: bool = True  # False: the scheduler is shown each pod as its own gang of one (head first)
     _gang: Gang | None = None  # the real gang minimum, kept when the scheduler is shown another
+    dra: DraCatalog | None = None  # DRA devices and claim templates of the scenario
+    _claim_requests: dict[str, dict[str, tuple[DeviceRequest, ...]]] = field(default_factory=dict)  # group -> claim
 
     def _spec(self):  # type: ignore[no-untyped-def]
         obj = self.obj
@@ -320,7 +355,11 @@ class RayWorkload(WorkloadBase):
             st = stamp(api_pod, pg)
             api_pod.metadata.annotations.update(st.annotations)
             labels.update(st.labels)
-            self._templates[grp] = pod_from_api(api_pod, job.key, self.problems)
+            tpl = self._templates[grp] = pod_from_api(api_pod, job.key, self.problems)
+            if self.dra is not None:
+                entries, self._claim_requests[grp], gpus = template_pod_claims(api_pod, self.dra)
+                tpl.claims = entries
+                tpl.request = tpl.request + Resources(gpu=gpus)
         self._desired = {c.RAY_HEAD_GROUP: 1}
         if c.RAY_SUBMITTER_GROUP in self._templates:
             self._desired[c.RAY_SUBMITTER_GROUP] = 1
@@ -385,6 +424,12 @@ class RayWorkload(WorkloadBase):
                         job.pods.remove(p)
                         dropped.append(p)
         return dropped
+
+    def claim_requests(self, pod: Pod) -> dict[str, tuple[DeviceRequest, ...]]:
+        """The requests of each claim made for ``pod`` from its group's templates, by claim key."""
+        per = self._claim_requests.get(self._group_of(pod), {})
+        prefix = f"{pod.namespace}/{pod.name}-"
+        return {k: per[k[len(prefix) :]] for k in pod.claims if k.startswith(prefix) and k[len(prefix) :] in per}
 
     def _group_of(self, pod: Pod) -> str:
         return self._pod_group.get(pod.name, "")

@@ -527,7 +527,7 @@ def test_issue22_the_examples_concatenate_into_one_stream(
     names = sorted(g["metadata"]["name"] for g in json.loads(out))
     ray = [yaml.safe_load_all(p.read_text()) for p in sorted(EXAMPLES.glob("*.yaml"))]
     expected = sorted(f"pg-{d['metadata']['name']}" for docs in ray for d in docs if d["kind"].startswith("Ray"))
-    assert names == expected and len(names) == 5
+    assert names == expected and len(names) == 6
 
 
 def test_issue22_warnings_say_strict_makes_them_errors(

@@ -163,3 +163,33 @@ def test_kai_coexistence_creates_no_classes_or_queues_unless_asked(helm):
     assert len(by_kind(asked, "PriorityClass")) == 4 and len(by_kind(asked, "Queue")) == 2
     standalone_off = render(helm, "--set", "priorityClasses.create=false", "--set", "defaultQueues.create=false")
     assert not by_kind(standalone_off, "PriorityClass") and not by_kind(standalone_off, "Queue")
+
+
+def test_node_pools_get_one_scheduler_deployment_each(helm):
+    """KAI's SchedulingShards: the main scheduler takes what carries no node-pool label, each pool has its own
+    Deployment, Lease and placement strategy, and Deployments select only their own pods."""
+    docs = render(
+        helm,
+        "--set",
+        "scheduler.nodePools[0].name=a100",
+        "--set",
+        "scheduler.nodePools[0].placementStrategy=fgd",
+        "--set",
+        "scheduler.nodePools[1].name=h100",
+    )
+    schedulers = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment") if "scheduler" in args_of(d)}
+    assert set(schedulers) == {"rel-kai-ray-scheduler", "rel-kai-ray-scheduler-a100", "rel-kai-ray-scheduler-h100"}
+    main, a100, h100 = (args_of(schedulers[n]) for n in sorted(schedulers))
+    assert "--node-pool=default" in main and "--lease-name=rel-kai-ray-scheduler" in main
+    assert "--node-pool=a100" in a100 and "--placement-strategy=fgd" in a100
+    assert "--lease-name=rel-kai-ray-scheduler-a100" in a100
+    assert "--node-pool=h100" in h100 and "--placement-strategy=binpack" in h100
+    assert "--node-pool-label-key=kai.scheduler/node-pool" in h100
+    for name in ("a100", "h100"):
+        deploy = schedulers[f"rel-kai-ray-scheduler-{name}"]
+        assert deploy["spec"]["selector"]["matchLabels"]["kai-ray.io/node-pool"] == name
+        assert deploy["spec"]["template"]["metadata"]["labels"]["kai-ray.io/node-pool"] == name
+    plain = {d["metadata"]["name"] for d in by_kind(render(helm), "Deployment")}
+    assert "rel-kai-ray-scheduler" in plain and not any(n.startswith("rel-kai-ray-scheduler-") for n in plain)
+    out = run_helm(helm, "template", "rel", str(CHART), "--set", "scheduler.nodePools[0].name=Bad_Name")
+    assert out.returncode != 0 and "nodePools" in out.stderr

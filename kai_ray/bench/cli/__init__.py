@@ -4,4 +4,4 @@
 :data:`kai_ray.bench.cli.group.bench` (or on the app, for ``sweep``).
 """
 
-from kai_ray.bench.cli import core, e2e, fragmentation, headline, replay, robust, vs_kai  # noqa: F401
+from kai_ray.bench.cli import core, e2e, failover, fragmentation, headline, replay, robust, vs_kai  # noqa: F401

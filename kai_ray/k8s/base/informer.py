@@ -1,10 +1,14 @@
 """List-then-watch one resource into an in-memory store, like client-go's informer.
 
 Why our own: the operators keep a live picture of thousands of pods and must not re-list them every cycle, nor pay
-for model objects per event. One thread per informer lists (paginated), then watches from the list's
-resourceVersion with bookmarks; a ``410 Gone`` or a broken stream is answered by a fresh list whose differences are
-delivered as ordinary events, so handlers only ever see upserts and deletes. Handlers run on the informer thread and
-must be quick (update a cache, enqueue a key); an exception in a handler is logged, never fatal.
+for model objects per event. One thread per informer lists, then watches from the list's resourceVersion with
+bookmarks. The first list asks for ``resourceVersion=0``, as client-go's reflector does: the API server answers from
+its watch cache in one response instead of a consistent read page by page from etcd (at 5,000 pods about twice as
+fast), and the watch that follows brings the store up to date; later lists (after a ``410 Gone``, or
+:meth:`Informer.relist`) are consistent reads, paginated. A ``410 Gone`` or a broken stream is answered by a fresh
+list whose differences are delivered as ordinary events, so handlers only ever see upserts and deletes. Handlers run
+on the informer thread and must be quick (update a cache, enqueue a key); an exception in a handler is logged, never
+fatal.
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ class Informer:
         self._relisted = threading.Condition()
         self._list_count = 0
         self._resp: Any = None
+        self.list_seconds = 0.0  # how long the last list took (pages, parsing, handlers)
+        self.watching = threading.Event()  # a watch stream is open: the store follows the server within milliseconds
+        self._progress = threading.Condition()
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
@@ -102,6 +109,28 @@ class Informer:
             self._relist.set()
             self._close_stream()
             return self._relisted.wait_for(lambda: self._list_count >= target or self._stop.is_set(), timeout)
+
+    def wait_for_version(self, rv: str, timeout: float) -> bool:
+        """Wait until this informer has seen everything up to ``rv`` (a resourceVersion another watcher of the same
+        resource reported). resourceVersions are opaque to clients in principle; a value that is not an integer
+        answers False, and the caller falls back to a fresh list."""
+        try:
+            target = int(rv)
+        except ValueError:
+            return False
+
+        def seen() -> bool:
+            try:
+                return int(self.resource_version or 0) >= target
+            except ValueError:
+                return False
+
+        with self._progress:
+            return self._progress.wait_for(lambda: seen() or self._stop.is_set(), timeout) and seen()
+
+    def _advanced(self) -> None:
+        with self._progress:
+            self._progress.notify_all()
 
     def _close_stream(self) -> None:
         resp = self._resp
@@ -169,11 +198,16 @@ class Informer:
                     backoff = min(backoff * 2, 30.0)
 
     def _list(self) -> None:
+        t0 = time.monotonic()
         items: dict[str, dict[str, Any]] = {}
         cont = ""
         rv = ""
+        first = self._list_count == 0 and not self.resource_version
         while True:
-            query = {**self._query(), "limit": self.page_size, "continue": cont or None}
+            if first and not cont:  # from the watch cache, whole (a server without one pages as usual)
+                query = {**self._query(), "resourceVersion": "0", "limit": self.page_size}
+            else:
+                query = {**self._query(), "limit": self.page_size, "continue": cont or None}
             page = self.kube.request("GET", self.path, query=query, timeout=120.0)
             for obj in page.get("items") or []:
                 obj = self.transform(obj)
@@ -195,7 +229,9 @@ class Informer:
             prev = old.get(key)
             if prev is None or resource_version(prev) != resource_version(obj):
                 self._emit(UPSERT, key, obj)
+        self.list_seconds = round(time.monotonic() - t0, 3)
         self.synced.set()
+        self._advanced()
         with self._relisted:
             self._list_count += 1
             self._relisted.notify_all()
@@ -210,6 +246,7 @@ class Informer:
         }
         resp = self.kube.open_stream(self.path, query, timeout=self.watch_timeout + 30)
         self._resp = resp
+        self.watching.set()
         try:
             if self._stop.is_set() or self._relist.is_set():
                 return
@@ -225,6 +262,7 @@ class Informer:
                 if kind == "BOOKMARK":
                     if rv:
                         self.resource_version = rv
+                        self._advanced()
                     continue
                 obj = self.transform(obj)
                 key = object_key(obj)
@@ -236,9 +274,11 @@ class Informer:
                     if rv:
                         self.resource_version = rv
                 self._emit(DELETE if kind == "DELETED" else UPSERT, key, obj)
+                self._advanced()
                 if self._stop.is_set() or self._relist.is_set():
                     return
         finally:
+            self.watching.clear()
             self._resp = None
 
     def _emit(self, kind: str, key: str, obj: dict[str, Any]) -> None:

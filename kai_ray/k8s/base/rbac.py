@@ -11,7 +11,11 @@ from typing import Any
 Rule = dict[str, Any]
 
 LEASE_RULES: list[Rule] = [
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update"],
+    },
 ]
 
 EVENT_RULES: list[Rule] = [
@@ -32,6 +36,13 @@ SCHEDULER_RULES: list[Rule] = [
         "resources": ["rayclusters", "rayjobs", "rayservices"],
         "verbs": ["get", "list", "watch", "patch"],
     },
+    # DRA: devices and claims into the snapshot; a claim's allocation and reservedFor written before binding
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update"]},
     *EVENT_RULES,
 ]
 

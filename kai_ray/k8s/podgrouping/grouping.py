@@ -153,7 +153,7 @@ def merge_existing(existing: PodGroup, desired: PodGroup, config: PodgrouperConf
         spec.topology_constraint = old.topology_constraint
     if not old.sub_groups and spec.sub_groups:
         spec.sub_groups = None  # back-compat: a group created without subgroups never gets any
-    for key in (config.queue_label_key, NODE_POOL_LABEL):
+    for key in (config.queue_label_key, NODE_POOL_LABEL, c.NODE_POOL_LABEL):
         if key in existing.metadata.labels:
             out.metadata.labels[key] = existing.metadata.labels[key]
     return out

@@ -75,6 +75,7 @@ from kai_ray.podgrouper import (
     stamp,
     suspend_blocker,
 )
+from kai_ray.podgrouper.upgrade import service_cluster_group
 
 log = logging.getLogger(__name__)
 
@@ -489,6 +490,8 @@ class PodgrouperOperator:
             desired = self._ray_group(top_kind, top, chain, pod)
             if desired is None:
                 return
+            if top_kind == "RayService" and self.config.upgrade_surge:
+                desired = self._service_cluster_group(top, chain, desired)
             self._mark_owner(top_kind, top)
         else:
             desired = single_pod_group(pod, self.grouper_config)
@@ -578,6 +581,26 @@ class PodgrouperOperator:
         elif blocker is None:
             self._warned.pop(ckey, None)
         return desired
+
+    def _service_cluster_group(self, top: dict[str, Any], chain: list[dict[str, Any]], main: PodGroup) -> PodGroup:
+        """A RayService pod's PodGroup: the service's, or its upgrade surge's (:mod:`kai_ray.podgrouper.upgrade`)."""
+        raw = next((o for o in chain if o.get("kind") == "RayCluster"), None)
+        if raw is None:
+            return main
+        try:
+            service = parse_object({**top, "kind": "RayService"}, "RayService")
+            cluster = parse_object({**raw, "kind": "RayCluster"}, "RayCluster")
+        except ManifestError:
+            return main
+        if not isinstance(service, RayService) or not isinstance(cluster, RayCluster):
+            return main
+        ns = service.metadata.namespace or ""
+        try:
+            return service_cluster_group(
+                service, cluster, main, lambda name: self._get_pg(f"{ns}/{name}") is not None, self.grouper_config
+            )
+        except GroupingError:
+            return main
 
     def _placeholder(self, top: dict[str, Any], kind: str, problem: str) -> PodGroup | None:
         """A PodGroup that says why the Ray object cannot be scheduled (see :func:`placeholder_group`). Not in

@@ -17,6 +17,7 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.k8s.ray.rayplan import _labels, _name, _terminating
+from kai_ray.scheduler.snapshot import RayActivity
 
 log = logging.getLogger(__name__)
 
@@ -239,3 +240,94 @@ def gcs_address_for(raycluster: Mapping[str, Any], pods: Sequence[Mapping[str, A
             if ip:
                 return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
     return None
+
+
+# ---------------------------------------------------------------------- Ray activity (issue 25: idle-aware victims)
+
+
+def _activity_sync(gcs_address: str, timeout: float) -> list[dict[str, Any]]:
+    client = _ray("ray._raylet").GcsClient(address=gcs_address)
+    state = _ray("ray.autoscaler.v2.sdk").get_cluster_resource_state(client)
+    status = _ray("ray.core.generated.autoscaler_pb2").NodeStatus
+    out = []
+    for n in state.node_states:
+        out.append(
+            {
+                "node_id": n.node_id.hex(),
+                "instance_id": n.instance_id,
+                "node_name": "",
+                "ip": n.node_ip_address,
+                "labels": dict(n.labels),
+                "alive": n.status != status.Value("DEAD"),
+                "idle_ms": int(n.idle_duration_ms) if n.status == status.Value("IDLE") else 0,
+                "activity": list(n.node_activity),
+            }
+        )
+    return out
+
+
+def ray_node_activity(gcs_address: str, *, timeout_s: float = 5.0) -> list[dict[str, Any]] | None:
+    """Every Ray node's activity from the GCS autoscaler state (what Ray's own autoscaler reads): node dicts as
+    :func:`match_ray_nodes` takes them, plus ``idle_ms`` (> 0: idle that long; 0: running tasks or actors) and
+    ``activity`` (Ray's words for what runs). None when the GCS cannot be asked (no ``ray``, unreachable, an error):
+    the scheduler then keeps KAI's victim order. Bounded in time like :func:`drain_ray_nodes`."""
+    try:
+        _ray("ray._raylet")
+    except ImportError:
+        return None
+    if _tcp_reachable(gcs_address, min(timeout_s, 2.0)) is not None:
+        return None
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["out"] = _activity_sync(gcs_address, timeout_s)
+        except Exception as exc:
+            box["err"] = exc
+
+    worker = threading.Thread(target=run, name="kai-ray-activity", daemon=True)
+    worker.start()
+    worker.join(timeout_s * 2 + 1.0)
+    if worker.is_alive() or "err" in box:
+        log.info("Ray activity from %s: %s", gcs_address, box.get("err", "no answer"))
+        return None
+    result: list[dict[str, Any]] = box["out"]
+    return result
+
+
+class ActivityTracker:
+    """Per pod, Ray's idle/busy answers over time as the core's :class:`RayActivity`: the GCS says how long a node has
+    been idle, not how long it has been busy, so the tracker remembers when it saw a node turn busy (unknown for a
+    node busy since before the first answer)."""
+
+    def __init__(self) -> None:
+        self._busy_since: dict[str, float | None] = {}  # pod -> when seen turning busy (None: busy when first seen)
+        self._idle: set[str] = set()  # pods whose node was idle at the last answer
+
+    def observe(self, pod: str, observed_at: float, idle_ms: int) -> RayActivity:
+        if idle_ms > 0:
+            self._busy_since.pop(pod, None)
+            self._idle.add(pod)
+            return RayActivity(observed_at=observed_at, idle_seconds=idle_ms / 1000.0)
+        if pod not in self._busy_since:
+            self._busy_since[pod] = observed_at if pod in self._idle else None
+        self._idle.discard(pod)
+        return RayActivity(observed_at=observed_at, busy_since=self._busy_since[pod])
+
+    def update(
+        self, observed_at: float, pods: Sequence[PodRef], nodes: Sequence[Mapping[str, Any]]
+    ) -> dict[str, RayActivity]:
+        """Each pod's activity from one GCS answer (pods without a single matching node are left out)."""
+        by_id = {str(n["node_id"]): n for n in nodes}
+        out: dict[str, RayActivity] = {}
+        for pod, (node_id, _) in match_ray_nodes(nodes, pods).items():
+            if node_id is not None:
+                out[pod] = self.observe(pod, observed_at, int(by_id[node_id].get("idle_ms") or 0))
+        return out
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop pods that are gone."""
+        alive = set(keep)
+        for pod in [p for p in self._busy_since if p not in alive]:
+            del self._busy_since[pod]
+        self._idle &= alive

@@ -39,6 +39,7 @@ from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.grouping import own_group_name
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
+from kai_ray.k8s.scheduling.dra import DraStore
 from kai_ray.scheduler import snapshot as s
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,11 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {k: meta[k] for k in POD_META if k in meta},
         "spec": out_spec,
-        "status": {k: status[k] for k in ("phase", "startTime") if k in status},
+        "status": {
+            **{k: status[k] for k in ("phase", "startTime") if k in status},
+            # the Ready condition alone: kai-ray.io/ready-timeout (issue 25) reads it
+            **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") == "Ready"][:1]},
+        },
     }
 
 
@@ -159,6 +164,7 @@ class SchedulerCache:
         self.config = config
         self.on_change = on_change
         self.lock = threading.RLock()
+        self.ray_activity: dict[str, s.RayActivity] = {}  # pod key -> Ray's idle/busy answer (issue 25)
         self.nodes: dict[str, s.Node] = {}
         self.pods: dict[str, PodEntry] = {}
         self.uid_to_key: dict[str, str] = {}
@@ -179,6 +185,7 @@ class SchedulerCache:
         self._dirty: set[str] = set()
         self.suspended: set[str] = set()  # PodGroups whose owner kai-ray suspended (kai-ray.io/suspended)
         self.problems: dict[str, dict[str, tuple[str, ...]]] = {}  # job -> pod key -> bad fields of the pod
+        self.dra: DraStore | None = None  # DRA devices and claims (the operator sets it)
 
     def _changed(self) -> None:
         self.changes += 1
@@ -372,6 +379,7 @@ class SchedulerCache:
             request,
             labels.get(c.SUBGROUP_LABEL),
             labels.get(c.TASK_PRIORITY_LABEL),
+            spod.ready if spod is not None else None,  # kai-ray.io/ready-timeout reads it
         )
         return PodEntry(
             key=key,
@@ -538,6 +546,13 @@ class SchedulerCache:
             pg.pc_generation = self.pc_generation
         return pg.template
 
+    def set_ray_activity(self, facts: Mapping[str, s.RayActivity]) -> None:
+        """Ray's latest idle/busy answer per pod key (issue 25); pods left out have none."""
+        with self.lock:
+            for key in set(self.ray_activity) ^ set(facts) | {k for k in facts if self.ray_activity.get(k) != facts[k]}:
+                self._touch(key)
+            self.ray_activity = dict(facts)
+
     def clear_overlays(self) -> None:
         with self.lock:
             for key in list(self.assumed) + list(self.evicting):
@@ -558,6 +573,9 @@ class SchedulerCache:
                 spod = replace(spod, phase=s.PodPhase.RUNNING, node=a.node)
             if pkey in self.evicting and spod.phase is s.PodPhase.RUNNING:
                 spod = replace(spod, phase=s.PodPhase.RELEASING)
+            act = self.ray_activity.get(pkey)
+            if act is not None and spod.phase is s.PodPhase.RUNNING:
+                spod = replace(spod, ray_activity=act)
             pods.append(spod)
             if spod.phase is s.PodPhase.RUNNING:
                 active += 1
@@ -651,6 +669,8 @@ class SchedulerCache:
             now=time.time() if now is None else now,
             config=config,
         )
+        if self.dra is not None:
+            snap = self.dra.attach(snap)
         return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending)
 
 
@@ -683,7 +703,14 @@ def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
     meta.pop("resourceVersion", None)
     status = obj.get("status") or {}
     phase = status.get("phase")
-    return (meta, obj.get("spec"), phase if phase in ("Succeeded", "Failed") else None, status.get("startTime"))
+    ready = next((cd.get("status") for cd in status.get("conditions") or [] if cd.get("type") == "Ready"), None)
+    return (
+        meta,
+        obj.get("spec"),
+        phase if phase in ("Succeeded", "Failed") else None,
+        status.get("startTime"),
+        ready,
+    )
 
 
 def _node_sig(n: s.Node) -> tuple[Any, ...]:

@@ -27,10 +27,11 @@ from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import FALLBACK_CODES, ReclaimRecord
 from kai_ray.k8s.scheduling import status as st
-from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
+from kai_ray.k8s.scheduling.cache import PgEntry, PodEntry, SchedulerCache, SnapshotView
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, object_ref, pod_ref, rfc3339
 from kai_ray.k8s.scheduling.resume import is_virtual
-from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus
+from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
+from kai_ray.scheduler.dra import ClaimAllocation
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +75,14 @@ class Dispatch:
     _made_room: dict[str, str] = field(default_factory=dict, init=False)  # job -> the action that evicted for it
     _victim_queues: dict[str, str] = field(default_factory=dict, init=False)  # pod -> queue, while reclaim handles it
     _awaited_victims: set[str] = field(default_factory=set, init=False)  # evicted for pipelined gangs, until gone
+    # DRA: writes the claims' allocation and reservedFor before a bind (kai_ray.k8s.scheduling.dra.reserve)
+    dra_reserve: Callable[[str, str, str, tuple[ClaimAllocation, ...]], None] | None = None
 
     def binds(self, view: SnapshotView, result: CycleResult) -> None:
         """Assume and send the cycle's bindings (pipelined ones wait for their victims to go), and stamp the
         PodGroups of gangs that start."""
         wanted: list[tuple[PodEntry, str, str]] = []
+        claims: dict[str, tuple[ClaimAllocation, ...]] = {}
         for b in result.binds:
             if b.pipelined or is_virtual(b.pod):
                 continue  # waits for its victims to go, or does not exist yet (a suspended gang's)
@@ -87,6 +91,8 @@ class Dispatch:
                 self.metrics.binds.labels("skipped").inc()
                 continue
             wanted.append((p, b.node, b.job))
+            if b.claims:
+                claims[p.key] = b.claims
         if not wanted:
             return
         ok = self.cache.assume_many([(p.key, p.uid, node) for p, node, _ in wanted])
@@ -98,7 +104,7 @@ class Dispatch:
                 continue
             if view.active_before.get(job, 0) == 0:
                 started[job] += 1
-            work.append((f"bind/{p.key}", partial(self._bind, p, node)))
+            work.append((f"bind/{p.key}", partial(self._bind, p, node, claims.get(p.key, ()))))
         for job, n in started.items():
             self._gang_starting(job, n)
         self.last_bind = time.monotonic()
@@ -108,12 +114,21 @@ class Dispatch:
             [self.reporter.annotation_work(job, stamp) for job in started], priority=STATUS_PRIORITY
         )
 
-    def _bind(self, p: PodEntry, node: str) -> None:
+    def _bind(self, p: PodEntry, node: str, claims: tuple[ClaimAllocation, ...] = ()) -> None:
         if not self.is_leader():
             self.cache.forget(p.key, p.uid)
             self.metrics.binds.labels("not_leader").inc()
             return
         t0 = time.time()
+        if claims and self.dra_reserve is not None:  # kube-scheduler's PreBind: claims allocated and reserved
+            try:
+                self.dra_reserve(p.namespace, p.name, p.uid, claims)
+            except ApiError as exc:
+                self.cache.forget(p.key, p.uid)  # scheduled again next cycle, from the claims as they are now
+                self._gang_bound(p.job_key, False)
+                self.metrics.binds.labels("error").inc()
+                log.warning("bind %s -> %s: claims not reserved: %s", p.key, node, exc)
+                return
         if p.created:
             self.metrics.task_scheduling_latency.observe(max(0.0, 1000 * (t0 - p.created)))
         try:
@@ -157,7 +172,9 @@ class Dispatch:
             self.metrics.queue_evictions.labels(queue, e.action.value).inc()
             pg = self.cache.pgs.get(e.job)
             if pg is not None:
-                self.metrics.evicted_pods.labels(pg.name, pg.namespace, pg.uid, st.NODE_POOL, e.action.value).inc()
+                self.metrics.evicted_pods.labels(
+                    pg.name, pg.namespace, pg.uid, self.config.node_pool or st.NODE_POOL, e.action.value
+                ).inc()
             if e.preemptor:
                 self._made_room[e.preemptor] = e.action.value
             by_preemptor[e.preemptor or "?"] += 1
@@ -180,7 +197,23 @@ class Dispatch:
             if pg is not None and ref is not None:
                 self.reporter.write_pg_status(job, st.evicted_status(evs, now))
                 self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))
-            self.reporter.annotate_pg(job, {c.LAST_EVICTION: now})
+            self.reporter.annotate_pg(job, {c.LAST_EVICTION: now, **self._raynative_stamps(pg, evs)})
+
+    def _raynative_stamps(self, pg: PgEntry | None, evs: list[Evict]) -> dict[str, str | None]:
+        """Issue 25: a gang evicted for its ready-timeout waits out the backoff (``kai-ray.io/requeue-after``); a gang
+        with a max-runtime that loses its run keeps the admitted time it had (``kai-ray.io/admitted-seconds``)."""
+        out: dict[str, str | None] = {}
+        if any(e.reason is Reason.READY_TIMEOUT for e in evs):
+            out[c.REQUEUE_AFTER] = rfc3339(time.time() + self.config.ready_timeout_backoff)
+        ann = ((pg.raw.get("metadata") or {}).get("annotations") or {}) if pg is not None else {}
+        start = parse_time(ann.get(c.LAST_START))
+        if c.MAX_RUNTIME in ann and start is not None and any(e.whole_gang for e in evs):
+            try:
+                before = float(ann.get(c.ADMITTED_SECONDS) or 0.0)
+            except ValueError:
+                before = 0.0
+            out[c.ADMITTED_SECONDS] = f"{before + max(0.0, time.time() - start):.0f}"
+        return out
 
     def evict(self, p: PodEntry, e: Evict) -> None:
         """One pod, evicted or deleted (``eviction_mode``); also the interceptors' fallback."""

@@ -18,35 +18,46 @@ kai-ray suspended stays in the snapshot as virtual pending pods and is resumed w
 (:mod:`kai_ray.k8s.scheduling.resume`), and the headroom the Ray autoscaler hook reads is published after cycles,
 rate-limited.
 
-Only the Lease holder runs cycles; informers run on every replica so a new leader starts warm, but it lists again
-before its first cycle so it sees every binding of the previous leader.
+Only the Lease holder runs cycles; informers run on every replica, so a follower's cache is as current as the
+leader's and a new leader schedules at once (warm standby). It must still have seen every binding of the previous
+leader before it binds: a leader stopped gracefully stops its loop, waits for its bindings to be answered and to come
+back through its own watch, and releases the Lease with the pods resourceVersion it has seen; the new leader waits
+until its own pods watch has reached that version (milliseconds; both watch the same stream). A leader that crashed
+is replaced only after its Lease expired, long after its last binding reached every watch. Only an informer whose
+watch is not open, or a release without that note, makes the new leader list again before its first cycle.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from functools import partial
 from typing import Any
 
+from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.k8s.base.events import EventRecorder
 from kai_ray.k8s.base.informer import Informer, wait_all_synced
 from kai_ray.k8s.base.isolate import Quarantine
-from kai_ray.k8s.base.leader import LeaderElector, LeaseConfig
+from kai_ray.k8s.base.leader import HANDOVER_PREFIX, LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import ElasticReclaimer, HeadroomPublisher, ray_owner
+from kai_ray.k8s.scheduling import dra
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, slim_pod
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
+from kai_ray.k8s.scheduling.dra import DraStore, slim_pod_claims
+from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
 from kai_ray.k8s.scheduling.usage import capacity_of, make_source
 from kai_ray.podgrouper import PodgrouperConfig
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
-from kai_ray.scheduler.snapshot import SchedulerConfig
+from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +65,54 @@ COMPONENT = "kai-scheduler"
 REPORT_INTERVAL = 1.0  # seconds between two status reports while bindings are being dispatched
 IDLE_RESYNC = 30.0  # seconds between cycles when every gang is scheduled and nothing changes
 WRITE_HOLDOFF = 0.5  # seconds after the last binding was dispatched before status/Event writes resume
+HANDOVER_PODS_RV = HANDOVER_PREFIX + "pods-resource-version"
+FOLLOWER_BUILD_PERIOD = 1.0  # seconds between two snapshot builds of a follower (keeps the incremental build warm)
+HANDOVER_DRAIN = 5.0  # seconds a leader stopping gracefully waits for its bindings before it releases the Lease
+
+
+def since_process_start() -> float | None:
+    """Seconds since this process started (from /proc; None elsewhere): the cold-start figures are measured from
+    the moment the process exists, so they include the interpreter and every import."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 3)
+
+
+def timed_waits(snap: Snapshot) -> bool:
+    """Whether a clock of issue 25's bounded waits runs for some gang: a bound pod not Ready under a ready-timeout,
+    a max-runtime on a running gang, a requeue backoff. Without one, an idle loop may sleep until a change."""
+    for job in snap.jobs:
+        facts = job.raynative
+        if facts is not None and (facts.max_runtime is not None or facts.backoff_until is not None):
+            return True
+        timeout = facts.ready_timeout if facts is not None and facts.ready_timeout is not None else None
+        if (timeout or snap.config.default_ready_timeout) and any(p.ready is False for p in job.pods):
+            return True
+    return False
 
 
 class SchedulerOperator:
-    """One scheduler replica. ``start()`` returns at once; ``stop()`` ends every thread it started."""
+    """One scheduler replica. ``start()`` returns at once; ``stop()`` ends every thread it started.
+
+    ``startup`` records, in seconds since the process started, when the replica was built (interpreter, imports,
+    the runtime's start-up), its informers had listed, it began to lead and its first cycle as leader ended; the
+    liveness probe reports it, ``kai-ray bench failover`` reads it."""
 
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
+        self.startup: dict[str, float | None] = {"built": since_process_start()}
         self.config = config.validate()
         self._owns_kube = kube is None
         self.kube = kube or Kube.connect(
             config.kubeconfig, config.context, pool_size=config.bind_workers + config.write_workers + 12
         )
         self.metrics = SchedulerMetrics()
+        if config.node_pool:  # one process per pool: every series of this target belongs to it
+            self.metrics.registry.set_target_info({"node_pool": config.node_pool})
         self.cache = SchedulerCache(config, on_change=self.wake)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -102,6 +149,11 @@ class SchedulerOperator:
             interceptors=self.eviction_interceptors,
             is_leader=self.is_leader,
         )
+        # Dynamic Resource Allocation: devices and claims join the snapshot; a deleted pod's claims are released
+        self.dra = DraStore(self.wake)
+        self.cache.dra = self.dra
+        self.dispatch.dra_reserve = partial(dra.reserve, self.kube)
+        self.dra.release = self._release_claims
         self.reclaimer: ElasticReclaimer | None = None
         if config.elastic_reclaim or config.suspend_kinds:
             self.reclaimer = ElasticReclaimer(
@@ -141,6 +193,9 @@ class SchedulerOperator:
                 lambda key, work: self.writer.submit(key, work, priority=STATUS_PRIORITY),
                 templates=self.gangs.probe_templates if self.gangs is not None else None,
             )
+        self.ray_activity: RayActivityPoller | None = None
+        if config.ray_activity_interval > 0 and config.idle_aware_victims:
+            self.ray_activity = RayActivityPoller(self.kube, self.cache, config.ray_activity_interval, self.is_leader)
         self.informers = self._informers()
         self.elector: LeaderElector | None = None
         if config.leader_elect:
@@ -154,6 +209,7 @@ class SchedulerOperator:
                 on_stop=self._on_deposed,
             )
         self.last_cycle: float = 0.0
+        self._follower_built = 0.0
         self._last_cycle_seconds = 0.0
         self._last_report = 0.0
         self.last_result: CycleResult | None = None
@@ -163,17 +219,28 @@ class SchedulerOperator:
 
     def _informers(self) -> list[Informer]:
         cfg = self.config
-        node_sel = ",".join(f"{k}={v}" for k, v in sorted(cfg.node_selector.items())) or None
+        pool = cfg.pool_selector()
+        node_sel = ",".join([*(f"{k}={v}" for k, v in sorted(cfg.node_selector.items())), *([pool] if pool else [])])
         infs = [
-            Informer(self.kube, "/api/v1/nodes", name="nodes", handler=self.cache.on_node, label_selector=node_sel),
+            Informer(
+                self.kube, "/api/v1/nodes", name="nodes", handler=self.cache.on_node, label_selector=node_sel or None
+            ),
             Informer(
                 self.kube,
                 "/apis/scheduling.k8s.io/v1/priorityclasses",
                 name="priorityclasses",
                 handler=self.cache.on_priority_class,
             ),
-            Informer(self.kube, queues_path(), name="queues", handler=self.cache.on_queue, missing_ok=True),
-            Informer(self.kube, pods_path(), name="pods", handler=self.cache.on_pod, transform=slim_pod),
+            Informer(
+                self.kube,
+                queues_path(),
+                name="queues",
+                handler=self.cache.on_queue,
+                missing_ok=True,
+                label_selector=pool,
+            ),
+            Informer(self.kube, pods_path(), name="pods", handler=self._on_pod, transform=_slim_pod),
+            *self.dra.informers(self.kube),
         ]
         for ns in cfg.namespaces or (None,):
             infs.append(
@@ -183,11 +250,21 @@ class SchedulerOperator:
                     name=f"podgroups-{ns or 'all'}",
                     handler=self.cache.on_podgroup,
                     missing_ok=True,
+                    label_selector=pool,
                 )
             )
         if self.gangs is not None:
             infs.extend(self.gangs.informers)
         return infs
+
+    def _on_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
+        self.dra.on_pod(event, key, obj)
+        self.cache.on_pod(event, key, obj)
+
+    def _release_claims(self, pod: ApiPod) -> None:
+        if self.is_leader():
+            key = f"release-claims/{pod.metadata.namespace}/{pod.metadata.name}"
+            self.writer.submit(key, partial(dra.release, self.kube, pod), priority=STATUS_PRIORITY)
 
     def start(self) -> SchedulerOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)
@@ -199,6 +276,8 @@ class SchedulerOperator:
             self.usage.start()
         self._loop_thread = threading.Thread(target=self._loop, name="scheduler-loop", daemon=True)
         self._loop_thread.start()
+        if self.ray_activity is not None:
+            self.ray_activity.start()
         if self.elector is not None:
             self.elector.start()
         else:
@@ -210,10 +289,13 @@ class SchedulerOperator:
         self._stop.set()
         self._leading.clear()
         self._wake.set()
-        if self.elector is not None:
-            self.elector.stop(release=release)
         if self._loop_thread is not None:
             self._loop_thread.join(10)
+        if self.elector is not None:
+            handover = self._drain() if release and self.elector.is_leader() else None
+            self.elector.stop(release=release, handover=handover)
+        if self.ray_activity is not None:
+            self.ray_activity.stop()
         self.binder.stop()
         self.writer.stop()
         if self.usage is not None:
@@ -225,6 +307,46 @@ class SchedulerOperator:
         if self._owns_kube:
             self.kube.reachability.close()  # its prober, if the server was unreachable
         self.metrics.close()
+
+    def _drain(self) -> dict[str, str] | None:
+        """Before a graceful release: let the bindings already sent be answered and come back through the pods
+        watch, then name the pods resourceVersion seen, so the next leader knows how far it must have read."""
+        deadline = time.monotonic() + HANDOVER_DRAIN
+        self.binder.wait_idle(HANDOVER_DRAIN)
+        while self.cache.inflight() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pods = self._informer("pods")
+        if self.cache.inflight() or pods is None or not pods.resource_version:
+            return None  # the next leader lists again
+        return {HANDOVER_PODS_RV: pods.resource_version}
+
+    def _record_synced(self) -> None:
+        if "synced" not in self.startup:
+            self.startup["synced"] = since_process_start()
+            self.startup.update({f"list_{inf.name}_seconds": inf.list_seconds for inf in self.informers})
+
+    def _informer(self, name: str) -> Informer | None:
+        return next((inf for inf in self.informers if inf.name == name), None)
+
+    def _catch_up(self, elector: LeaderElector) -> bool:
+        """Before the first cycle as leader: make sure the cache holds every binding of the previous leader (see the
+        module docstring). False when this replica stopped or lost the Lease meanwhile."""
+        pods = self._informer("pods")
+        rv = elector.handover.get(HANDOVER_PODS_RV)
+        stale = []
+        for inf in self.informers:
+            if inf.missing or not (inf is pods or inf.name.startswith("podgroups")):
+                continue
+            if inf is pods and rv is not None and inf.wait_for_version(rv, 2.0):
+                continue  # seen everything the previous leader had seen after its last binding
+            if (inf is pods and elector.took_released) or not inf.watching.wait(2.0):
+                stale.append(inf)  # a release without a note, or a watch that is not open (just listed: opening)
+        for inf in stale:
+            while not inf.relist(30.0):
+                if self._stop.is_set() or not elector.is_leader():
+                    return False
+                log.warning("%s: fresh list after election is taking long; still waiting", inf.name)
+        return True
 
     def _writes_may_go(self) -> bool:
         """Status and Events wait while bindings are being sent (a burst of arrivals is scheduled first)."""
@@ -242,7 +364,13 @@ class SchedulerOperator:
     def health(self) -> dict[str, Any]:
         """For the liveness probe: raises when the loop is stuck while leading."""
         age = time.monotonic() - self.last_cycle if self.last_cycle else None
-        info = {"leader": self.is_leader(), "synced": self.synced(), "cycles": self.cycles, "last_cycle_age": age}
+        info = {
+            "leader": self.is_leader(),
+            "synced": self.synced(),
+            "cycles": self.cycles,
+            "last_cycle_age": age,
+            "startup": self.startup,
+        }
         limit = 30.0 + 10 * self.config.schedule_period
         if self.is_leader() and age is not None and age > limit:
             raise RuntimeError(f"no scheduling cycle for {age:.0f}s")
@@ -252,17 +380,14 @@ class SchedulerOperator:
         def begin() -> None:
             if not wait_all_synced(self.informers, self._stop):
                 return
-            if self.elector is not None:
-                # See every write of the previous leader before acting (its watch events may still be in flight).
-                for inf in self.informers:
-                    if inf.name == "pods" or inf.name.startswith("podgroups"):
-                        while not inf.relist(30.0):
-                            if self._stop.is_set() or not self.elector.is_leader():
-                                return
-                            log.warning("%s: fresh list after election is taking long; still waiting", inf.name)
+            self._record_synced()
+            if self.elector is not None and not self._catch_up(self.elector):
+                return
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
                 return
             self._leading.set()
+            self.startup["leading"] = since_process_start()
+            self.startup.pop("first_cycle", None)
             self.metrics.leader.labels("scheduler").set(1)
             self.metrics.leader_transitions.labels("scheduler").inc()
             log.info("scheduling as %s", self.config.identity)
@@ -292,6 +417,11 @@ class SchedulerOperator:
             queue_priority_in_quota_reclaim=cfg.queue_priority_reclaim,
             default_preemption_delay=cfg.preemption_delay,
             k_value=cfg.k_value,
+            idle_aware_victims=cfg.idle_aware_victims,
+            checkpoint_aware_victims=cfg.checkpoint_aware_victims,
+            default_ready_timeout=cfg.ready_timeout or None,
+            ready_timeout_backoff=cfg.ready_timeout_backoff,
+            upgrade_surge=cfg.upgrade_surge,
         )
 
     def _loop(self) -> None:
@@ -303,11 +433,25 @@ class SchedulerOperator:
                 self._settle()
             self._wake.clear()
             if not self._leading.is_set():
+                self._follow()
                 continue
             try:
                 self.run_once()
             except Exception:
                 log.exception("scheduling cycle failed; next cycle continues")
+
+    def _follow(self) -> None:
+        """A follower builds the snapshot now and then and throws it away: the build is incremental (job templates
+        and jobs are rebuilt only when they change), so the first cycle after a takeover starts from a warm cache
+        instead of building every job at once."""
+        if time.monotonic() - self._follower_built < FOLLOWER_BUILD_PERIOD or not self.synced():
+            return
+        self._record_synced()
+        try:
+            self.cache.build(self.core_config())
+        except Exception:
+            log.exception("building the snapshot as a follower failed; the next try repeats it")
+        self._follower_built = time.monotonic()
 
     def _job_version(self, key: str) -> Any:
         """What a quarantined job must change to be tried again: its PodGroup or its set of pods."""
@@ -337,6 +481,8 @@ class SchedulerOperator:
             if quiet and time.monotonic() >= earliest:
                 return
 
+    _timed_waits = False  # a running gang waits on a ready-timeout or max-runtime clock: keep the periodic cycle
+
     def _period(self) -> float:
         """Seconds until the next periodic cycle when nothing changes.
 
@@ -347,7 +493,7 @@ class SchedulerOperator:
         """
         r = self.last_result
         busy = r is None or r.binds or r.evictions or any(not j.scheduled for j in r.jobs.values())
-        if not busy:
+        if not busy and not self._timed_waits:
             return IDLE_RESYNC
         return max(self.config.schedule_period, 4 * self._last_cycle_seconds)
 
@@ -360,6 +506,7 @@ class SchedulerOperator:
             with self.cache.lock:
                 statuses = {name: q.raw.get("status") or {} for name, q in self.cache.queues.items()}
             view.snapshot.usage = self.usage.before_cycle(time.time(), statuses)
+        self._timed_waits = timed_waits(view.snapshot)
         t1 = time.perf_counter()
         result = self.quarantine.run(view.snapshot)
         t2 = time.perf_counter()
@@ -390,6 +537,10 @@ class SchedulerOperator:
         self._last_cycle_seconds = t4 - t0
         self.last_result = result
         self.reporter.record_cycle(view, result, (t0, t1, t2, t3, t4))
+        if leading and "first_cycle" not in self.startup:
+            self.startup["first_cycle"] = since_process_start()
+            self.startup["first_cycle_seconds"] = round(t4 - t0, 3)
+            log.info("first cycle as leader: %s", self.startup)
         return result
 
     # --- what the Ray-aware reclaim reads from the cache ---------------------------------------------------------
@@ -401,3 +552,7 @@ class SchedulerOperator:
     def _cached_owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
         pg = self.cache.pgs.get(f"{namespace}/{podgroup}")
         return ray_owner(pg.raw) if pg is not None else None
+
+
+def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    return slim_pod_claims(obj, slim_pod(obj))

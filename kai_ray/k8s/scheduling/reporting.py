@@ -207,7 +207,7 @@ class Reporter:
         stored = _condition(current, st.SCHEDULED)
         if stored is not None and stored.get("reason") == v.reason.value and stored.get("message") == v.message:
             return  # already says so (e.g. written by the previous leader)
-        self.write_pg_status(key, st.podgroup_status(current, v, iso))
+        self.write_pg_status(key, st.podgroup_status(current, v, iso, node_pool=self.config.node_pool or st.NODE_POOL))
         if written:
             return  # a message refresh: Events are for transitions
         ref = object_ref("PodGroup", pg.raw)
@@ -216,12 +216,34 @@ class Reporter:
                 self.events.emit(ref, NORMAL, v.reason.value, v.message)
         else:
             self.events.emit(ref, WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+            self._ray_owner_event(pg.raw, v)
             if v.reason is Reason.INVALID:
                 self.metrics.findings.labels("PodGroup").inc()
             if pg.model is not None and pg.model.spec.mark_unschedulable:
                 for p in members(key):
                     if not p.node:
                         self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+
+    def _ray_owner_event(self, raw: dict[str, Any], v: JobStatus) -> None:
+        """Issue 25: what the Ray object's owner must see on the object itself (a RayService whose upgrade surge cannot
+        start, a gang past its kai-ray.io/max-pending-time), as a Warning Event on the PodGroup's Ray owner."""
+        reason = None
+        if v.details.get("upgradeSurgeOf"):
+            reason = "UpgradeSurgeBlocked"
+        elif v.details.get("maxPendingExceeded"):
+            reason = "MaxPendingTimeExceeded"
+        meta = raw.get("metadata") or {}
+        owner = next(iter(meta.get("ownerReferences") or []), None)
+        if reason is None or owner is None or owner.get("kind") not in ("RayCluster", "RayJob", "RayService"):
+            return
+        ref = {
+            "apiVersion": owner.get("apiVersion", "ray.io/v1"),
+            "kind": owner["kind"],
+            "name": owner.get("name", ""),
+            "namespace": meta.get("namespace", ""),
+            "uid": owner.get("uid", ""),
+        }
+        self.events.emit(ref, WARNING, reason, v.message)
 
     def _persist_stale_since(self, key: str, model: PodGroup | None, v: JobStatus) -> None:
         """Keep ``kai.scheduler/stale-podgroup-timestamp`` in step with the core, which restarts the stale-gang

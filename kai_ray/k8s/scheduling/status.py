@@ -89,6 +89,7 @@ def podgroup_status(
     verdict: JobStatus,
     now: str,
     counts: dict[str, int] | None = None,
+    node_pool: str = NODE_POOL,
 ) -> dict[str, Any]:
     """The status change for one cycle's verdict: the ``Scheduled`` condition (its transition time kept while the
     verdict is unchanged), ``phase`` and KAI's ``schedulingConditions``. Other conditions are left alone."""
@@ -106,12 +107,12 @@ def podgroup_status(
         qd = queue_details(verdict.details)
         if qd is not None:
             explanation["details"] = {"queueDetails": qd}
-        old = next((sc for sc in current.get("schedulingConditions") or [] if sc.get("nodePool") == NODE_POOL), None)
+        old = next((sc for sc in current.get("schedulingConditions") or [] if sc.get("nodePool") == node_pool), None)
         same = old is not None and [r.get("reason") for r in old.get("reasons") or []] == [reason]
         status["schedulingConditions"] = [
             {
                 "type": "UnschedulableOnNodePool",
-                "nodePool": NODE_POOL,
+                "nodePool": node_pool,
                 "status": "True",
                 "reason": "Unschedulable",
                 "message": verdict.message,

@@ -34,12 +34,14 @@ class ClusterView:
     owners: dict[str, str]  # job key -> "Kind/name" of the PodGroup's owner
 
 
-def list_all(kube: Kube, path: str) -> list[dict[str, Any]]:
-    """Every object of a collection, page by page."""
+def list_all(kube: Kube, path: str, selector: str | None = None) -> list[dict[str, Any]]:
+    """Every object of a collection (with labels matching ``selector``), page by page."""
     items: list[dict[str, Any]] = []
     cont = ""
     while True:
-        page = kube.request("GET", path, query={"limit": PAGE, "continue": cont or None}, timeout=120.0)
+        page = kube.request(
+            "GET", path, query={"limit": PAGE, "continue": cont or None, "labelSelector": selector}, timeout=120.0
+        )
         items.extend(page.get("items") or [])
         cont = ((page.get("metadata") or {}).get("continue")) or ""
         if not cont:
@@ -113,21 +115,30 @@ def verdict(status: dict[str, Any] | None) -> Verdict | None:
 
 
 def cluster_view(
-    kube: Kube, scheduler_name: str = c.SCHEDULER_NAME, config: SchedulerConfig | None = None
+    kube: Kube,
+    scheduler_name: str = c.SCHEDULER_NAME,
+    config: SchedulerConfig | None = None,
+    node_pool: str = "",
+    node_pool_label_key: str = c.NODE_POOL_LABEL,
 ) -> ClusterView:
-    """List nodes, PriorityClasses, Queues, pods and PodGroups once; raises ApiError if any list fails."""
-    cache = SchedulerCache(OperatorConfig(scheduler_name=scheduler_name, leader_elect=False))
-    for obj in list_all(kube, "/api/v1/nodes"):
+    """List nodes, PriorityClasses, Queues, pods and PodGroups once (of one node pool: what its scheduler sees);
+    raises ApiError if any list fails."""
+    op = OperatorConfig(
+        scheduler_name=scheduler_name, leader_elect=False, node_pool=node_pool, node_pool_label_key=node_pool_label_key
+    ).validate()
+    pool = op.pool_selector()
+    cache = SchedulerCache(op)
+    for obj in list_all(kube, "/api/v1/nodes", pool):
         cache.on_node(UPSERT, object_key(obj), obj)
     for obj in list_all(kube, "/apis/scheduling.k8s.io/v1/priorityclasses"):
         cache.on_priority_class(UPSERT, object_key(obj), obj)
-    queues = list_all(kube, queues_path())
+    queues = list_all(kube, queues_path(), pool)
     for obj in queues:
         cache.on_queue(UPSERT, object_key(obj), slim(obj))
     for obj in list_all(kube, pods_path()):
         obj = slim_pod(obj)
         cache.on_pod(UPSERT, object_key(obj), obj)
-    podgroups = list_all(kube, podgroups_path())
+    podgroups = list_all(kube, podgroups_path(), pool)
     for obj in podgroups:
         cache.on_podgroup(UPSERT, object_key(obj), slim(obj))
     view = cache.build(config or SchedulerConfig())

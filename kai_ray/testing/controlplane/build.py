@@ -3,9 +3,13 @@
 Why a build and not a download: release pages are unreachable here, but the Go module proxy is. Each binary is
 built once and cached under ``~/.cache/kai-ray/bin/<name>-<version>-<go>`` so that a warm run costs a stat call.
 
-kube-apiserver cannot be ``go install``-ed (``k8s.io/kubernetes`` maps its staging modules with ``replace``), so it
-is built from a small generated wrapper module whose replace list is read from upstream's go.mod through the proxy.
-etcd's server module replaces its siblings with relative paths, so it gets a wrapper too. The rest install directly.
+The Kubernetes components cannot be ``go install``-ed (``k8s.io/kubernetes`` maps its staging modules with
+``replace``), so they are built from a small generated wrapper module whose replace list is read from upstream's go.mod
+through the proxy. kube-apiserver, kubelet, kube-controller-manager, kube-proxy and kube-scheduler are ONE multi-call
+binary ``kube`` (as hyperkube and k3s do): it dispatches on the name it is called by (the cache holds a symlink per
+component) or on its first argument, so the packages they share are compiled and linked once and the real-node lane
+adds little to the apiserver's build. etcd's server module replaces its siblings with relative paths, so it gets a
+wrapper too. The rest install directly or build inside a copy of their module.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v4.2.4"
 KUBERAY_VERSION = "v1.6.1"  # v1.7.0 is answered 403 "not available" by the module proxy here
 
+COREDNS_VERSION = "v1.15.0"  # the module proxy's latest here (v1.14.3 .. v1.15.0 listed)
 KAI_VERSION = "v0.12.0"  # the only KAI tag the module proxy serves here (later tags and @v/list answer 403)
 
 KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
@@ -111,9 +116,13 @@ class Binary:
     module: str = ""
     package: str = ""
     ldflags: list[str] = field(default_factory=list)
+    commands: tuple[str, ...] = ()  # a multi-call binary's names, each a symlink beside it in the cache
 
     def key(self) -> str:
-        digest = hashlib.sha256(json.dumps([self.module, self.package, self.ldflags, self.build]).encode()).hexdigest()
+        parts = [self.module, self.package, self.ldflags, self.build]
+        if self.commands:  # a multi-call binary: its generated main too
+            parts += [list(self.commands), hashlib.sha256(KUBE_MAIN.encode()).hexdigest()]
+        digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
         return f"{self.name}-{self.version}-{go_version()}-{digest[:8]}"
 
     def path(self) -> Path:
@@ -134,15 +143,26 @@ def _kube_ldflags() -> list[str]:
     ]
 
 
+KUBE_COMMANDS = ("kube-apiserver", "kubelet", "kube-controller-manager", "kube-proxy", "kube-scheduler")
+
 BINARIES: dict[str, Binary] = {
     "etcd": Binary("etcd", ETCD_VERSION, "etcd", module="go.etcd.io/etcd/server/v3"),
     "kwok": Binary("kwok", KWOK_VERSION, "install", module=KWOK_MODULE, package=f"{KWOK_MODULE}/cmd/kwok"),
-    "kube-apiserver": Binary(
-        "kube-apiserver", K8S_VERSION, "kube", module="k8s.io/kubernetes", ldflags=_kube_ldflags()
+    "kube": Binary(
+        "kube", K8S_VERSION, "kube", module="k8s.io/kubernetes", ldflags=_kube_ldflags(), commands=KUBE_COMMANDS
     ),
     "helm": Binary("helm", HELM_VERSION, "install", module="helm.sh/helm/v4", package="helm.sh/helm/v4/cmd/helm"),
     # Not "install": go install reads the module's @v/list for deprecations, which this proxy answers 403.
     "kuberay-operator": Binary("kuberay-operator", KUBERAY_VERSION, "source", module=KUBERAY_MODULE, package="."),
+}
+
+# The names the multi-call binary answers to: ``ensure("kubelet")`` builds ``kube`` and returns its kubelet link.
+ALIASES: dict[str, str] = dict.fromkeys(KUBE_COMMANDS, "kube")
+
+# The real-node lane's cluster DNS (tests/realnode): built when that lane first starts, not by default, because the
+# KWOK-only path never needs it (CI runs the lane, so CI builds it there).
+REALNODE: dict[str, Binary] = {
+    "coredns": Binary("coredns", COREDNS_VERSION, "source", module="github.com/coredns/coredns", package="."),
 }
 
 # Only ``kai-ray bench vs-kai`` runs KAI's own scheduler and binder: built on its first use, never by default (CI and
@@ -155,18 +175,52 @@ OPTIONAL: dict[str, Binary] = {
 KUBE_MAIN = """package main
 
 import (
+\t"fmt"
 \t"os"
+\t"path/filepath"
+\t"sort"
 \t_ "time/tzdata"
 
+\t"github.com/spf13/cobra"
 \t"k8s.io/component-base/cli"
 \t_ "k8s.io/component-base/logs/json/register"
 \t_ "k8s.io/component-base/metrics/prometheus/clientgo"
 \t_ "k8s.io/component-base/metrics/prometheus/version"
-\t"k8s.io/kubernetes/cmd/kube-apiserver/app"
+\tapiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+\tcontrollermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+\tproxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+\tscheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+\tkubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
+var commands = map[string]func() *cobra.Command{
+\t"kube-apiserver":          apiserver.NewAPIServerCommand,
+\t"kubelet":                 kubelet.NewKubeletCommand,
+\t"kube-controller-manager": controllermanager.NewControllerManagerCommand,
+\t"kube-proxy":              proxy.NewProxyCommand,
+\t"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+}
+
+func names() []string {
+\tall := []string{}
+\tfor name := range commands {
+\t\tall = append(all, name)
+\t}
+\tsort.Strings(all)
+\treturn all
+}
+
 func main() {
-\tos.Exit(cli.Run(app.NewAPIServerCommand()))
+\tname := filepath.Base(os.Args[0])
+\tif _, ok := commands[name]; !ok && len(os.Args) > 1 {
+\t\tname, os.Args = os.Args[1], os.Args[1:]
+\t}
+\tnewCommand, ok := commands[name]
+\tif !ok {
+\t\tfmt.Fprintln(os.Stderr, "usage: kube COMMAND [flags]; a COMMAND is one of", names())
+\t\tos.Exit(2)
+\t}
+\tos.Exit(cli.Run(newCommand()))
 }
 """
 
@@ -238,35 +292,52 @@ def _build_source(b: Binary, work: Path, out: Path) -> None:
     _run(["go", "build", "-o", str(out), "-ldflags", "-s -w", b.package or "."], cwd=src)
 
 
+def binary(name: str) -> Binary:
+    """The recipe for ``name`` (a multi-call binary's command name resolves to that binary)."""
+    name = ALIASES.get(name, name)
+    for table in (BINARIES, REALNODE, OPTIONAL):
+        if name in table:
+            return table[name]
+    raise KeyError(name)
+
+
 def ensure(name: str, log: bool = True) -> Path:
-    """Return the cached binary, building it first if missing."""
-    b = BINARIES[name] if name in BINARIES else OPTIONAL[name]
+    """Return the cached binary, building it first if missing (for a command of ``kube``: its symlink)."""
+    b = binary(name)
     target = b.path()
     if target.exists():
-        return target
+        return target.parent / name if name in b.commands else target
     target.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     if log:
-        print(f"[kai-ray] building {name} {b.version} (cold)...", file=sys.stderr, flush=True)
+        print(f"[kai-ray] building {b.name} {b.version} (cold)...", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix=f"kai-ray-{name}-") as tmp:
         work = Path(tmp)
         partial = target.with_suffix(".partial")
         {"kube": _build_kube, "etcd": _build_etcd, "install": _build_install, "source": _build_source}[b.build](
             b, work, partial
         )
+        for command in b.commands:
+            link = target.parent / command
+            link.unlink(missing_ok=True)
+            link.symlink_to(b.name)
         partial.rename(target)
     if log:
-        print(f"[kai-ray] built {name} in {time.monotonic() - start:.0f}s -> {target}", file=sys.stderr, flush=True)
-    return target
+        print(f"[kai-ray] built {b.name} in {time.monotonic() - start:.0f}s -> {target}", file=sys.stderr, flush=True)
+    return target.parent / name if name in b.commands else target
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "names", nargs="*", default=list(BINARIES), help=f"binaries to build (default: all but {', '.join(OPTIONAL)})"
+        "names",
+        nargs="*",
+        default=list(BINARIES),
+        help=f"binaries to build (default: all but {', '.join([*REALNODE, *OPTIONAL])})",
     )
     args = parser.parse_args(argv)
-    unknown = [n for n in args.names if n not in BINARIES and n not in OPTIONAL]
+    known = {*BINARIES, *ALIASES, *REALNODE, *OPTIONAL}
+    unknown = [n for n in args.names if n not in known]
     if unknown:
         parser.error(f"unknown binaries: {', '.join(unknown)}")
     try:

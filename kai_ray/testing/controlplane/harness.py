@@ -144,10 +144,10 @@ def _sweep_stale_workdirs() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (the OS may hand it out again; callers start promptly)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A currently free TCP port on ``host`` (the OS may hand it out again; callers start promptly)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -314,10 +314,13 @@ class ControlPlane:
     """
 
     kwok: bool = True
+    host: str = "127.0.0.1"  # where the apiserver binds and advertises (a real node's bridge IP, so pods reach it)
     startup_timeout: float = 180.0
     workdir: Path | None = None
     keep_workdir: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_KEEP_CONTROLPLANE") == "1")
     apiserver_extra_args: list[str] = field(default_factory=list)
+    # Without a controller-manager no ServiceAccount exists, so its admission plugin is off unless a real node runs one.
+    disabled_admission: tuple[str, ...] = ("ServiceAccount", "TaintNodesByCondition")
     kwok_log_level: str = field(default_factory=lambda: os.environ.get("KAI_RAY_KWOK_LOG_LEVEL", "WARN"))
     crds: Sequence[Path | str] = field(default_factory=list)
     seed_cache: bool = field(default_factory=lambda: os.environ.get("KAI_RAY_NO_ETCD_SEED") != "1")
@@ -358,7 +361,7 @@ class ControlPlane:
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:
-            self._pki = pki.generate(self.workdir / "pki")
+            self._pki = pki.generate(self.workdir / "pki", extra_ips=(self.host,))
             self.token = secrets.token_hex(24)
             (self.workdir / "tokens.csv").write_text(f'{self.token},{ADMIN_USER},uid-{ADMIN_USER},"system:masters"\n')
             (self.workdir / "tokens.csv").chmod(0o600)
@@ -454,19 +457,22 @@ class ControlPlane:
 
     def _start_apiserver(self, binary: Path) -> None:
         assert self.workdir is not None and self._pki is not None
-        self.apiserver_port = free_port()
+        self.apiserver_port = free_port(self.host)
         p = self._pki
         argv = [
             str(binary),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--etcd-prefix=/registry",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.host}",
+            f"--advertise-address={self.host}",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.workdir / 'pki'}",
             f"--tls-cert-file={p.serving_cert}",
             f"--tls-private-key-file={p.serving_key}",
             f"--client-ca-file={p.ca_cert}",
+            f"--kubelet-client-certificate={p.kubelet_client_cert}",
+            f"--kubelet-client-key={p.kubelet_client_key}",
+            "--kubelet-preferred-address-types=InternalIP",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -474,13 +480,17 @@ class ControlPlane:
             f"--service-account-signing-key-file={p.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            f"--disable-admission-plugins={','.join(self.disabled_admission)}",
             "--enable-priority-and-fairness=false",
             "--max-requests-inflight=0",
             "--max-mutating-requests-inflight=0",
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
+            # Dynamic Resource Allocation is beta (off by default) in 1.33: the gate keeps pods' spec.resourceClaims,
+            # the runtime config serves resource.k8s.io (v1beta1, read by kai-ray; v1beta2 for newer clients)
+            "--feature-gates=DynamicResourceAllocation=true",
+            "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
             *self.apiserver_extra_args,
         ]
         comp = self._spawn("kube-apiserver", argv)
@@ -596,7 +606,7 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        return f"https://{self.host}:{self.apiserver_port}"
 
     @property
     def ca_path(self) -> Path:

@@ -33,6 +33,8 @@ class Pki:
     serving_key: Path
     sa_key: Path
     sa_pub: Path
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
@@ -49,8 +51,10 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def generate(directory: Path, days: int = 7) -> Pki:
-    """Write a CA, a serving cert (SANs 127.0.0.1, localhost, 10.0.0.1) and an RSA SA key pair into ``directory``."""
+def generate(directory: Path, days: int = 7, extra_ips: tuple[str, ...] = ()) -> Pki:
+    """Write a CA, a serving cert (SANs 127.0.0.1, localhost, 10.0.0.1 and ``extra_ips``), the apiserver's client
+    cert for kubelets (``system:masters``: what ``kubectl logs``/``exec`` go through on a real node) and an RSA SA key
+    pair into ``directory``."""
     try:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
@@ -92,7 +96,8 @@ def generate(directory: Path, days: int = 7) -> Pki:
     )
 
     srv_key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVING_IPS]
+    ips = dict.fromkeys((*SERVING_IPS, *extra_ips))
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
     sans += [x509.DNSName(name) for name in SERVING_DNS]
     srv_cert = (
         x509.CertificateBuilder()
@@ -112,6 +117,27 @@ def generate(directory: Path, days: int = 7) -> Pki:
         .sign(ca_key, hashes.SHA256())
     )
 
+    kc_key = ec.generate_private_key(ec.SECP256R1())
+    kc_cert = (
+        x509.CertificateBuilder()
+        .subject_name(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
+                ]
+            )
+        )
+        .issuer_name(ca_name)
+        .public_key(kc_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     sa_pub = sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -124,4 +150,6 @@ def generate(directory: Path, days: int = 7) -> Pki:
         serving_key=_write(directory / "serving.key", _pem_key(srv_key)),
         sa_key=_write(directory / "sa.key", _pem_key(sa_key)),
         sa_pub=_write(directory / "sa.pub", sa_pub),
+        kubelet_client_cert=_write(directory / "kubelet-client.crt", kc_cert.public_bytes(serialization.Encoding.PEM)),
+        kubelet_client_key=_write(directory / "kubelet-client.key", _pem_key(kc_key)),
     )

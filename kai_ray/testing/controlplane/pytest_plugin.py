@@ -11,7 +11,8 @@
   :meth:`ControlPlane.create_gpu_nodes`; the nodes are deleted after the test.
 
 Every test that uses ``control_plane`` (directly or through another fixture) gets the ``controlplane`` marker, so
-``pytest -m "not controlplane"`` runs the rest without building or starting anything.
+``pytest -m "not controlplane"`` runs the rest without building or starting anything. Tests marked ``realnode``
+(``tests/realnode``: a real kubelet + containerd node) run last.
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ from kai_ray.testing.controlplane.harness import ControlPlane, kuberay_crd_files
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the control plane's users ``controlplane``, and run the ``realnode`` lane after everything else: it is
+    the slowest, and the KWOK tests should report first."""
     for item in items:
         if "control_plane" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.controlplane)
+    items.sort(key=lambda item: item.get_closest_marker("realnode") is not None)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,119 @@
+"""Bounded waits (kai-ray, issue 25): no Ray workload holds GPUs half-started, waits unseen, or runs without end.
+
+* ``kai-ray.io/ready-timeout`` (``RayNativeFacts.ready_timeout``, else ``SchedulerConfig.default_ready_timeout``;
+  off by default): a gang whose pods are bound but not all Ready that long after it was bound is evicted whole, and
+  the adapter requeues it with ``backoff_until``. KAI's stale-gang eviction covers only gangs whose pods *died*; an
+  image that never pulls or a Ray head that never joins keeps a gang bound, unready and holding GPUs forever.
+* ``kai-ray.io/max-runtime``: a gang admitted that long (earlier runs included, ``admitted_seconds``) is evicted
+  whole and never placed again; the adapter suspends its RayJob (Kueue's maximum execution time).
+* ``kai-ray.io/max-pending-time``: a pending gang past it keeps its blocking reason; its status says so
+  (``details.maxPendingExceeded``) and the adapter raises a condition and Event, and suspends or marks the Ray object
+  when asked.
+
+Pure functions of the snapshot; ``hold`` runs when the session opens, ``evict_overdue`` with stale-gang eviction,
+``annotate`` on the finished result.
+"""
+
+from __future__ import annotations
+
+from kai_ray.durations import span
+from kai_ray.scheduler.allocation import upgrade_surge_of
+from kai_ray.scheduler.decisions import Action, CycleResult, JobStatus, Reason
+from kai_ray.scheduler.session import ACTIVE, EvictInfo, JobInfo, Session
+
+
+def hold(ses: Session) -> None:
+    """Pending gangs that must not be placed now: inside their ready-timeout backoff, or past their max-runtime."""
+    for job in ses.jobs:
+        facts = job.spec.raynative
+        if facts is None or job.n_active > 0 or job.invalid is not None:
+            continue
+        if facts.backoff_until is not None and ses.now < facts.backoff_until:
+            job.invalid = (
+                Reason.READY_TIMEOUT_BACKOFF,
+                f"evicted after its ready-timeout; placed again in {span(facts.backoff_until - ses.now)}",
+            )
+        elif facts.max_runtime is not None and (facts.admitted_seconds or 0.0) >= facts.max_runtime:
+            job.invalid = (
+                Reason.MAX_RUNTIME_EXCEEDED,
+                f"admitted {span(facts.admitted_seconds or 0.0)}, its max-runtime "
+                f"{span(facts.max_runtime)}: stopped, not placed again",
+            )
+
+
+def _ready_timeout(ses: Session, job: JobInfo) -> float | None:
+    facts = job.spec.raynative
+    if facts is not None and facts.ready_timeout is not None:
+        return facts.ready_timeout if facts.ready_timeout > 0 else None
+    return ses.cfg.default_ready_timeout
+
+
+def evict_overdue(ses: Session) -> None:
+    """Evict whole the running gangs past their ready-timeout or max-runtime."""
+    st = ses.p_status
+    for job in ses.jobs:
+        if job.n_active == 0 or not job.min_satisfied():
+            continue
+        active = [p for p in job.pods if st[p] in ACTIVE]
+        facts = job.spec.raynative
+        start = job.spec.last_start
+        msg = reason = None
+        timeout = _ready_timeout(ses, job)
+        bound = facts.bound_since if facts is not None and facts.bound_since is not None else start
+        if timeout is not None and bound is not None and ses.now - bound >= timeout:
+            unready = sum(1 for p in active if ses.pods[p].ready is False)
+            if unready:
+                reason = Reason.READY_TIMEOUT
+                msg = (
+                    f"gang {job.key} bound {span(ses.now - bound)} ago but {unready} of {len(active)} pods "
+                    f"are not Ready (ready-timeout {span(timeout)}); evicting it whole, requeued after "
+                    f"{span(ses.cfg.ready_timeout_backoff)}"
+                )
+        if reason is None and facts is not None and facts.max_runtime is not None and start is not None:
+            admitted = (facts.admitted_seconds or 0.0) + max(0.0, ses.now - start)
+            if admitted >= facts.max_runtime:
+                reason = Reason.MAX_RUNTIME
+                msg = (
+                    f"gang {job.key} admitted {span(admitted)}, its max-runtime {span(facts.max_runtime)}: stopping it"
+                )
+        if reason is None or msg is None:
+            continue
+        info = EvictInfo(Action.STALE_GANG_EVICTION, reason, None, msg, False, True)
+        for p in active:
+            ses.evict(p, info)
+
+
+def annotate(ses: Session, res: CycleResult) -> None:
+    """Statuses of pending Ray-native gangs: a RayService upgrade surge that cannot start says what would help;
+    a gang past its max-pending-time says so (the blocking reason stays either way)."""
+    for job in ses.jobs:
+        facts = job.spec.raynative
+        if facts is None:
+            continue
+        status = res.jobs.get(job.key)
+        if status is None or status.scheduled:
+            continue
+        active = upgrade_surge_of(ses, job)
+        if active is not None:
+            status = JobStatus(
+                job.key,
+                False,
+                status.reason,
+                f"RayService upgrade surge beside {active.key} (may exceed its queue's quota up to the limit, and "
+                f"preempt lower-priority work) cannot start: {status.message}; would help: a higher queue limit, "
+                "lower-priority work in the queue, or upgradeStrategy None (in-place)",
+                {**status.details, "upgradeSurgeOf": active.key},
+            )
+            res.jobs[job.key] = status
+        if facts.max_pending_time is None:
+            continue
+        since = facts.pending_since if facts.pending_since is not None else job.created_at
+        waited = ses.now - since
+        if waited < facts.max_pending_time:
+            continue
+        details = dict(status.details)
+        details.update(maxPendingExceeded=True, pendingSeconds=waited, maxPendingTimeSeconds=facts.max_pending_time)
+        message = (
+            f"{status.message}; pending {span(waited)}, beyond its max-pending-time {span(facts.max_pending_time)}"
+        )
+        res.jobs[job.key] = JobStatus(job.key, False, status.reason, message, details)

@@ -1,0 +1,164 @@
+"""Issue 25: idle-aware and checkpoint-aware victim order among otherwise equal victims, and its off-switches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kai_ray.scheduler.cycle import run_cycle
+from kai_ray.scheduler.decisions import CycleResult
+from kai_ray.scheduler.snapshot import (
+    Job,
+    Node,
+    Pod,
+    PodPhase,
+    Queue,
+    RayActivity,
+    RayNativeFacts,
+    Resources,
+    SchedulerConfig,
+    Snapshot,
+)
+
+pytestmark = pytest.mark.raynative
+
+NOW = 10_000.0
+
+
+def _running(name: str, node: str, created: float, gpus: float = 8, pods: int = 1) -> Job:
+    return Job(
+        "ns",
+        name,
+        "q",
+        priority=50,
+        min_member=pods,
+        created_at=created,
+        last_start=created,
+        kind="RayCluster",
+        pods=[
+            Pod(
+                f"{name}-{k}",
+                f"{name}-{k}",
+                "ns",
+                f"ns/{name}",
+                Resources(gpus / pods, 1000, 1e9),
+                phase=PodPhase.RUNNING,
+                node=node,
+                start_time=created,
+                is_ray_head=k == 0,
+            )
+            for k in range(pods)
+        ],
+    )
+
+
+def _serve(gpus: float = 8) -> Job:
+    return Job(
+        "ns",
+        "serve",
+        "q",
+        priority=125,
+        created_at=NOW - 1,
+        pods=[Pod("serve-0", "serve-0", "ns", "ns/serve", Resources(gpus, 1000, 1e9))],
+    )
+
+
+def _cycle(jobs: list[Job], **cfg: object) -> CycleResult:
+    nodes = [Node("n0", Resources(8, 64000, 512e9)), Node("n1", Resources(8, 64000, 512e9))]
+    queues = [Queue("q", quota=Resources(-1, -1, -1))]
+    return run_cycle(Snapshot(nodes, queues, jobs, now=NOW, config=SchedulerConfig(**cfg)))  # type: ignore[arg-type]
+
+
+def _victims(res: CycleResult) -> set[str]:
+    return {e.job for e in res.evictions}
+
+
+def _with_activity(job: Job, act: RayActivity) -> Job:
+    return dataclasses.replace(job, pods=[dataclasses.replace(p, ray_activity=act) for p in job.pods])
+
+
+def _fresh_idle(seconds: float) -> RayActivity:
+    return RayActivity(observed_at=NOW - 5, idle_seconds=seconds)
+
+
+def _fresh_busy(since: float) -> RayActivity:
+    return RayActivity(observed_at=NOW - 5, busy_since=since)
+
+
+def test_without_facts_the_newest_equal_victim_goes_as_in_kai() -> None:
+    res = _cycle([_running("old", "n0", 100), _running("new", "n1", 200), _serve()])
+    assert _victims(res) == {"ns/new"}
+    assert "victim order" not in res.evictions[0].message
+
+
+def test_an_idle_ray_cluster_goes_before_a_busy_one_and_the_message_says_why() -> None:
+    old = _with_activity(_running("old", "n0", 100), _fresh_idle(1800))
+    new = _with_activity(_running("new", "n1", 200), _fresh_busy(300))
+    res = _cycle([old, new, _serve()])
+    assert _victims(res) == {"ns/old"}
+    assert "victim order: idle in Ray for 30m00s" in res.evictions[0].message
+
+
+def test_among_busy_clusters_the_one_busy_for_the_shortest_time_goes() -> None:
+    old = _with_activity(_running("old", "n0", 100, pods=2), _fresh_busy(NOW - 60))
+    new = _with_activity(_running("new", "n1", 200, pods=2), _fresh_busy(NOW - 3600))
+    res = _cycle([old, new, _serve()])
+    assert _victims(res) == {"ns/old"}
+    assert all("busy in Ray for 1m00s" in e.message for e in res.evictions)
+
+
+def test_stale_or_switched_off_activity_keeps_kai_order() -> None:
+    stale = RayActivity(observed_at=NOW - 600, idle_seconds=1800)
+    old = _with_activity(_running("old", "n0", 100), stale)
+    new = _with_activity(_running("new", "n1", 200), _fresh_busy(300))
+    assert _victims(_cycle([old, new, _serve()], idle_aware_victims=False)) == {"ns/new"}
+    old_stale = _with_activity(_running("old", "n0", 100), stale)
+    new_none = _running("new", "n1", 200)
+    assert _victims(_cycle([old_stale, new_none, _serve()])) == {"ns/new"}
+
+
+def test_the_victim_with_the_most_recent_checkpoint_goes() -> None:
+    old = dataclasses.replace(_running("old", "n0", 100), raynative=RayNativeFacts(last_checkpoint=NOW - 60))
+    new = dataclasses.replace(_running("new", "n1", 200), raynative=RayNativeFacts(last_checkpoint=NOW - 3000))
+    res = _cycle([old, new, _serve()])
+    assert _victims(res) == {"ns/old"}
+    assert "last checkpoint 1m00s ago" in res.evictions[0].message
+    assert _victims(_cycle([old, new, _serve()], checkpoint_aware_victims=False)) == {"ns/new"}
+
+
+def test_a_victim_without_facts_counts_everything_since_its_start() -> None:
+    # "new" started 9,800 s ago with no checkpoint; "old" checkpointed 100 s ago: "old" loses less
+    old = dataclasses.replace(_running("old", "n0", 100), raynative=RayNativeFacts(last_checkpoint=NOW - 100))
+    res = _cycle([old, _running("new", "n1", 200), _serve()])
+    assert _victims(res) == {"ns/old"}
+    # ... but a checkpoint older than the other's whole run loses more
+    old = dataclasses.replace(_running("old", "n0", 100), raynative=RayNativeFacts(last_checkpoint=150))
+    new = _running("new", "n1", 9_900)
+    assert _victims(_cycle([old, new, _serve()])) == {"ns/new"}
+
+
+def test_priority_still_comes_first() -> None:
+    old = _with_activity(_running("old", "n0", 100), _fresh_idle(1800))
+    low = dataclasses.replace(_with_activity(_running("low", "n1", 200), _fresh_busy(NOW - 10)), priority=40)
+    assert _victims(_cycle([old, low, _serve()])) == {"ns/low"}
+
+
+def test_an_elastic_workers_idle_ray_node_is_shrunk_first() -> None:
+    job = _running("train", "n0", 100, gpus=8, pods=4)
+    job = dataclasses.replace(job, min_member=1)
+    acts = [_fresh_busy(NOW - 900), _fresh_idle(600), _fresh_busy(NOW - 800), _fresh_busy(NOW - 30)]
+    job.pods = [
+        dataclasses.replace(p, ray_activity=a, created_at=float(k))
+        for k, (p, a) in enumerate(zip(job.pods, acts, strict=True))
+    ]
+    serve = _serve(gpus=2)
+    res = _cycle([job, _running("other", "n1", 50), serve])
+    assert [e.pod for e in res.evictions] == ["train-1"]
+    assert res.evictions[0].elastic
+    assert "idle in Ray for 10m00s" in res.evictions[0].message
+    serve4 = _serve(gpus=4)
+    res = _cycle([job, _running("other", "n1", 50), serve4])
+    assert sorted(e.pod for e in res.evictions) == ["train-1", "train-3"]  # idle, then busy for 30 s
+    res = _cycle([job, _running("other", "n1", 50), serve], idle_aware_victims=False)
+    assert [e.pod for e in res.evictions] == ["train-3"]  # KAI: newest worker first
