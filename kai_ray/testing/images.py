@@ -356,7 +356,7 @@ def _ray_requirements() -> list[str]:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     ray = [spec for spec in project["optional-dependencies"]["ray"] if spec.startswith("ray")]
     if not ray or "==" not in ray[0]:
-        raise ImageBuildError("pyproject.toml: [project.optional-dependencies] ray must pin ray[default]==VERSION")
+        raise ImageBuildError("pyproject.toml: [project.optional-dependencies] ray must pin ray[...]==VERSION")
     return [*ray, *project["dependencies"]]
 
 

@@ -101,9 +101,9 @@ def test_the_operators_run_from_the_image_with_the_charts_probes_and_leader_elec
     assert all(rss.values())
     lease = wait_until(
         "a scheduler to hold the leader Lease",
-        lambda: kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kai-ray-scheduler")["spec"].get(
-            "holderIdentity"
-        ),
+        lambda: kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{RELEASE}-kai-ray-scheduler")[
+            "spec"
+        ].get("holderIdentity"),
         60,
         0.5,
     )
@@ -136,7 +136,7 @@ def test_a_deleted_scheduler_pod_comes_back_and_scheduling_resumes(
     priority_classes: Any,
     make_pod: MakePod,
 ) -> None:
-    leader = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kai-ray-scheduler")["spec"][
+    leader = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{RELEASE}-kai-ray-scheduler")["spec"][
         "holderIdentity"
     ]
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _release_pods(kube, "scheduler")}

@@ -101,7 +101,9 @@ def test_the_operator_image_prints_kai_ray_help_as_65532_on_a_read_only_root() -
 
 def test_the_ray_image_has_the_pinned_ray_and_the_kai_ray_autoscaler_on_a_login_shells_path() -> None:
     project = tomllib.loads((images.REPO_ROOT / "pyproject.toml").read_text())["project"]
-    pinned = next(s.split("==")[1] for s in project["optional-dependencies"]["ray"] if s.startswith("ray[default]=="))
+    pinned = next(
+        s.split("==")[1] for s in project["optional-dependencies"]["ray"] if s.startswith("ray[") and "==" in s
+    )
     image = images.ensure_image("ray")
     probe = (
         "python -c 'import ray, kai_ray.autoscaler.entrypoint, kai_ray.autoscaler.providers; print(ray.__version__)'"
