@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import yaml
 
@@ -268,19 +268,38 @@ class Component:
             self.popen.wait(timeout=5)
 
 
-_LIVE: set[ControlPlane] = set()
-_LIVE_LOCK = threading.Lock()
+class Stoppable(Protocol):
+    def stop(self) -> object: ...
 
 
-def _stop_all_at_exit() -> None:
-    with _LIVE_LOCK:
-        planes = list(_LIVE)
-    for plane in planes:
-        with contextlib.suppress(Exception):
-            plane.stop()
+class StopAtExit:
+    """What is still running when the interpreter exits normally, stopped then: a test session that dies between a
+    start and its fixture's teardown must not leave a control plane or a real node behind. Shared by
+    :class:`ControlPlane` and the real-node lane so both keep one registry shape and one lock discipline."""
+
+    def __init__(self) -> None:
+        self._live: list[Stoppable] = []
+        self._lock = threading.Lock()
+        atexit.register(self.stop_all)
+
+    def add(self, thing: Stoppable) -> None:
+        with self._lock:
+            if not any(t is thing for t in self._live):
+                self._live.append(thing)
+
+    def discard(self, thing: Stoppable) -> None:
+        with self._lock:
+            self._live = [t for t in self._live if t is not thing]
+
+    def stop_all(self) -> None:
+        with self._lock:
+            live = list(reversed(self._live))
+        for thing in live:
+            with contextlib.suppress(Exception):
+                thing.stop()
 
 
-atexit.register(_stop_all_at_exit)
+_LIVE = StopAtExit()
 
 
 @dataclass
@@ -358,8 +377,7 @@ class ControlPlane:
             (self.workdir / "owner.pid").write_text(str(os.getpid()))
             self._owns_workdir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         try:
             self._pki = pki.generate(self.workdir / "pki", extra_ips=(self.host,))
             self.token = secrets.token_hex(24)
@@ -393,8 +411,7 @@ class ControlPlane:
         """Stop every component in reverse start order (TERM, then KILL of its process group); idempotent."""
         for comp in reversed(list(self.components.values())):
             comp.stop()
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         if self._owns_workdir and self.workdir is not None and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

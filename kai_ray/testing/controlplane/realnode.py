@@ -20,7 +20,6 @@ Run one by hand (``--once`` prints timings and RSS as JSON and stops)::
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import fcntl
 import json
@@ -32,7 +31,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +46,7 @@ from kai_ray.testing.controlplane.harness import (
     Component,
     ControlPlane,
     ControlPlaneError,
+    StopAtExit,
     free_port,
     wait_for,
 )
@@ -331,19 +330,7 @@ def dns_query(server: str, name: str, timeout: float = 2.0) -> list[str]:
 
 # --- the node -------------------------------------------------------------------------------------------------------
 
-_LIVE: set[RealNode] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _stop_all_at_exit() -> None:
-    with _LIVE_LOCK:
-        nodes = list(_LIVE)
-    for node in nodes:
-        with contextlib.suppress(Exception):
-            node.stop()
-
-
-atexit.register(_stop_all_at_exit)
+_LIVE = StopAtExit()
 
 
 @dataclass
@@ -420,8 +407,7 @@ class RealNode:
         pause = images.ensure_image("pause")
         self.pause_ref = pause.ref
         self.timings.images = time.monotonic() - begin
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         try:
             self._take_host_lock()
             self.timings.host_lock = time.monotonic() - begin - self.timings.images
@@ -862,8 +848,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 plane.stop()
         finally:
             problems = self.host.restore(self.workdir) if self.host is not None else []
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+            _LIVE.discard(self)
             lock = getattr(self, "_lock", None)
             if lock is not None:
                 lock.close()
