@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from kai_ray.scheduler.decisions import Action, Reason
-from kai_ray.scheduler.pending import FailedJobs, pending_jobs_in_order, record_eviction_failure
+from kai_ray.scheduler.pending import record_eviction_failure, search_for_pending
 from kai_ray.scheduler.session import EPS, GPU, JobInfo, Session
 from kai_ray.scheduler.solver import JobSolver, Unit, victim_jobs
 from kai_ray.scheduler.tasks import tasks_to_allocate
@@ -22,20 +22,15 @@ def consolidation_action(ses: Session) -> None:
     cfg = ses.cfg
     if cfg.placement_gpu == "spread" or cfg.placement_cpu == "spread" or cfg.max_consolidation_preemptees == 0:
         return
-    failed = FailedJobs(ses)
-    budget = [cfg.max_scenarios_per_action]
     victims = [v for v in ses.jobs if v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0]
-    for job in pending_jobs_in_order(ses, Action.CONSOLIDATION, preemptible_only=True):
-        if budget[0] <= 0:
-            record_eviction_failure(job, "consolidation", "the victim search budget of this cycle is spent")
-            continue
-        rep = failed.not_easier_than(job)
-        if rep is not None:
-            why = rep.fail_details.get("consolidation", "cannot repack")
-            record_eviction_failure(job, "consolidation", f"{why} (as for {rep.key}, which is no harder)")
-            continue
-        if not consolidate_for(ses, job, budget, victims):
-            failed.record(job)
+    search_for_pending(
+        ses,
+        Action.CONSOLIDATION,
+        lambda job, budget: consolidate_for(ses, job, budget, victims),
+        nothing_found="cannot repack",
+        per_queue=False,
+        preemptible_only=True,
+    )
 
 
 def available_gpus(ses: Session) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.minruntime import preemption_delay, within_preemption_delay
@@ -38,6 +38,35 @@ def pending_jobs_in_order(ses: Session, action: Action, preemptible_only: bool =
             break
         if nxt.has_pending(ses):
             yield nxt
+
+
+def search_for_pending(
+    ses: Session,
+    action: Action,
+    attempt: Callable[[JobInfo, list[int]], bool],
+    *,
+    nothing_found: str,
+    per_queue: bool,
+    preemptible_only: bool = False,
+) -> None:
+    """The loop every eviction action shares: pending jobs in order, one victim-search budget for the action, and
+    a job no easier than one that already failed (per queue, for actions whose victims are the job's own queue's)
+    is skipped with that failure in its explanation, so a saturated cluster costs one search per kind of job."""
+    name = action.value
+    failed: dict[int, FailedJobs] = {}
+    budget = [ses.cfg.max_scenarios_per_action]
+    for job in pending_jobs_in_order(ses, action, preemptible_only=preemptible_only):
+        if budget[0] <= 0:
+            record_eviction_failure(job, name, "the victim search budget of this cycle is spent")
+            continue
+        seen = failed.setdefault(job.queue if per_queue else -1, FailedJobs(ses))
+        rep = seen.not_easier_than(job)
+        if rep is not None:
+            why = rep.fail_details.get(name, nothing_found)
+            record_eviction_failure(job, name, f"{why} (as for {rep.key}, which is no harder)")
+            continue
+        if not attempt(job, budget):
+            seen.record(job)
 
 
 def record_eviction_failure(job: JobInfo, action: str, why: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kai_ray.scheduler.allocation import capacity_failure
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.minruntime import preempt_min_runtime, protected
-from kai_ray.scheduler.pending import FailedJobs, pending_jobs_in_order, record_eviction_failure
+from kai_ray.scheduler.pending import record_eviction_failure, search_for_pending
 from kai_ray.scheduler.session import JobInfo, Session
 from kai_ray.scheduler.solver import JobSolver, victim_jobs
 from kai_ray.scheduler.tasks import tasks_to_allocate
@@ -22,20 +22,13 @@ def preempt_action(ses: Session) -> None:
     for v in ses.jobs:
         if v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0:
             by_queue.setdefault(v.queue, []).append(v)
-    failed: dict[int, FailedJobs] = {}
-    budget = [ses.cfg.max_scenarios_per_action]
-    for job in pending_jobs_in_order(ses, Action.PREEMPT):
-        if budget[0] <= 0:
-            record_eviction_failure(job, "preempt", "the victim search budget of this cycle is spent")
-            continue
-        seen = failed.setdefault(job.queue, FailedJobs(ses))
-        rep = seen.not_easier_than(job)
-        if rep is not None:
-            why = rep.fail_details.get("preempt", "no victims")
-            record_eviction_failure(job, "preempt", f"{why} (as for {rep.key}, which is no harder)")
-            continue
-        if not preempt_for(ses, job, by_queue.get(job.queue, []), budget):
-            seen.record(job)
+    search_for_pending(
+        ses,
+        Action.PREEMPT,
+        lambda job, budget: preempt_for(ses, job, by_queue.get(job.queue, []), budget),
+        nothing_found="no victims",
+        per_queue=True,
+    )
 
 
 def preempt_for(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kai_ray.scheduler.allocation import quota_request, upgrade_surge_of
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.minruntime import protected, reclaim_min_runtime
-from kai_ray.scheduler.pending import FailedJobs, pending_jobs_in_order, record_eviction_failure
+from kai_ray.scheduler.pending import record_eviction_failure, search_for_pending
 from kai_ray.scheduler.reclaimable import QueueState, can_reclaim, validate, victim_queue_allowed
 from kai_ray.scheduler.session import JobInfo, Session
 from kai_ray.scheduler.solver import JobSolver, Unit, split_victim_chunks, victim_jobs
@@ -21,20 +21,13 @@ from kai_ray.scheduler.tasks import tasks_to_allocate
 
 def reclaim_action(ses: Session) -> None:
     active = [v for v in ses.jobs if v.preemptible and v.n_active > 0 and v.invalid is None and v.queue >= 0]
-    failed: dict[int, FailedJobs] = {}
-    budget = [ses.cfg.max_scenarios_per_action]
-    for job in pending_jobs_in_order(ses, Action.RECLAIM):
-        if budget[0] <= 0:
-            record_eviction_failure(job, "reclaim", "the victim search budget of this cycle is spent")
-            continue
-        seen = failed.setdefault(job.queue, FailedJobs(ses))
-        rep = seen.not_easier_than(job)
-        if rep is not None:
-            why = rep.fail_details.get("reclaim", "no victims")
-            record_eviction_failure(job, "reclaim", f"{why} (as for {rep.key}, which is no harder)")
-            continue
-        if not reclaim_for(ses, job, active, budget):
-            seen.record(job)
+    search_for_pending(
+        ses,
+        Action.RECLAIM,
+        lambda job, budget: reclaim_for(ses, job, active, budget),
+        nothing_found="no victims",
+        per_queue=True,
+    )
 
 
 def reclaim_for(
