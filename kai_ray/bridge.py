@@ -270,6 +270,8 @@ def _max_pending_action(pg: PodGroup, facts: s.RayNativeFacts, problems: list[st
         return
     facts.max_pending_acted = at
     facts.max_pending_failed = acted.get("action") == "fail"
+    if acted.get("suspended") is False:
+        facts.max_pending_refused = str(acted.get("refused") or "it cannot be suspended")
 
 
 def pod_ready(pod: ApiPod) -> bool | None:

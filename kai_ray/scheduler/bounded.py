@@ -134,6 +134,8 @@ def annotate(ses: Session, res: CycleResult) -> None:
         if facts.max_pending_acted is not None and facts.max_pending_acted >= since:
             details["maxPendingActed"] = True
             verb = "suspended" if action == "suspend" else "marked failed"
+            if facts.max_pending_refused is not None:
+                verb = f"not suspended, reporting only: {facts.max_pending_refused}"
         message = (
             f"{beyond}: {verb} ({c.MAX_PENDING_ACTION}: {action}); blocked by {status.reason.value}: {status.message}"
         )

@@ -219,3 +219,12 @@ def test_the_pending_view_shows_the_max_pending_action() -> None:
     rows = {r.name: r for r in pending_rows(snap, LastCycle.of(run_cycle(snap)))}
     assert rows["big"].reason == "MaxPendingTimeExceeded"
     assert "suspending its RayJob" in rows["big"].message
+
+
+def test_a_refused_suspend_is_reported_as_such() -> None:
+    blocker = _job("other", gpus=8, pods=1, node="n0")
+    why = "RayService svc: spec.suspend is not part of the installed RayService CRD"
+    late = _late("suspend", max_pending_acted=NOW - 90, max_pending_refused=why)
+    st = _cycle([blocker, late]).jobs["ns/big"]
+    assert st.details["maxPendingActed"] is True
+    assert f": not suspended, reporting only: {why} (kai-ray.io/max-pending-action: suspend)" in st.message
