@@ -15,8 +15,10 @@ import pytest
 
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import Kube, podgroups_path, ray_path
+from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from tests.e2e.test_kuberay_e2e import (  # noqa: F401
     GarbageCollector,
+    _bound,
     _diagnosis,
     _example,
     _podgroup_of,
@@ -169,3 +171,66 @@ def test_a_rayservice_that_cannot_suspend_is_reported_not_retried(
     wait_until("five more scheduling cycles", lambda: sched.cycles >= cycles + 5, 60)
     assert len(events(kube, namespace, name, "MaxPendingActionRefused")) == 1
     assert _ray_pods(kube, namespace, name), "its pods stay, pending"
+
+
+def test_a_preempted_rayjob_waiting_too_long_is_no_longer_resumed(
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: Any,
+    run_podgrouper: Any,
+    run_scheduler: Any,
+    priority_classes: Any,
+    kuberay: None,  # noqa: F811
+    gc: GarbageCollector,  # noqa: F811
+) -> None:
+    """A RayJob that kai-ray suspended for a preemptor waits to be resumed; past its max-pending-time (counted from the
+    eviction) with ``suspend``, kai-ray stops resuming it: it stays suspended when the room comes back."""
+    _, selector = node_pool(1, gpus=8)
+    queues("ml-platform", gpu_quota=8)
+    training_q = queues("training", gpu_quota=4, parent="ml-platform", priority=50)
+    serving_q = queues("serving", gpu_quota=4, parent="ml-platform", priority=200)
+    run_podgrouper()
+    sched = run_scheduler(node_selector=selector)
+    job = _example("rayjob-training.yaml", namespace, training_q)
+    group = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    group.update(replicas=1, minReplicas=1, maxReplicas=1)  # head + one 8-GPU worker: the whole node
+    job["metadata"].setdefault("annotations", {}).update({c.MAX_PENDING_TIME: "4s", c.MAX_PENDING_ACTION: "suspend"})
+    kube.create(ray_path("RayJob", namespace), job)
+    name = job["metadata"]["name"]
+    try:
+        wait_until("the training gang to run", lambda: len(_bound(_ray_pods(kube, namespace, name))) == 2, 120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnosis(kube, namespace, name)}") from None
+    pg_name = wait_until("the RayJob's PodGroup", lambda: _podgroup_of(kube, namespace, "RayJob", name))["metadata"][
+        "name"
+    ]
+
+    svc = _example("rayservice-vllm.yaml", namespace, serving_q)
+    kube.create(ray_path("RayService", namespace), svc)
+    svc_name = svc["metadata"]["name"]
+    wait_until(
+        "the RayService to be bound in the training's room",
+        lambda: len(_bound(_ray_pods(kube, namespace, svc_name))) == 2,
+        120,
+    )
+    record = json.loads(
+        wait_until(
+            "the max-pending action on the suspended, waiting RayJob",
+            lambda: (kube.get(podgroups_path(namespace, pg_name))["metadata"].get("annotations") or {}).get(
+                c.MAX_PENDING_ACTED
+            ),
+            60,
+        )
+    )
+    assert record["action"] == "suspend" and record["suspended"] is True
+    annotations = kube.get(podgroups_path(namespace, pg_name))["metadata"]["annotations"]
+    assert SUSPEND_ANNOTATION not in annotations, "kai-ray's own suspend record is dropped: it will not resume it"
+
+    kube.delete(ray_path("RayService", namespace, svc_name))
+    wait_until("the RayService's pods to go", lambda: not _ray_pods(kube, namespace, svc_name), 60)
+    cycles = sched.cycles
+    wait_until("ten more scheduling cycles with the room free", lambda: sched.cycles >= cycles + 10, 60)
+    assert kube.get(ray_path("RayJob", namespace, name))["spec"]["suspend"] is True
+    assert not _ray_pods(kube, namespace, name)
+    assert sched.gangs is not None and not sched.gangs.resumed

@@ -36,7 +36,7 @@ from kai_ray.k8s.base.pruning import PruneGuard
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, queues_path, resource_version
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, apply_suspend
+from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, apply_suspend
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
 from kai_ray.k8s.scheduling.usage import LEDGER_FIELD, UsageSource
@@ -274,7 +274,8 @@ class Reporter:
         record: dict[str, Any] = {"action": action, "at": rfc3339(), "waited": span(waited), "suspended": applied}
         if not applied:
             record["refused"] = why
-        self.annotate_pg(key, {c.MAX_PENDING_ACTED: json.dumps(record, sort_keys=True)})
+        # a gang kai-ray suspended for a preemptor, waiting to be resumed, is no longer resumed by kai-ray either
+        self.annotate_pg(key, {c.MAX_PENDING_ACTED: json.dumps(record, sort_keys=True), SUSPEND_ANNOTATION: None})
         what = ref["kind"] if ref is not None else "Ray object"
         if action == "fail":
             cond = {"type": "Failed", "status": "True", "reason": Reason.MAX_PENDING_TIME_EXCEEDED.value}
