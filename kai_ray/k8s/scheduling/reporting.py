@@ -36,7 +36,7 @@ from kai_ray.k8s.base.pruning import PruneGuard
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, queues_path, resource_version
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, apply_suspend
+from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, SuspendOutcome, apply_suspend
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
 from kai_ray.k8s.scheduling.usage import LEDGER_FIELD, UsageSource
@@ -46,6 +46,7 @@ from kai_ray.scheduler.snapshot import PodPhase
 log = logging.getLogger(__name__)
 
 STATUS_PRIORITY = 10
+PATCH_FAILED = "PatchFailed"  # apply_suspend's code for an API error (a conflict past its retries, a 5xx)
 PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
 
 
@@ -267,9 +268,15 @@ class Reporter:
         if ref is None:
             applied, why = False, "its PodGroup has no RayCluster, RayJob or RayService owner"
         else:
-            out = apply_suspend(
-                self.kube, ref["kind"], ns, ref["name"], reason=Reason.MAX_PENDING_TIME_EXCEEDED.value, message=beyond
-            )
+            try:
+                why_code = Reason.MAX_PENDING_TIME_EXCEEDED.value
+                out = apply_suspend(self.kube, ref["kind"], ns, ref["name"], reason=why_code, message=beyond)
+            except ApiError as exc:
+                out = SuspendOutcome(False, PATCH_FAILED, str(exc))
+            if out.code == PATCH_FAILED:  # the API failed us, not the object: a later cycle tries again
+                log.info("%s: max-pending-action %s not taken yet: %s", key, action, out.message)
+                self._max_pending_acted.pop(key, None)
+                return
             applied, why = out.applied or out.code == NOTHING_TO_DO, out.message
         record: dict[str, Any] = {"action": action, "at": rfc3339(), "waited": span(waited), "suspended": applied}
         if not applied:
