@@ -235,11 +235,43 @@ def raynative_facts(pg: PodGroup, problems: list[str] | None = None) -> s.RayNat
         facts.admitted_seconds = float(ann[c.ADMITTED_SECONDS]) if c.ADMITTED_SECONDS in ann else None
     except ValueError:
         facts.admitted_seconds = None
+    _max_pending_action(pg, facts, problems)
     if facts == s.RayNativeFacts():
         return None
     if facts.max_pending_time is not None:  # waiting since its last eviction, else since it was created
         facts.pending_since = parse_time(ann.get(c.LAST_EVICTION))
     return facts
+
+
+def _max_pending_action(pg: PodGroup, facts: s.RayNativeFacts, problems: list[str] | None) -> None:
+    """``kai-ray.io/max-pending-action`` (what to do past the max-pending-time) and the adapter's record of having
+    done it (``kai-ray.io/max-pending-acted``, JSON with ``action`` and ``at``)."""
+    ann = pg.metadata.annotations
+    action = ann.get(c.MAX_PENDING_ACTION)
+    if action is not None and action not in c.MAX_PENDING_ACTIONS:
+        if problems is not None:
+            allowed = ", ".join(repr(a) for a in c.MAX_PENDING_ACTIONS)
+            problems.append(
+                f"PodGroup {pg.metadata.name} annotations[{c.MAX_PENDING_ACTION}]: {action!r} is not one of {allowed}"
+            )
+    elif action:
+        facts.max_pending_action = action
+    raw = ann.get(c.MAX_PENDING_ACTED)
+    if not raw:
+        return
+    try:
+        acted = json.loads(raw)
+    except ValueError:
+        acted = None
+    at = parse_time(acted.get("at")) if isinstance(acted, dict) and isinstance(acted.get("at"), str) else None
+    if at is None or not isinstance(acted, dict):
+        if problems is not None:
+            problems.append(f"PodGroup {pg.metadata.name} annotations[{c.MAX_PENDING_ACTED}]: not JSON with an 'at'")
+        return
+    facts.max_pending_acted = at
+    facts.max_pending_failed = acted.get("action") == "fail"
+    if acted.get("suspended") is False:
+        facts.max_pending_refused = str(acted.get("refused") or "it cannot be suspended")
 
 
 def pod_ready(pod: ApiPod) -> bool | None:

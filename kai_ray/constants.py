@@ -41,10 +41,12 @@ LAST_CHECKPOINT = "kai-ray.io/last-checkpoint-time"  # RFC 3339, set from inside
 READY_TIMEOUT = "kai-ray.io/ready-timeout"  # duration: a bound gang not all Ready by then is evicted whole
 MAX_PENDING_TIME = "kai-ray.io/max-pending-time"  # duration: a condition and Event once pending longer
 MAX_PENDING_ACTION = "kai-ray.io/max-pending-action"  # "" (report only) | "suspend" | "fail"
+MAX_PENDING_ACTIONS = ("", "suspend", "fail")
 MAX_RUNTIME = "kai-ray.io/max-runtime"  # duration of admitted time, then stopped (a RayJob suspended)
 # written by kai-ray on the PodGroup:
 ADMITTED_SECONDS = "kai-ray.io/admitted-seconds"  # admitted time of earlier runs (max-runtime)
 REQUEUE_AFTER = "kai-ray.io/requeue-after"  # RFC 3339: a gang evicted for its ready-timeout waits until then
+MAX_PENDING_ACTED = "kai-ray.io/max-pending-acted"  # JSON {action, at, ...}: the max-pending-action was taken
 UPGRADE_SURGE_OF = "kai-ray.io/upgrade-surge-of"  # a RayService's pending cluster: the active cluster's PodGroup
 # Pods one gang may have (minimum and elastic ceiling): no object makes the operators do work beyond it
 DEFAULT_MAX_GANG_PODS = 10_000

@@ -286,7 +286,7 @@ def group(
     priority = resolve_priority(obj, spec, pod, config)
     annotations = dict(obj.metadata.annotations)
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    for key in (c.INVALID, c.MAX_MEMBER, c.SUBGROUP_MAX, c.SUBGROUP_NAMES):
+    for key in (c.INVALID, c.MAX_MEMBER, c.SUBGROUP_MAX, c.SUBGROUP_NAMES, c.MAX_PENDING_ACTED):
         annotations.pop(key, None)  # ours to write, whatever the Ray object says
     annotations[c.TOP_OWNER_METADATA] = yaml.safe_dump(
         {
@@ -307,6 +307,10 @@ def group(
         annotations[c.SUBGROUP_NAMES] = json.dumps(renamed, sort_keys=True)
 
     owner_where = f"{obj.kind} {obj.metadata.name}: metadata"
+    action = obj.metadata.annotations.get(c.MAX_PENDING_ACTION)
+    if action is not None and action not in c.MAX_PENDING_ACTIONS:
+        allowed = ", ".join(repr(a) for a in c.MAX_PENDING_ACTIONS)
+        raise GroupingError(f"{owner_where}.annotations[{c.MAX_PENDING_ACTION}]: {action!r} is not one of {allowed}")
     return PodGroup(
         metadata=ObjectMeta(
             name=podgroup_name(obj),

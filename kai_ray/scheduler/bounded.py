@@ -7,8 +7,11 @@
 * ``kai-ray.io/max-runtime``: a gang admitted that long (earlier runs included, ``admitted_seconds``) is evicted
   whole and never placed again; the adapter suspends its RayJob (Kueue's maximum execution time).
 * ``kai-ray.io/max-pending-time``: a pending gang past it keeps its blocking reason; its status says so
-  (``details.maxPendingExceeded``) and the adapter raises a condition and Event, and suspends or marks the Ray object
-  when asked.
+  (``details.maxPendingExceeded``) and the adapter raises a condition and Event. With
+  ``kai-ray.io/max-pending-action`` the core decides to stop it instead (reason ``MaxPendingTimeExceeded``,
+  ``details.maxPendingAction``, the blocking reason kept in ``details.blockingReason``); the adapter acts once per
+  wait: ``suspend`` sets ``spec.suspend`` (lifting it is a new wait, counted from its pods' creation), ``fail`` also
+  marks the gang failed, never placed again (Kueue's deactivated Workload).
 
 Pure functions of the snapshot; ``hold`` runs when the session opens, ``evict_overdue`` with stale-gang eviction,
 ``annotate`` on the finished result.
@@ -16,6 +19,7 @@ Pure functions of the snapshot; ``hold`` runs when the session opens, ``evict_ov
 
 from __future__ import annotations
 
+from kai_ray import constants as c
 from kai_ray.durations import span
 from kai_ray.scheduler.allocation import upgrade_surge_of
 from kai_ray.scheduler.decisions import Action, CycleResult, JobStatus, Reason
@@ -32,6 +36,12 @@ def hold(ses: Session) -> None:
             job.invalid = (
                 Reason.READY_TIMEOUT_BACKOFF,
                 f"evicted after its ready-timeout; placed again in {span(facts.backoff_until - ses.now)}",
+            )
+        elif facts.max_pending_failed:
+            job.invalid = (
+                Reason.MAX_PENDING_TIME_EXCEEDED,
+                f"marked failed: pending beyond its max-pending-time {span(facts.max_pending_time or 0.0)} "
+                f"({c.MAX_PENDING_ACTION}: fail); not placed again: delete and re-create the Ray object to retry",
             )
         elif facts.max_runtime is not None and (facts.admitted_seconds or 0.0) >= facts.max_runtime:
             job.invalid = (
@@ -91,7 +101,7 @@ def annotate(ses: Session, res: CycleResult) -> None:
         if facts is None:
             continue
         status = res.jobs.get(job.key)
-        if status is None or status.scheduled:
+        if status is None or status.scheduled or status.reason is Reason.MAX_PENDING_TIME_EXCEEDED:
             continue
         active = upgrade_surge_of(ses, job)
         if active is not None:
@@ -107,13 +117,36 @@ def annotate(ses: Session, res: CycleResult) -> None:
             res.jobs[job.key] = status
         if facts.max_pending_time is None:
             continue
-        since = facts.pending_since if facts.pending_since is not None else job.created_at
+        since = pending_since(ses, job)
         waited = ses.now - since
         if waited < facts.max_pending_time:
             continue
         details = dict(status.details)
         details.update(maxPendingExceeded=True, pendingSeconds=waited, maxPendingTimeSeconds=facts.max_pending_time)
+        beyond = f"pending {span(waited)}, beyond its max-pending-time {span(facts.max_pending_time)}"
+        action = facts.max_pending_action
+        if action is None:
+            res.jobs[job.key] = JobStatus(job.key, False, status.reason, f"{status.message}; {beyond}", details)
+            continue
+        what = f"its {job.spec.kind}" if job.spec.kind else "it"
+        verb = f"suspending {what}" if action == "suspend" else f"marking it failed and suspending {what}"
+        details.update(maxPendingAction=action, pendingSince=since, blockingReason=status.reason.value)
+        if facts.max_pending_acted is not None and facts.max_pending_acted >= since:
+            details["maxPendingActed"] = True
+            verb = "suspended" if action == "suspend" else "marked failed"
+            if facts.max_pending_refused is not None:
+                verb = f"not suspended, reporting only: {facts.max_pending_refused}"
         message = (
-            f"{status.message}; pending {span(waited)}, beyond its max-pending-time {span(facts.max_pending_time)}"
+            f"{beyond}: {verb} ({c.MAX_PENDING_ACTION}: {action}); blocked by {status.reason.value}: {status.message}"
         )
-        res.jobs[job.key] = JobStatus(job.key, False, status.reason, message, details)
+        res.jobs[job.key] = JobStatus(job.key, False, Reason.MAX_PENDING_TIME_EXCEEDED, message, details)
+
+
+def pending_since(ses: Session, job: JobInfo) -> float:
+    """When the gang's current wait began: its PodGroup's creation or last eviction, or, when all its pods are newer
+    (a suspended Ray object resumed, KubeRay created them again), the oldest of its pods."""
+    facts = job.spec.raynative
+    since = facts.pending_since if facts is not None and facts.pending_since is not None else job.created_at
+    if job.pods:
+        since = max(since, min(ses.pods[p].created_at for p in job.pods))
+    return since

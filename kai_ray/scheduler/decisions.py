@@ -41,6 +41,8 @@ class Reason(str, Enum):  # noqa: UP042  (str() kept as before)
     NOT_READY = "NotReadyForScheduling"  # fewer pods exist than the gang's minimum
     READY_TIMEOUT_BACKOFF = "ReadyTimeoutBackoff"  # kai-ray: evicted for its ready-timeout, waiting out the backoff
     MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"  # kai-ray: admitted for its kai-ray.io/max-runtime; not placed again
+    # kai-ray: pending beyond kai-ray.io/max-pending-time with a kai-ray.io/max-pending-action: suspend or fail it
+    MAX_PENDING_TIME_EXCEEDED = "MaxPendingTimeExceeded"
     INVALID = "InvalidPodGroup"
     QUEUE_INVALID = "QueueInvalid"  # its queue (or an ancestor) has an unknown parent or is in a cycle
     # evict

@@ -210,6 +210,10 @@ class RayNativeFacts:
     bound_since: float | None = None  # when its gang was last bound whole (ready-timeout runs from here)
     max_pending_time: float | None = None  # kai-ray.io/max-pending-time
     pending_since: float | None = None  # when it last started waiting (else created_at)
+    max_pending_action: str | None = None  # kai-ray.io/max-pending-action: "suspend" | "fail"; None: report only
+    max_pending_acted: float | None = None  # when the adapter took that action (kai-ray.io/max-pending-acted)
+    max_pending_failed: bool = False  # ... and it was "fail": never placed again
+    max_pending_refused: str | None = None  # ... but the Ray object could not be suspended: why
     max_runtime: float | None = None  # kai-ray.io/max-runtime: admitted time after which it is stopped
     admitted_seconds: float | None = None  # admitted time accumulated before the current run (adapter-kept)
     backoff_until: float | None = None  # requeued after a ready-timeout: not placed again before this

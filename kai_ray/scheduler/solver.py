@@ -167,7 +167,7 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
         vj.allocs.append(_sum_req(ses, [p for p in job.pods if st[p] in ACTIVE]))
         vj.steps.append(pods)
         vj.cores.append(not keeps)
-        vj.risks.append(max((ses.p_risk[p] for p in pods), default=0.0))
+        vj.risks.append(sum(ses.p_risk[p] for p in pods))  # GPU-seconds: every pod of the step loses its own
         for p in pods:
             ses.evict(p, info)
     ses.rollback(cp)

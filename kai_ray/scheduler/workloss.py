@@ -4,7 +4,12 @@ KAI, and every peer, orders victims by priority, elasticity and age: two equal-p
 apart by which was created last, although Ray knows one of them has been idle for an hour and the other checkpointed
 a minute ago. The operators put what Ray knows into the snapshot (``Pod.ray_activity`` from the GCS autoscaler
 state, ``RayNativeFacts.last_checkpoint`` from ``kai-ray.io/last-checkpoint-time``), and this module turns it into
-one number per job and per pod: the seconds of work an eviction would lose.
+one number per job and per pod: the work an eviction would lose, in GPU-seconds.
+
+The time at risk is weighted by what the victim holds (:func:`weight`): its GPUs, so that 10 minutes lost on 8 GPUs
+counts as much as 80 minutes on 1 GPU; a pod without GPUs counts its CPU cores at :data:`CORE_WEIGHT` of a GPU each,
+so CPU-only work is still told apart by time and cores, and always weighs less than GPU work of similar length.
+Time at risk:
 
 * idle in Ray (every active pod's Ray node idle, fresh answer): nothing is lost, 0;
 * busy since a known instant: at most the work since then;
@@ -20,19 +25,39 @@ are ordered the same way (``tasks.evict_key``): idle Ray nodes leave first, then
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kai_ray.durations import span
 from kai_ray.scheduler.session import ACTIVE, JobInfo, Session
 
+CORE_WEIGHT = 0.01  # a CPU core of a pod without GPUs weighs as 1/100 of a GPU
+
+
+def weight(ses: Session, pods: Iterable[int]) -> float:
+    """GPU-equivalents the pods hold: their GPUs (fractions as fractions), a GPU-less pod its cores x CORE_WEIGHT."""
+    total = 0.0
+    for p in pods:
+        req = ses.pods[p].request
+        total += req.gpu if req.gpu > 0 else req.cpu / 1000.0 * CORE_WEIGHT
+    return total
+
+
+def _held(w: float) -> str:
+    if w == 1:
+        return "1 GPU"
+    return f"{w:g} GPUs" if w > 1 or w == 0 else f"{w:.3g} GPU-equivalents"
+
 
 def assess(ses: Session) -> None:
-    """Fill ``JobInfo.risk``/``risk_note`` and ``Session.p_risk``/``p_risk_note`` from the snapshot's facts."""
+    """Fill ``JobInfo.risk``/``risk_note`` and ``Session.p_risk``/``p_risk_note`` (GPU-seconds) from the snapshot's
+    facts."""
     cfg = ses.cfg
     idle_on, ckpt_on = cfg.idle_aware_victims, cfg.checkpoint_aware_victims
     if not (idle_on or ckpt_on):
         return
     now, st = ses.now, ses.p_status
-    known: list[tuple[JobInfo, float, str]] = []
-    unknown: list[tuple[JobInfo, float]] = []
+    known: list[tuple[JobInfo, float, float, str]] = []  # job, seconds at risk, weight, why
+    unknown: list[tuple[JobInfo, float, float]] = []
     for job in ses.jobs:
         active = [p for p in job.pods if st[p] in ACTIVE]
         if not active:
@@ -45,17 +70,19 @@ def assess(ses: Session) -> None:
         if ckpt_on and facts is not None and facts.last_checkpoint is not None and facts.last_checkpoint <= now:
             since = max(facts.last_checkpoint, start)
             bounds.append((now - since, f"last checkpoint {span(now - facts.last_checkpoint)} ago"))
+        w = weight(ses, active)
         if bounds:
             risk, note = min(bounds, key=lambda b: b[0])
-            known.append((job, max(0.0, risk), note))
+            known.append((job, max(0.0, risk), w, note))
         else:
-            unknown.append((job, max(0.0, now - start)))
+            unknown.append((job, max(0.0, now - start), w))
     if not known:
         return
-    for job, risk, note in known:
-        job.risk, job.risk_note = risk, note
-    for job, risk in unknown:
-        job.risk, job.risk_note = risk, f"no Ray activity or checkpoint known; running {span(risk)}"
+    for job, risk, w, note in known:
+        job.risk, job.risk_note = risk * w, f"{note}, on {_held(w)}"
+    for job, risk, w in unknown:
+        job.risk = risk * w
+        job.risk_note = f"no Ray activity or checkpoint known; running {span(risk)} on {_held(w)}"
 
 
 def _run_start(ses: Session, job: JobInfo, active: list[int]) -> float:
@@ -92,7 +119,7 @@ def _activity_bound(ses: Session, job: JobInfo, active: list[int], start: float)
     if not fresh:
         return []
     for p in active:  # siblings without a fresh answer are taken as busy since they started
-        ses.p_risk[p] = fresh.get(p, max(0.0, now - ses.p_start[p]))
+        ses.p_risk[p] = fresh.get(p, max(0.0, now - ses.p_start[p])) * weight(ses, (p,))
         ses.p_risk_note[p] = notes.get(p, "no fresh Ray answer")
     if len(fresh) < len(active):
         return []

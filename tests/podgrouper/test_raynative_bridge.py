@@ -8,6 +8,7 @@ from kai_ray import constants as c
 from kai_ray.api import Pod, parse_object
 from kai_ray.bridge import job_from_podgroup, parse_time, pod_ready
 from kai_ray.podgrouper import group
+from kai_ray.podgrouper.grouper import GroupingError
 
 pytestmark = pytest.mark.raynative
 
@@ -101,3 +102,38 @@ def test_pod_readiness_comes_from_its_ready_condition() -> None:
         }
     )
     assert pod_ready(pod) is False
+
+
+def test_the_max_pending_action_and_its_record_are_read_back() -> None:
+    pg = group(parse_object(_rayjob({c.MAX_PENDING_TIME: "10m", c.MAX_PENDING_ACTION: "fail"}), "RayJob train"))  # type: ignore[arg-type]
+    facts = job_from_podgroup(pg, []).raynative
+    assert facts is not None and facts.max_pending_action == "fail" and facts.max_pending_acted is None
+    pg.metadata.annotations[c.MAX_PENDING_ACTED] = '{"action": "fail", "at": "2026-11-27T11:00:00Z", "waited": "10m2s"}'
+    facts = job_from_podgroup(pg, []).raynative
+    assert facts is not None and facts.max_pending_failed
+    assert facts.max_pending_acted == parse_time("2026-11-27T11:00:00Z")
+    pg = group(parse_object(_rayjob({c.MAX_PENDING_TIME: "10m", c.MAX_PENDING_ACTION: ""}), "RayJob train"))  # type: ignore[arg-type]
+    facts = job_from_podgroup(pg, []).raynative
+    assert facts is not None and facts.max_pending_action is None  # "": report only
+
+
+def test_a_bad_max_pending_action_is_refused_at_the_podgrouper_naming_the_field() -> None:
+    with pytest.raises(GroupingError) as err:
+        group(parse_object(_rayjob({c.MAX_PENDING_ACTION: "kill"}), "RayJob train"))  # type: ignore[arg-type]
+    assert str(err.value) == (
+        "RayJob train: metadata.annotations[kai-ray.io/max-pending-action]: 'kill' is not one of '', 'suspend', 'fail'"
+    )
+    # a PodGroup written by hand (or an older podgrouper) is refused by the scheduler, naming it too
+    pg = group(parse_object(_rayjob({}), "RayJob train"))  # type: ignore[arg-type]
+    pg.metadata.annotations.update({c.MAX_PENDING_ACTION: "Suspend", c.MAX_PENDING_ACTED: "yes"})
+    problems: list[str] = []
+    job_from_podgroup(pg, [], problems=problems)
+    assert any("annotations[kai-ray.io/max-pending-action]: 'Suspend' is not one of" in p for p in problems)
+    assert any("annotations[kai-ray.io/max-pending-acted]: not JSON with an 'at'" in p for p in problems)
+
+
+def test_the_ray_object_cannot_forge_the_acted_record() -> None:
+    pg = group(
+        parse_object(_rayjob({c.MAX_PENDING_ACTED: '{"action": "fail", "at": "2026-11-27T11:00:00Z"}'}), "RayJob train")
+    )  # type: ignore[arg-type]
+    assert c.MAX_PENDING_ACTED not in pg.metadata.annotations

@@ -159,3 +159,72 @@ def test_the_pending_view_shows_the_backoff_and_the_max_pending_time() -> None:
     assert rows["retry"].position is None  # not tried while it waits out its backoff
     assert rows["retry"].reason == "ReadyTimeoutBackoff"
     assert "beyond its max-pending-time 10m00s" in rows["late"].message
+
+
+def _late(action: str | None, **facts: object) -> Job:
+    kw: dict[str, object] = {"max_pending_time": 600, "pending_since": NOW - 700, "max_pending_action": action}
+    kw.update(facts)
+    return dataclasses.replace(_job("big", gpus=16, pods=2, facts=RayNativeFacts(**kw)), kind="RayJob")  # type: ignore[arg-type]
+
+
+def test_a_max_pending_action_is_the_cores_decision_with_the_blocking_reason_kept() -> None:
+    blocker = _job("other", gpus=8, pods=1, node="n0")
+    st = _cycle([blocker, _late("suspend")]).jobs["ns/big"]
+    assert st.reason is Reason.MAX_PENDING_TIME_EXCEEDED
+    assert st.details["maxPendingAction"] == "suspend" and st.details["blockingReason"] == "GangDoesNotFit"
+    assert st.details["pendingSince"] == NOW - 700 and "maxPendingActed" not in st.details
+    assert st.message.startswith("pending 11m40s, beyond its max-pending-time 10m00s: suspending its RayJob")
+    assert "(kai-ray.io/max-pending-action: suspend); blocked by GangDoesNotFit: " in st.message
+    fail = _cycle([blocker, _late("fail")]).jobs["ns/big"]
+    assert (
+        fail.reason is Reason.MAX_PENDING_TIME_EXCEEDED
+        and "marking it failed and suspending its RayJob" in fail.message
+    )
+    # before the limit, or without an action: nothing is decided
+    assert _cycle([blocker, _late("suspend", pending_since=NOW - 60)]).jobs["ns/big"].reason is Reason.GANG_DOES_NOT_FIT
+    assert _cycle([blocker, _late(None)]).jobs["ns/big"].reason is Reason.GANG_DOES_NOT_FIT
+
+
+def test_once_acted_the_decision_says_so_and_a_new_wait_starts_from_the_pods() -> None:
+    blocker = _job("other", gpus=8, pods=1, node="n0")
+    st = _cycle([blocker, _late("suspend", max_pending_acted=NOW - 90)]).jobs["ns/big"]
+    assert st.details["maxPendingActed"] is True
+    assert ": suspended (kai-ray.io/max-pending-action: suspend)" in st.message
+    # the user lifted the suspend: KubeRay created the pods again 30 s ago, a new wait (the adapter acts again later)
+    late = _late("suspend", max_pending_acted=NOW - 90)
+    late.pods = [dataclasses.replace(p, created_at=NOW - 30) for p in late.pods]
+    assert _cycle([blocker, late]).jobs["ns/big"].reason is Reason.GANG_DOES_NOT_FIT
+    late.pods = [dataclasses.replace(p, created_at=NOW - 80) for p in late.pods]
+    late.raynative.max_pending_time = 60  # type: ignore[union-attr]
+    again = _cycle([blocker, late]).jobs["ns/big"]
+    assert again.reason is Reason.MAX_PENDING_TIME_EXCEEDED and "maxPendingActed" not in again.details
+
+
+def test_a_gang_marked_failed_is_never_placed_again() -> None:
+    failed = _late("fail", max_pending_acted=NOW - 50, max_pending_failed=True)
+    failed.pods = [dataclasses.replace(p, created_at=NOW - 5) for p in failed.pods]  # even once the user lifts it
+    res = _cycle([failed])  # 16 GPUs free: it would fit
+    assert not res.binds
+    st = res.jobs["ns/big"]
+    assert st.reason is Reason.MAX_PENDING_TIME_EXCEEDED
+    assert "marked failed" in st.message and "not placed again" in st.message
+
+
+def test_the_pending_view_shows_the_max_pending_action() -> None:
+    from kai_ray.scheduler.visibility import LastCycle, pending_rows
+
+    blocker = _job("other", gpus=8, pods=1, node="n0")
+    nodes = [Node("n0", Resources(8, 64000, 512e9)), Node("n1", Resources(8, 64000, 512e9))]
+    snap = Snapshot(nodes, [Queue("q", quota=Resources(-1, -1, -1))], [blocker, _late("suspend")], now=NOW)
+    rows = {r.name: r for r in pending_rows(snap, LastCycle.of(run_cycle(snap)))}
+    assert rows["big"].reason == "MaxPendingTimeExceeded"
+    assert "suspending its RayJob" in rows["big"].message
+
+
+def test_a_refused_suspend_is_reported_as_such() -> None:
+    blocker = _job("other", gpus=8, pods=1, node="n0")
+    why = "RayService svc: spec.suspend is not part of the installed RayService CRD"
+    late = _late("suspend", max_pending_acted=NOW - 90, max_pending_refused=why)
+    st = _cycle([blocker, late]).jobs["ns/big"]
+    assert st.details["maxPendingActed"] is True
+    assert f": not suspended, reporting only: {why} (kai-ray.io/max-pending-action: suspend)" in st.message

@@ -8,6 +8,7 @@ import pytest
 
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
+from kai_ray.scheduler.session import Session
 from kai_ray.scheduler.snapshot import (
     Job,
     Node,
@@ -20,6 +21,7 @@ from kai_ray.scheduler.snapshot import (
     SchedulerConfig,
     Snapshot,
 )
+from kai_ray.scheduler.workloss import CORE_WEIGHT, assess, weight
 
 pytestmark = pytest.mark.raynative
 
@@ -162,3 +164,46 @@ def test_an_elastic_workers_idle_ray_node_is_shrunk_first() -> None:
     assert sorted(e.pod for e in res.evictions) == ["train-1", "train-3"]  # idle, then busy for 30 s
     res = _cycle([job, _running("other", "n1", 50), serve], idle_aware_victims=False)
     assert [e.pod for e in res.evictions] == ["train-3"]  # KAI: newest worker first
+
+
+def _filler(node: str, gpus: float) -> Job:
+    """Work the preemptor may not touch (higher priority), so only the GPUs of the two candidates can make room."""
+    job = _running(f"keep-{node}", node, 10, gpus=gpus)
+    return dataclasses.replace(job, priority=200)
+
+
+def test_work_at_risk_is_weighted_by_the_gpus_the_victim_holds() -> None:
+    # "wide" has been busy 10 min on 8 GPUs (80 GPU-minutes), "narrow" 30 min on 1 GPU (30 GPU-minutes): KAI's order
+    # and a time-only order both take "wide"; weighted by GPUs, "narrow" loses less
+    wide = _with_activity(_running("wide", "n0", 100, gpus=8), _fresh_busy(NOW - 600))
+    narrow = _with_activity(_running("narrow", "n1", 200, gpus=1), _fresh_busy(NOW - 1800))
+    res = _cycle([wide, narrow, _filler("n1", 7), _serve(gpus=1)])
+    assert _victims(res) == {"ns/narrow"}
+    assert "victim order: busy in Ray for 30m00s, on 1 GPU" in res.evictions[0].message
+    # the same time on the same GPUs: the shorter busy time still goes first
+    narrow_long = _with_activity(_running("narrow", "n1", 200, gpus=1), _fresh_busy(NOW - 6000))
+    assert _victims(_cycle([wide, narrow_long, _filler("n1", 7), _serve(gpus=1)])) == {"ns/wide"}
+
+
+def test_checkpoint_bounds_are_weighted_too() -> None:
+    wide = dataclasses.replace(_running("wide", "n0", 100, gpus=8), raynative=RayNativeFacts(last_checkpoint=NOW - 600))
+    narrow = dataclasses.replace(
+        _running("narrow", "n1", 200, gpus=1), raynative=RayNativeFacts(last_checkpoint=NOW - 1800)
+    )
+    res = _cycle([wide, narrow, _filler("n1", 7), _serve(gpus=1)])
+    assert _victims(res) == {"ns/narrow"}
+    assert "last checkpoint 30m00s ago, on 1 GPU" in res.evictions[0].message
+
+
+def test_the_weight_is_the_gpus_held_and_a_gpu_less_pods_cores_count_a_little() -> None:
+    cpu = _with_activity(_running("cpu", "n0", 100, gpus=0), _fresh_busy(NOW - 3600))  # 1 core, busy 1 h
+    gpu = _with_activity(_running("gpu", "n1", 200, gpus=1), _fresh_busy(NOW - 600))  # 1 GPU, busy 10 min
+    nodes = [Node("n0", Resources(8, 64000, 512e9)), Node("n1", Resources(8, 64000, 512e9))]
+    ses = Session(Snapshot(nodes, [Queue("q", quota=Resources(-1, -1, -1))], [cpu, gpu], now=NOW))
+    by_name = {j.spec.name: j for j in ses.jobs}
+    assert weight(ses, by_name["gpu"].pods) == 1.0
+    assert weight(ses, by_name["cpu"].pods) == CORE_WEIGHT  # 1000 millicores
+    assess(ses)
+    assert by_name["gpu"].risk == 600.0
+    assert by_name["cpu"].risk == 3600.0 * CORE_WEIGHT  # an hour on one core weighs less than 10 min on a GPU
+    assert "on 0.01 GPU-equivalents" in by_name["cpu"].risk_note and "on 1 GPU" in by_name["gpu"].risk_note

@@ -14,6 +14,7 @@ them and keeps the per-object memory that makes writes rare.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -27,6 +28,7 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
+from kai_ray.durations import span
 from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder
 from kai_ray.k8s.base.isolate import Guard, Quarantine
 from kai_ray.k8s.base.metrics import SchedulerMetrics
@@ -34,6 +36,7 @@ from kai_ray.k8s.base.pruning import PruneGuard
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, queues_path, resource_version
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, SuspendOutcome, apply_suspend
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
 from kai_ray.k8s.scheduling.usage import LEDGER_FIELD, UsageSource
@@ -43,6 +46,7 @@ from kai_ray.scheduler.snapshot import PodPhase
 log = logging.getLogger(__name__)
 
 STATUS_PRIORITY = 10
+PATCH_FAILED = "PatchFailed"  # apply_suspend's code for an API error (a conflict past its retries, a 5xx)
 PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
 
 
@@ -86,6 +90,7 @@ class Reporter:
     _queue_written: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict, init=False)
     _reported_invalid: dict[str, str] = field(default_factory=dict, init=False)
     _queue_fields_checked: dict[str, tuple[Any, ...]] = field(default_factory=dict, init=False)  # Queue -> version
+    _max_pending_acted: dict[str, float] = field(default_factory=dict, init=False)  # job -> the wait acted on
 
     def record_cycle(
         self, view: SnapshotView, result: CycleResult, marks: tuple[float, float, float, float, float]
@@ -146,6 +151,8 @@ class Reporter:
 
         for key, v in verdicts.items():
             self.guard(key, self._report_job, key, v, members, now, iso, default=None)
+        for key in [k for k in self._max_pending_acted if k not in verdicts]:
+            del self._max_pending_acted[key]
         for key in [k for k in self._verdicts if k not in verdicts]:
             del self._verdicts[key]
             with self._status_lock:
@@ -180,6 +187,8 @@ class Reporter:
             return
         if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
             self._persist_stale_since(key, pg.model, v)
+        if v.details.get("maxPendingAction") and not v.details.get("maxPendingActed"):
+            self._max_pending_action(key, pg.raw, v)
         prev = self._verdicts.get(key)
         reason = v.reason.value
         if (
@@ -226,24 +235,69 @@ class Reporter:
 
     def _ray_owner_event(self, raw: dict[str, Any], v: JobStatus) -> None:
         """Issue 25: what the Ray object's owner must see on the object itself (a RayService whose upgrade surge cannot
-        start, a gang past its kai-ray.io/max-pending-time), as a Warning Event on the PodGroup's Ray owner."""
+        start, a gang past its kai-ray.io/max-pending-time), as a Warning Event on the PodGroup's Ray owner. A gang
+        with a max-pending-action gets its Event when the action is taken (:meth:`_max_pending_action`)."""
         reason = None
         if v.details.get("upgradeSurgeOf"):
             reason = "UpgradeSurgeBlocked"
-        elif v.details.get("maxPendingExceeded"):
+        elif v.details.get("maxPendingExceeded") and not v.details.get("maxPendingAction"):
             reason = "MaxPendingTimeExceeded"
-        meta = raw.get("metadata") or {}
-        owner = next(iter(meta.get("ownerReferences") or []), None)
-        if reason is None or owner is None or owner.get("kind") not in ("RayCluster", "RayJob", "RayService"):
+        ref = ray_owner_ref(raw)
+        if reason is not None and ref is not None:
+            self.events.emit(ref, WARNING, reason, v.message)
+
+    def _max_pending_action(self, key: str, raw: dict[str, Any], v: JobStatus) -> None:
+        """Issue 25: take the core's max-pending-action once per wait (the wait's start is remembered here and, for
+        the next leader, in ``kai-ray.io/max-pending-acted`` on the PodGroup, which the core reads back)."""
+        since = float(v.details.get("pendingSince") or 0.0)
+        if self._max_pending_acted.get(key) == since:
             return
-        ref = {
-            "apiVersion": owner.get("apiVersion", "ray.io/v1"),
-            "kind": owner["kind"],
-            "name": owner.get("name", ""),
-            "namespace": meta.get("namespace", ""),
-            "uid": owner.get("uid", ""),
-        }
-        self.events.emit(ref, WARNING, reason, v.message)
+        self._max_pending_acted[key] = since
+        self.writer.submit(f"maxpending/{key}", partial(self._act_on_max_pending, key, raw, v), STATUS_PRIORITY)
+
+    def _act_on_max_pending(self, key: str, raw: dict[str, Any], v: JobStatus) -> None:
+        """Suspend the Ray owner (``suspend`` and ``fail``), record the action on the PodGroup with a condition
+        (``Suspended`` or ``Failed``, reason ``MaxPendingTimeExceeded``), and say so in a Warning Event on the Ray
+        object naming the time waited. A kind that cannot suspend is reported, never retried in a loop."""
+        action = str(v.details["maxPendingAction"])
+        waited = float(v.details.get("pendingSeconds") or 0.0)
+        limit = float(v.details.get("maxPendingTimeSeconds") or 0.0)
+        ns = (raw.get("metadata") or {}).get("namespace", "")
+        ref = ray_owner_ref(raw)
+        beyond = f"pending {span(waited)}, beyond its max-pending-time {span(limit)} ({c.MAX_PENDING_ACTION}: {action})"
+        if ref is None:
+            applied, why = False, "its PodGroup has no RayCluster, RayJob or RayService owner"
+        else:
+            try:
+                why_code = Reason.MAX_PENDING_TIME_EXCEEDED.value
+                out = apply_suspend(self.kube, ref["kind"], ns, ref["name"], reason=why_code, message=beyond)
+            except ApiError as exc:
+                out = SuspendOutcome(False, PATCH_FAILED, str(exc))
+            if out.code == PATCH_FAILED:  # the API failed us, not the object: a later cycle tries again
+                log.info("%s: max-pending-action %s not taken yet: %s", key, action, out.message)
+                self._max_pending_acted.pop(key, None)
+                return
+            applied, why = out.applied or out.code == NOTHING_TO_DO, out.message
+        record: dict[str, Any] = {"action": action, "at": rfc3339(), "waited": span(waited), "suspended": applied}
+        if not applied:
+            record["refused"] = why
+        # a gang kai-ray suspended for a preemptor, waiting to be resumed, is no longer resumed by kai-ray either
+        self.annotate_pg(key, {c.MAX_PENDING_ACTED: json.dumps(record, sort_keys=True), SUSPEND_ANNOTATION: None})
+        what = ref["kind"] if ref is not None else "Ray object"
+        if action == "fail":
+            cond = {"type": "Failed", "status": "True", "reason": Reason.MAX_PENDING_TIME_EXCEEDED.value}
+            after = "spec.suspend set" if applied else f"its pods stay pending, not placed again ({why})"
+            text = f"{beyond}: marked failed, {after}; delete and re-create the {what} to retry"
+        elif applied:
+            cond = {"type": "Suspended", "status": "True", "reason": Reason.MAX_PENDING_TIME_EXCEEDED.value}
+            text = f"{beyond}: spec.suspend set; lift it (spec.suspend: false) to queue again"
+        else:
+            cond = {"type": "Suspended", "status": "False", "reason": "MaxPendingActionRefused"}
+            text = f"{beyond}: cannot suspend: {why}; reporting only"
+        self.write_pg_status(key, {"conditions": [{**cond, "message": text, "lastTransitionTime": rfc3339()}]})
+        target = ref if ref is not None else object_ref("PodGroup", raw)
+        self.events.emit(target, WARNING, cond["reason"], text)
+        log.info("%s: %s", key, text)
 
     def _persist_stale_since(self, key: str, model: PodGroup | None, v: JobStatus) -> None:
         """Keep ``kai.scheduler/stale-podgroup-timestamp`` in step with the core, which restarts the stale-gang
@@ -477,6 +531,21 @@ def _queue_status_matches(current: dict[str, Any] | None, compare: dict[str, Any
         elif current.get(k) != v:
             return False
     return True
+
+
+def ray_owner_ref(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """An Event's ``involvedObject`` for the Ray object that owns a PodGroup, or None."""
+    meta = raw.get("metadata") or {}
+    owner = next(iter(meta.get("ownerReferences") or []), None)
+    if owner is None or owner.get("kind") not in ("RayCluster", "RayJob", "RayService"):
+        return None
+    return {
+        "apiVersion": owner.get("apiVersion", "ray.io/v1"),
+        "kind": owner["kind"],
+        "name": owner.get("name", ""),
+        "namespace": meta.get("namespace", ""),
+        "uid": owner.get("uid", ""),
+    }
 
 
 def pod_ref(p: PodEntry) -> dict[str, Any]:
