@@ -21,8 +21,13 @@ from kai_ray.podgrouper.grouper import group, podgroup_name
 
 
 def cluster_podgroup_name(service: RayService, cluster_name: str) -> str:
-    uid = service.metadata.uid
-    return f"pg-{cluster_name}-{uid}" if uid else f"pg-{cluster_name}"
+    return own_podgroup_name(cluster_name, service.metadata.uid)
+
+
+def own_podgroup_name(cluster_name: str, service_uid: str | None) -> str:
+    """The PodGroup of one of a RayService's clusters once it has been a surge (named by the cluster, so the next
+    upgrade's surge can point at it)."""
+    return f"pg-{cluster_name}-{service_uid}" if service_uid else f"pg-{cluster_name}"
 
 
 def service_cluster_group(

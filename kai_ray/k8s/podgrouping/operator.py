@@ -75,7 +75,7 @@ from kai_ray.podgrouper import (
     stamp,
     suspend_blocker,
 )
-from kai_ray.podgrouper.upgrade import service_cluster_group
+from kai_ray.podgrouper.upgrade import own_podgroup_name, service_cluster_group
 
 log = logging.getLogger(__name__)
 
@@ -698,7 +698,7 @@ class PodgrouperOperator:
                 stamped = (pmeta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION)
                 if (
                     pmeta.get("namespace") == ns
-                    and stamped in (None, desired.metadata.name)
+                    and stamped in (None, desired.metadata.name, _cluster_group(pod, raw, kind))
                     and _belongs(pod, raw, kind)
                 ):
                     self._enqueue(f"pod/{pkey}")
@@ -813,6 +813,15 @@ def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
 
 def _frozen(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((d or {}).items()))
+
+
+def _cluster_group(pod: dict[str, Any], owner: dict[str, Any], kind: str) -> str | None:
+    """For a RayService's pod, the PodGroup its cluster has had since it was an upgrade surge: a status change (the
+    switch that makes the surge the active cluster) must reach those pods too, so the surge mark is cleared."""
+    cluster = ((pod.get("metadata") or {}).get("labels") or {}).get(c.RAY_CLUSTER)
+    if kind != "RayService" or not cluster:
+        return None
+    return own_podgroup_name(str(cluster), (owner.get("metadata") or {}).get("uid"))
 
 
 def _belongs(pod: dict[str, Any], owner: dict[str, Any], kind: str) -> bool:

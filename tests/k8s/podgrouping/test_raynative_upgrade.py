@@ -71,6 +71,15 @@ def test_the_pending_cluster_of_an_upgrade_gets_its_own_surge_podgroup(
     assert pg["spec"]["queue"] == "serve"
     assert all(_group_of(kube, namespace, n) == main for n in old_pods)  # the active cluster stays where it was
 
+    # KubeRay switches traffic: the pending cluster becomes the active one; its PodGroup is no longer a surge
+    set_status("chat-new", None)
+    wait_until(
+        "the former surge's mark cleared",
+        lambda: kube.get(podgroups_path(namespace, surge))["metadata"]["annotations"].get(c.UPGRADE_SURGE_OF) == "",
+        30,
+    )
+    assert all(_group_of(kube, namespace, n) == surge for n in new_pods)
+
 
 def _upgrade(kube: Kube, ns: str, queue: str, selector: dict[str, str]) -> tuple[list[str], list[str], str]:
     """A RayService at its queue's quota (head + one 4-GPU worker) and KubeRay's pending cluster of an upgrade."""
