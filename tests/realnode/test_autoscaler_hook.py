@@ -7,7 +7,8 @@ installed into that sidecar (``examples/headline/sitecustomize.py``: KubeRay 1.6
 kai-ray's podgrouper and scheduler (in this process) publishing the headroom on the PodGroup. The manifest is
 ``examples/autoscaler/raycluster-cpu.yaml``. Stand-in: ``nvidia.com/gpu`` is bookkeeping (the node advertises 8).
 
-A Ray driver submitted through the head's job API asks for 4 GPUs (``request_resources``); the queue's GPU limit is 2.
+A Ray driver submitted through the head's job API (``examples/autoscaler/ask.py``) asks for 4 GPUs
+(``request_resources``) and logs the GPUs of the live Ray nodes as they change; the queue's GPU limit is 2, then 3.
 Watches over the whole run record every worker pod and every ``replicas`` the RayCluster ever had, so a pod created
 beyond the room and deleted again would be seen, not only the state at the end.
 """
@@ -51,15 +52,11 @@ from kai_ray.testing.testbed import queue_body  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "autoscaler" / "raycluster-cpu.yaml"
-SITECUSTOMIZE = REPO / "examples" / "headline" / "sitecustomize.py"
+APPS = (REPO / "examples" / "headline" / "sitecustomize.py", REPO / "examples" / "autoscaler" / "ask.py")
 CLUSTER, GROUP = "autoscale", "gpu"
 ROOM, MORE_ROOM, ASKED = 2, 3, 4  # the queue's GPU limit before and after it grows; the GPUs the driver asks for
 TIMEOUT = 600.0  # a loaded 2-core CI machine starts Ray pods slowly
-DRIVER = (
-    'python -c "import time, ray; from ray.autoscaler.sdk import request_resources; ray.init(); '
-    f"request_resources(bundles=[{{'GPU': 1}}] * {ASKED}); print('asked for {ASKED} GPUs', flush=True); "
-    'time.sleep(3600)"'
-)
+DRIVER = f"python /apps/ask.py --gpus {ASKED}"  # examples/autoscaler/ask.py, mounted into the head
 
 
 class Follow:
@@ -196,6 +193,19 @@ def _dashboard(kube: Kube, ns: str) -> str | None:
         return None
 
 
+def _driver_gpus(dashboard: str, job: str) -> list[tuple[float, int]]:
+    """ask.py's ``{"t", "gpus"}`` lines from the job's log: the GPUs of the live Ray nodes, as the driver saw them."""
+    with urllib.request.urlopen(f"{dashboard}/api/jobs/{job}/logs", timeout=30) as resp:
+        log = json.loads(resp.read()).get("logs", "")
+    out = []
+    for line in log.splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if isinstance(rec, dict) and "gpus" in rec:
+                out.append((float(rec["t"]), int(rec["gpus"])))
+    return out
+
+
 def _capped(kube: Kube, ns: str) -> list[str]:
     sel = f"involvedObject.name={CLUSTER},reason={SCALE_UP_CAPPED}"
     return [e.get("message", "") for e in kube.get(events_path(ns), fieldSelector=sel)["items"]]
@@ -211,7 +221,7 @@ def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_
     root, queue = f"{ns}-root", f"{ns}-ray"
     kube.create(queues_path(), queue_body(root, gpu_quota=int(real_node.gpus)))
     kube.create(queues_path(), queue_body(queue, gpu_quota=ROOM, gpu_limit=ROOM, parent=root))
-    data = {"sitecustomize.py": SITECUSTOMIZE.read_text()}
+    data = {path.name: path.read_text() for path in APPS}
     kube.create(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "kai-ray-autoscaler-hook"}, "data": data})
     common: dict[str, Any] = {
         "kubeconfig": str(plane.kubeconfig_path),
@@ -247,20 +257,27 @@ def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_
             return "\n".join([*lines, f"counts {workers.counts}", f"replicas {workers.replicas}", *_capped(kube, ns)])
 
         dashboard = _wait("the head's job API", lambda: _dashboard(kube, ns), diag=diag)
-        job = _post_json(f"{dashboard}/api/jobs/", {"entrypoint": DRIVER})
-        print(f"[autoscaler] submitted {job}")
+        job = _post_json(f"{dashboard}/api/jobs/", {"entrypoint": DRIVER})["submission_id"]
+
+        def ray_gpus() -> int | None:
+            seen = _driver_gpus(dashboard, job)
+            return seen[-1][1] if seen else None
 
         _wait(f"{ROOM} worker pods running", lambda: workers.running() >= ROOM, diag=diag)
+        _wait(f"the driver to see {ROOM} GPUs", lambda: ray_gpus() == ROOM, diag=diag)
         # The autoscaler keeps asking for the rest; the hook refuses it at the room, and says so on the RayCluster.
         at_room = f"refused ({ROOM} now)"
         _wait(f"a ScaleUpCapped Event '{at_room}'", lambda: any(at_room in m for m in _capped(kube, ns)), diag=diag)
 
-        grown = time.monotonic()
+        grown, grown_wall = time.monotonic(), time.time()
         limit = {"quota": MORE_ROOM, "limit": MORE_ROOM, "overQuotaWeight": 1}
         kube.merge_patch(queues_path(queue), {"spec": {"resources": {"gpu": limit}}})
         _wait(f"{MORE_ROOM} worker pods running", lambda: workers.running() >= MORE_ROOM, diag=diag)
+        _wait(f"the driver to see {MORE_ROOM} GPUs", lambda: ray_gpus() == MORE_ROOM, diag=diag)
         at_more = f"refused ({MORE_ROOM} now)"
         _wait(f"a ScaleUpCapped Event '{at_more}'", lambda: any(at_more in m for m in _capped(kube, ns)), diag=diag)
+        gpus = _driver_gpus(dashboard, job)
+        capped = _capped(kube, ns)
     finally:
         with contextlib.suppress(ApiError):
             kube.delete(ray_path("RayCluster", ns, CLUSTER))
@@ -283,9 +300,15 @@ def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_
             f"[autoscaler] after the queue grew, {name} was created in {workers.created_at[name] - grown:.1f}s and "
             f"running in {'-' if ran is None else f'{ran - grown:.1f}'}s"
         )
+    print(f"[autoscaler] GPUs the driver saw: {[(round(t - grown_wall, 1), n) for t, n in gpus]}")
+    joined = min(t for t, n in gpus if n == MORE_ROOM) - grown_wall
+    print(f"[autoscaler] the new worker's Ray node joined {joined:.1f}s after the queue grew")
+    print(f"[autoscaler] {len(capped)} ScaleUpCapped Events, e.g. {sorted(set(capped))[:3]}")
     print(f"[autoscaler] watch restarts: {[f.errors for f in follows]}")
     assert workers.most(workers.counts, before=grown) == ROOM, workers.counts
     assert workers.most(workers.replicas, before=grown) == ROOM, workers.replicas
     assert workers.most(workers.counts) == MORE_ROOM, workers.counts
     assert workers.most(workers.replicas) == MORE_ROOM, workers.replicas
     assert len(new) == MORE_ROOM - ROOM, f"exactly the new room's pods are created: {new}"
+    assert max(n for t, n in gpus if t < grown_wall) == ROOM, gpus
+    assert max(n for _, n in gpus) == MORE_ROOM, gpus
