@@ -8,7 +8,9 @@ kai-ray's podgrouper and scheduler (in this process) publishing the headroom on 
 ``examples/autoscaler/raycluster-cpu.yaml``. Stand-in: ``nvidia.com/gpu`` is bookkeeping (the node advertises 8).
 
 A Ray driver submitted through the head's job API (``examples/autoscaler/ask.py``) asks for 4 GPUs
-(``request_resources``) and logs the GPUs of the live Ray nodes as they change; the queue's GPU limit is 2, then 3.
+(``request_resources``) and logs the GPUs of the live Ray nodes as they change. The room grows twice: the queue's GPU
+limit goes from 2 to 3 (then to 4, which changes nothing while another queue's pod holds the node's other 5 GPUs),
+and then that pod is deleted.
 Watches over the whole run record every worker pod and every ``replicas`` the RayCluster ever had, so a pod created
 beyond the room and deleted again would be seen, not only the state at the end.
 """
@@ -49,6 +51,7 @@ from kai_ray.k8s.config import OperatorConfig  # noqa: E402
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator  # noqa: E402
 from kai_ray.k8s.scheduling.operator import SchedulerOperator  # noqa: E402
 from kai_ray.testing.testbed import queue_body  # noqa: E402
+from tests.realnode.helpers import phase  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "autoscaler" / "raycluster-cpu.yaml"
@@ -211,16 +214,32 @@ def _capped(kube: Kube, ns: str) -> list[str]:
     return [e.get("message", "") for e in kube.get(events_path(ns), fieldSelector=sel)["items"]]
 
 
+def _times(workers: Workers, gpus: list[tuple[float, int]], since: float, since_wall: float, until: float) -> str:
+    """When the worker created in ``[since, until)`` was created, ran, and its Ray node joined, from ``since``."""
+    out = []
+    for name in sorted(n for n, t in workers.created_at.items() if since <= t < until):
+        ran = workers.running_at.get(name)
+        out.append(
+            f"{name} created {workers.created_at[name] - since:.1f}s, running "
+            f"{'-' if ran is None else f'{ran - since:.1f}'}s"
+        )
+    joined = [t for t, n in gpus if t >= since_wall]
+    return f"{'; '.join(out)}; Ray node joined {joined[0] - since_wall:.1f}s" if joined else "; ".join(out)
+
+
 def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_grows_with_it(
-    real_node: Any, kube: Kube, namespace: str
+    real_node: Any, kube: Kube, namespace: str, make_pod: Callable[..., dict[str, Any]]
 ) -> None:
     ns, plane = namespace, real_node.plane
     plane.install_crds(kuberay=True)
     image = real_node.load_image("ray")
-    install_defaults(kube, {"train": 50})
-    root, queue = f"{ns}-root", f"{ns}-ray"
-    kube.create(queues_path(), queue_body(root, gpu_quota=int(real_node.gpus)))
+    install_defaults(kube, {"train": 50, "build": 100})
+    root, queue, other = f"{ns}-root", f"{ns}-ray", f"{ns}-other"
+    gpus_on_node = int(real_node.gpus)
+    held = gpus_on_node - MORE_ROOM  # another team's pod leaves the node room for 3 of the 4 workers
+    kube.create(queues_path(), queue_body(root, gpu_quota=gpus_on_node))
     kube.create(queues_path(), queue_body(queue, gpu_quota=ROOM, gpu_limit=ROOM, parent=root))
+    kube.create(queues_path(), queue_body(other, gpu_quota=held, gpu_limit=held, parent=root))
     data = {path.name: path.read_text() for path in APPS}
     kube.create(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "kai-ray-autoscaler-hook"}, "data": data})
     common: dict[str, Any] = {
@@ -240,6 +259,10 @@ def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_
     workers = Workers()
     follows: list[Follow] = []
     try:
+        # Another team's pod holds 5 of the node's 8 GPUs within its own queue's quota (not reclaimable).
+        labels = {"kai.scheduler/queue": other, "priorityClassName": "build"}
+        filler = make_pod("filler", "trap 'exit 0' TERM; while :; do sleep 1; done", gpus=held, labels=labels)
+        kube.create(pods_path(ns), filler)
         plane.start_kuberay_operator(batch_scheduler=None, watch_namespace=ns, extra_args=["--use-kubernetes-proxy"])
         selector = {"labelSelector": f"ray.io/cluster={CLUSTER},ray.io/node-type=worker"}
         follows.append(Follow(kube, pods_path(ns), selector, workers.pod))
@@ -256,6 +279,10 @@ def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_
             lines = [f"{p['metadata']['name']}: {p.get('status', {}).get('phase')}" for p in pods]
             return "\n".join([*lines, f"counts {workers.counts}", f"replicas {workers.replicas}", *_capped(kube, ns)])
 
+        def refusals(now: int) -> int:
+            return sum(f"refused ({now} now)" in m for m in _capped(kube, ns))
+
+        _wait("the filler pod running", lambda: phase(kube, ns, "filler") == "Running", diag=diag)
         dashboard = _wait("the head's job API", lambda: _dashboard(kube, ns), diag=diag)
         job = _post_json(f"{dashboard}/api/jobs/", {"entrypoint": DRIVER})["submission_id"]
 
@@ -263,52 +290,56 @@ def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_
             seen = _driver_gpus(dashboard, job)
             return seen[-1][1] if seen else None
 
+        # (a) room for 2: the autoscaler asks for 4, gets 2, and is refused the rest at every later pass.
         _wait(f"{ROOM} worker pods running", lambda: workers.running() >= ROOM, diag=diag)
         _wait(f"the driver to see {ROOM} GPUs", lambda: ray_gpus() == ROOM, diag=diag)
-        # The autoscaler keeps asking for the rest; the hook refuses it at the room, and says so on the RayCluster.
-        at_room = f"refused ({ROOM} now)"
-        _wait(f"a ScaleUpCapped Event '{at_room}'", lambda: any(at_room in m for m in _capped(kube, ns)), diag=diag)
+        _wait(f"a ScaleUpCapped Event 'refused ({ROOM} now)'", lambda: refusals(ROOM) > 0, diag=diag)
 
-        grown, grown_wall = time.monotonic(), time.time()
+        # (b) the queue's limit grows to 3: one more worker.
+        limit_grew, limit_grew_wall = time.monotonic(), time.time()
         limit = {"quota": MORE_ROOM, "limit": MORE_ROOM, "overQuotaWeight": 1}
         kube.merge_patch(queues_path(queue), {"spec": {"resources": {"gpu": limit}}})
         _wait(f"{MORE_ROOM} worker pods running", lambda: workers.running() >= MORE_ROOM, diag=diag)
         _wait(f"the driver to see {MORE_ROOM} GPUs", lambda: ray_gpus() == MORE_ROOM, diag=diag)
-        at_more = f"refused ({MORE_ROOM} now)"
-        _wait(f"a ScaleUpCapped Event '{at_more}'", lambda: any(at_more in m for m in _capped(kube, ns)), diag=diag)
+
+        # (c) the limit allows 4 but the node's last GPUs are the filler's: still refused, at two more passes.
+        kube.merge_patch(queues_path(queue), {"spec": {"resources": {"gpu": {"limit": ASKED}}}})
+        before = refusals(MORE_ROOM)
+        _wait("two more refusals at 3", lambda: refusals(MORE_ROOM) >= before + 2, diag=diag)
+
+        # (d) the filler goes: the fourth worker.
+        freed, freed_wall = time.monotonic(), time.time()
+        kube.delete(pods_path(ns, "filler"))
+        _wait(f"{ASKED} worker pods running", lambda: workers.running() >= ASKED, diag=diag)
+        _wait(f"the driver to see {ASKED} GPUs", lambda: ray_gpus() == ASKED, diag=diag)
         gpus = _driver_gpus(dashboard, job)
         capped = _capped(kube, ns)
     finally:
-        with contextlib.suppress(ApiError):
-            kube.delete(ray_path("RayCluster", ns, CLUSTER))
         for follow in follows:
             follow.stop()
+        with contextlib.suppress(ApiError):
+            kube.delete(ray_path("RayCluster", ns, CLUSTER))
         for op in reversed(operators):
             op.stop()
         plane.stop_component("kuberay-operator")
-        for q in (queue, root):
+        for q in (queue, other, root):
             with contextlib.suppress(ApiError):
                 kube.delete(queues_path(q))
 
-    new = sorted(name for name, t in workers.created_at.items() if t >= grown)
-    shift = [(round(t - grown, 1), n) for t, n in workers.counts]
-    print(f"\n[autoscaler] worker pods over time (seconds from the queue growing): {shift}")
-    print(f"[autoscaler] replicas over time: {[(round(t - grown, 1), n) for t, n in workers.replicas]}")
-    for name in new:
-        ran = workers.running_at.get(name)
-        print(
-            f"[autoscaler] after the queue grew, {name} was created in {workers.created_at[name] - grown:.1f}s and "
-            f"running in {'-' if ran is None else f'{ran - grown:.1f}'}s"
-        )
-    print(f"[autoscaler] GPUs the driver saw: {[(round(t - grown_wall, 1), n) for t, n in gpus]}")
-    joined = min(t for t, n in gpus if n == MORE_ROOM) - grown_wall
-    print(f"[autoscaler] the new worker's Ray node joined {joined:.1f}s after the queue grew")
-    print(f"[autoscaler] {len(capped)} ScaleUpCapped Events, e.g. {sorted(set(capped))[:3]}")
+    def shifted(series: list[tuple[float, int]], zero: float) -> list[tuple[float, int]]:
+        return [(round(t - zero, 1), n) for t, n in series]
+
+    print(f"\n[autoscaler] worker pods over time (s from the limit growing): {shifted(workers.counts, limit_grew)}")
+    print(f"[autoscaler] replicas over time: {shifted(workers.replicas, limit_grew)}")
+    print(f"[autoscaler] GPUs the driver saw: {shifted(gpus, limit_grew_wall)}")
+    print(f"[autoscaler] limit 2 -> 3: {_times(workers, gpus, limit_grew, limit_grew_wall, freed)}")
+    print(f"[autoscaler] filler deleted: {_times(workers, gpus, freed, freed_wall, float('inf'))}")
+    print(f"[autoscaler] {len(capped)} ScaleUpCapped Events: {sorted(set(capped))}")
     print(f"[autoscaler] watch restarts: {[f.errors for f in follows]}")
-    assert workers.most(workers.counts, before=grown) == ROOM, workers.counts
-    assert workers.most(workers.replicas, before=grown) == ROOM, workers.replicas
-    assert workers.most(workers.counts) == MORE_ROOM, workers.counts
-    assert workers.most(workers.replicas) == MORE_ROOM, workers.replicas
-    assert len(new) == MORE_ROOM - ROOM, f"exactly the new room's pods are created: {new}"
-    assert max(n for t, n in gpus if t < grown_wall) == ROOM, gpus
-    assert max(n for _, n in gpus) == MORE_ROOM, gpus
+    for until, room in ((limit_grew, ROOM), (freed, MORE_ROOM), (float("inf"), ASKED)):
+        assert workers.most(workers.counts, before=until) == room, (room, workers.counts)
+        assert workers.most(workers.replicas, before=until) == room, (room, workers.replicas)
+    for until_wall, room in ((limit_grew_wall, ROOM), (freed_wall, MORE_ROOM), (float("inf"), ASKED)):
+        assert max(n for t, n in gpus if t < until_wall) == room, (room, gpus)
+    created = sorted(workers.created_at.values())
+    assert len(created) == ASKED, f"no worker pod was created and removed again: {workers.created_at}"
