@@ -51,7 +51,7 @@ from kai_ray.k8s.config import OperatorConfig  # noqa: E402
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator  # noqa: E402
 from kai_ray.k8s.scheduling.operator import SchedulerOperator  # noqa: E402
 from kai_ray.testing.testbed import queue_body  # noqa: E402
-from tests.realnode.helpers import phase  # noqa: E402
+from tests.realnode.helpers import logs, phase  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "autoscaler" / "raycluster-cpu.yaml"
@@ -275,9 +275,15 @@ def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_
             kube.create(path, doc)
 
         def diag() -> str:
+            """The namespace's pods, what the watches saw, the hook's Events and the autoscaler's last log lines."""
             pods = kube.get(pods_path(ns))["items"]
             lines = [f"{p['metadata']['name']}: {p.get('status', {}).get('phase')}" for p in pods]
-            return "\n".join([*lines, f"counts {workers.counts}", f"replicas {workers.replicas}", *_capped(kube, ns)])
+            lines += [f"counts {workers.counts}", f"replicas {workers.replicas}", *_capped(kube, ns)]
+            for p in pods:
+                if p["metadata"].get("labels", {}).get("ray.io/node-type") == "head":
+                    with contextlib.suppress(ApiError):
+                        lines += logs(kube, ns, p["metadata"]["name"], "autoscaler").splitlines()[-30:]
+            return "\n".join(lines)
 
         def said(text: str) -> bool:
             return any(text in message for message in _capped(kube, ns))
