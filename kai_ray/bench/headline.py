@@ -182,6 +182,11 @@ class Story:
 
     # -- setup ----------------------------------------------------------------------------------------------------
 
+    def setup(self) -> None:
+        """Everything but the workloads (queues, ConfigMaps, the hook's RBAC, the filler pod, kai-ray's operators and
+        KubeRay's), for a test that runs its own RayJob on the same stage; :meth:`close` takes it down."""
+        self._setup()
+
     def _setup(self) -> None:
 
         plane, kube, ns, cfg = self.node.plane, self.kube, self.ns, self.cfg
