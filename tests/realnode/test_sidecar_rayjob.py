@@ -21,7 +21,7 @@ pytest.importorskip(
     "kai_ray.testing.controlplane.realnode", reason="the real-node lane (issue 23) is not in this checkout"
 )
 
-from kai_ray.bench.headline import ORIGIN, Story, StoryConfig, _manifest, read_progress  # noqa: E402
+from kai_ray.bench.headline import Story, StoryConfig, _manifest, read_progress  # noqa: E402
 from kai_ray.k8s.base.rest import ApiError, podgroups_path, pods_path, ray_path  # noqa: E402
 from tests.k8s.helpers import wait_until  # noqa: E402
 
@@ -72,9 +72,9 @@ def test_sidecar_rayjob_is_one_gang_scheduled_by_kai_ray_trains_and_succeeds(
             return p if len(seen) >= 3 else None
 
         wait_until("the training's step counter to rise", training_moves, TIMEOUT, 0.2)
-        ray_pods = kube.get(pods_path(namespace), labelSelector=f"{ORIGIN}={NAME}")["items"]
-        heads = [p for p in ray_pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
-        assert len(heads) == 1 and len(ray_pods) >= 2
+        heads = story.ray_pods("RayJob", NAME, "head")
+        ray_pods = heads + story.ray_pods("RayJob", NAME, "worker")
+        assert len(heads) == 1 and len(ray_pods) >= 2, [p["metadata"]["name"] for p in ray_pods]
         for pod in ray_pods:  # scheduled by kai-ray, as members of the RayJob's PodGroup
             assert pod["spec"]["schedulerName"] == "kai-scheduler" and pod["spec"].get("nodeName"), pod["metadata"]
             assert pod["metadata"]["annotations"]["pod-group-name"] == pg["metadata"]["name"]
