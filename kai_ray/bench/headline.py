@@ -86,7 +86,6 @@ def steps_went_back(steps: Sequence[int]) -> int:
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "headline"
 SEMANTICS = ("kai-ray", "kai")
-ORIGIN = "ray.io/originated-from-cr-name"
 PRIORITY_CLASSES = {"train": 50, "build": 100, "inference": 125}
 JOB = "headline-train"
 SERVICE = "headline-serve"
@@ -182,6 +181,11 @@ class Story:
 
     # -- setup ----------------------------------------------------------------------------------------------------
 
+    def setup(self) -> None:
+        """Everything but the workloads (queues, ConfigMaps, the hook's RBAC, the filler pod, kai-ray's operators and
+        KubeRay's), for a test that runs its own RayJob on the same stage; :meth:`close` takes it down."""
+        self._setup()
+
     def _setup(self) -> None:
 
         plane, kube, ns, cfg = self.node.plane, self.kube, self.ns, self.cfg
@@ -241,10 +245,21 @@ class Story:
                 pass
             self._stop.wait(0.5)
 
+    def ray_pods(self, kind: str, name: str, node_type: str) -> list[dict[str, Any]]:
+        """The ``node_type`` pods of the RayClusters that the RayJob or RayService ``name`` controls, by their
+        ``ray.io/cluster`` label: KubeRay 1.6 labels such a RayCluster with ``ray.io/originated-from-cr-name`` but
+        not its pods, so a selector on that label finds none."""
+        clusters = {
+            rc["metadata"]["name"]
+            for rc in self.kube.get(ray_path("RayCluster", self.ns))["items"]
+            if any(r.get("kind") == kind and r.get("name") == name for r in rc["metadata"].get("ownerReferences") or [])
+        }
+        items = self.kube.get(pods_path(self.ns), labelSelector=f"ray.io/node-type={node_type}")["items"]
+        return [p for p in items if (p["metadata"].get("labels") or {}).get("ray.io/cluster") in clusters]
+
     def worker_pods(self) -> dict[str, dict[str, Any]]:
 
-        items = self.kube.get(pods_path(self.ns), labelSelector=f"{ORIGIN}={JOB},ray.io/node-type=worker")["items"]
-        return {p["metadata"]["uid"]: p for p in items}
+        return {p["metadata"]["uid"]: p for p in self.ray_pods("RayJob", JOB, "worker")}
 
     def _answer(self, service_only: bool = False) -> str | None:
         """POST one request to the service: through its Service's ClusterIP (kube-proxy), else straight to the head
@@ -254,10 +269,7 @@ class Story:
             svc = self.kube.get(f"/api/v1/namespaces/{self.ns}/services/{SERVICE}-serve-svc")
             routes.append((f"Service {SERVICE}-serve-svc", svc["spec"].get("clusterIP")))
         with contextlib.suppress(ApiError):
-            selector = f"{ORIGIN}={SERVICE},ray.io/node-type=head"
-            if service_only:
-                selector = "kai-ray.io/none=none"
-            for pod in self.kube.get(pods_path(self.ns), labelSelector=selector)["items"]:
+            for pod in [] if service_only else self.ray_pods("RayService", SERVICE, "head"):
                 routes.append((f"head pod {pod['metadata']['name']}", (pod.get("status") or {}).get("podIP")))
         body = json.dumps({"features": [5.1, 3.5, 1.4, 0.2]}).encode()
         for via, ip in routes:

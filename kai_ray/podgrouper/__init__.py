@@ -11,9 +11,10 @@ from kai_ray.podgrouper.grouper import (
     suspend_blocker,
 )
 from kai_ray.podgrouper.pods import PodTemplate, cluster_name, expand_pods, pod_templates
-from kai_ray.podgrouper.stamping import PodStamp, stamp, subgroup_for_pod
+from kai_ray.podgrouper.stamping import SUBMITTER_JOB, PodStamp, is_submitter, stamp, subgroup_for_pod
 
 __all__ = [
+    "SUBMITTER_JOB",
     "GroupingError",
     "PodStamp",
     "PodTemplate",
@@ -23,6 +24,7 @@ __all__ = [
     "expand_pods",
     "gang_too_large",
     "group",
+    "is_submitter",
     "placeholder_group",
     "pod_templates",
     "podgroup_name",

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from kai_ray import constants as c
 from kai_ray.api import Pod, parse_object
-from kai_ray.podgrouper import expand_pods, group, stamp
+from kai_ray.podgrouper import expand_pods, group, is_submitter, stamp
 from tests.podgrouper.raydocs import cluster_spec, ray_doc, worker
 
 
@@ -34,6 +34,29 @@ def test_submitter_pod_lands_in_submitter_subgroup_only_for_k8sjobmode():
     assert stamp(_pod(c.RAY_SUBMITTER_GROUP), pg).labels == {c.SUBGROUP_LABEL: c.SUBMITTER_SUBGROUP}
     rc = group(parse_object(ray_doc("RayCluster", cluster_spec(worker("w")))))
     assert stamp(_pod(c.RAY_SUBMITTER_GROUP), rc).labels == {}
+
+
+def test_submitter_found_by_its_owners_without_any_label():
+    job = group(parse_object(ray_doc("RayJob", cluster_spec(worker("w")))))
+    bare = _pod(None, **{"batch.kubernetes.io/job-name": "rj"})
+    assert stamp(bare, job, submitter=True).labels == {c.SUBGROUP_LABEL: c.SUBMITTER_SUBGROUP}
+    assert stamp(bare, job).labels == {}
+    assert stamp(_pod("w"), job, submitter=True).labels == {c.SUBGROUP_LABEL: c.SUBMITTER_SUBGROUP}
+    rc = group(parse_object(ray_doc("RayCluster", cluster_spec(worker("w")))))
+    assert stamp(bare, rc, submitter=True).labels == {}, "a RayCluster's group has no submitter subgroup"
+
+
+def test_is_submitter_reads_the_owner_chain_pod_job_rayjob():
+    job, rayjob = ("batch/v1", "Job"), ("ray.io/v1", "RayJob")
+    assert is_submitter([job, rayjob])
+    assert is_submitter([job, ("ray.io/v1alpha1", "RayJob")])
+    assert not is_submitter([job])
+    assert not is_submitter([rayjob])
+    assert not is_submitter([job, ("ray.io/v1", "RayCluster")])
+    assert not is_submitter([job, ("example.com/v1", "RayJob")])
+    assert not is_submitter([("batch/v1beta1", "Job"), rayjob])
+    assert not is_submitter([("ray.io/v1", "RayCluster"), rayjob])
+    assert not is_submitter([])
 
 
 def test_unknown_group_gets_no_subgroup_label():

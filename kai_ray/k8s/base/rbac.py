@@ -58,8 +58,9 @@ PODGROUPER_RULES: list[Rule] = [
         "resources": ["rayclusters", "rayjobs", "rayservices"],
         "verbs": ["get", "list", "watch"],
     },
-    # owners between a pod and its Ray top owner (the RayJob submitter's Job) and other controllers' pods
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+    # owners between a pod and its Ray top owner (the RayJob submitter's Job: KubeRay's Jobs are watched) and other
+    # controllers' pods
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["replicasets", "deployments", "statefulsets"], "verbs": ["get"]},
     *EVENT_RULES,
 ]

@@ -12,6 +12,11 @@ In KAI-coexistence mode (``kai_coexistence``: KAI's scheduler schedules, kai-ray
 every pod it stamps also get ``kai.scheduler/skip-podgrouper: "true"`` (with ``kai-ray.io/skip-podgrouper-by``, so
 kai-ray does not mistake its own mark for a user's request), and KAI's podgrouper leaves them to us.
 
+A K8sJobMode RayJob's submitter pod carries no Ray label: it is recognised by its owners (pod -> batch Job -> RayJob,
+:func:`~kai_ray.podgrouper.is_submitter`) and stamped into the RayJob's ``submitter`` subgroup. KubeRay labels the
+Jobs it creates (``app.kubernetes.io/created-by: kuberay-operator``), so those come from an informer filtered on that
+label; any other Job (another controller's pods under our scheduler) is read with a GET, cached briefly.
+
 Everything is level-triggered from informer caches through a keyed work queue, so restarts and duplicate events are
 harmless: an up-to-date PodGroup and stamp cost no write.
 
@@ -67,10 +72,12 @@ from kai_ray.k8s.podgrouping.grouping import (
 )
 from kai_ray.k8s.scheduling.cache import slim_pod
 from kai_ray.podgrouper import (
+    SUBMITTER_JOB,
     GroupingError,
     PodgrouperConfig,
     PodStamp,
     group,
+    is_submitter,
     placeholder_group,
     stamp,
     suspend_blocker,
@@ -85,6 +92,7 @@ STAMP_HOLDOFF = 0.5  # seconds without PodGroup writes before deferred stamps go
 STAMP_MAX_DELAY = 10.0  # a deferred stamp waits at most this long for a quiet moment
 STAMP_WORKERS = 8
 OWNER_GRACE = 30.0  # seconds a pod's owner may be missing (created after it, watch lag) before it is explained
+KUBERAY_JOBS = "app.kubernetes.io/created-by=kuberay-operator"  # the label KubeRay puts on its submitter Jobs
 
 
 class OwnerError(Exception):
@@ -132,6 +140,7 @@ class PodgrouperOperator:
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
         self.ray: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
+        self.jobs: list[Informer] = []
         for ns in config.namespaces or (None,):
             sel = f"spec.schedulerName={config.scheduler_name}"
             label = ns or "all"
@@ -148,6 +157,15 @@ class PodgrouperOperator:
             self.pgs.append(
                 Informer(self.kube, podgroups_path(ns), name=f"podgroups-{label}", handler=self._on_pg, missing_ok=True)
             )
+            self.jobs.append(
+                Informer(
+                    self.kube,
+                    f"/apis/batch/v1/namespaces/{ns}/jobs" if ns else "/apis/batch/v1/jobs",
+                    name=f"kuberay-jobs-{label}",
+                    label_selector=KUBERAY_JOBS,
+                    transform=_slim_job,
+                )
+            )
             for kind in RAY_KINDS:
                 self.ray[kind].append(
                     Informer(
@@ -158,7 +176,7 @@ class PodgrouperOperator:
                         missing_ok=True,
                     )
                 )
-        self.informers = [*self.pods, *self.pgs, *(i for infs in self.ray.values() for i in infs)]
+        self.informers = [*self.pods, *self.pgs, *self.jobs, *(i for infs in self.ray.values() for i in infs)]
         self.elector: LeaderElector | None = None
         if config.leader_elect:
             name, lns = config.lease("podgrouper")
@@ -420,7 +438,8 @@ class PodgrouperOperator:
         return obj
 
     def _owner(self, ns: str, ref: dict[str, Any]) -> dict[str, Any] | None:
-        """The owner object a reference points to (Ray kinds from caches, a few built-in kinds by GET)."""
+        """The owner object a reference points to (Ray kinds and KubeRay's Jobs from caches, a few built-in kinds by
+        GET)."""
         kind, name, api = ref.get("kind", ""), ref.get("name", ""), ref.get("apiVersion", "")
         if kind in RAY_KINDS and api.startswith("ray.io/"):
             obj = self._get_cached(self.ray[kind], f"{ns}/{name}")
@@ -435,6 +454,10 @@ class PodgrouperOperator:
         template = GENERIC_OWNERS.get((api, kind))
         if template is None:
             return None
+        if (api, kind) == SUBMITTER_JOB:
+            cached = self._get_cached(self.jobs, f"{ns}/{name}")
+            if cached is not None and (not ref.get("uid") or (cached.get("metadata") or {}).get("uid") == ref["uid"]):
+                return cached
         cache_key = (kind, ns, name)
         hit = self._owner_cache.get(cache_key)
         if hit is not None and hit[0] > time.monotonic():
@@ -486,7 +509,9 @@ class PodgrouperOperator:
             return
         top = chain[-1]
         top_kind = top.get("kind") or ("Pod" if top is raw else "")
+        submitter = False
         if top_kind in RAY_KINDS:
+            submitter = is_submitter(_owner_kinds(chain))
             desired = self._ray_group(top_kind, top, chain, pod)
             if desired is None:
                 return
@@ -502,7 +527,7 @@ class PodgrouperOperator:
                 self._deferred[key] = (_pod_fingerprint(raw), since)
             self.stamper.submit(f"stamp/{key}", partial(self._stamp_later, key, pg))
             return
-        done = self._stamp(pod, pg)
+        done = self._stamp(pod, pg, submitter)
         self._done[key] = _pod_fingerprint(done)
         if self._orphans:
             self._adopted(key, raw, pg.metadata.name)
@@ -786,9 +811,10 @@ class PodgrouperOperator:
         )
         self.metrics.owners_marked.inc()
 
-    def _stamp(self, pod: Pod, pg: PodGroup) -> dict[str, Any]:
-        """Write what is missing of the stamp; returns the pod's metadata as it now is."""
-        full = stamp(pod, pg)
+    def _stamp(self, pod: Pod, pg: PodGroup, submitter: bool = False) -> dict[str, Any]:
+        """Write what is missing of the stamp; returns the pod's metadata as it now is. ``submitter``: the pod is a
+        RayJob's submitter by its owners."""
+        full = stamp(pod, pg, submitter)
         if self.config.kai_coexistence:
             full = PodStamp({**full.annotations, **skip_marks()}, full.labels)
         missing = full.missing_on(pod)
@@ -809,6 +835,23 @@ def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
         tuple((r.get("kind"), r.get("uid")) for r in meta.get("ownerReferences") or []),
         bool(meta.get("deletionTimestamp")),
     )
+
+
+def _owner_kinds(chain: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(apiVersion, kind)`` of each controlling owner along ``chain`` (``[pod, owner, ...]``), nearest first, as
+    the references name them (cached objects need not carry their own kind)."""
+    out = []
+    for obj in chain[:-1]:
+        ref = controller_ref(obj.get("metadata") or {}) or {}
+        out.append((str(ref.get("apiVersion", "")), str(ref.get("kind", ""))))
+    return out
+
+
+def _slim_job(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the owner chain reads of a Job: its identity and owners (not its pod template or status)."""
+    meta = obj.get("metadata") or {}
+    keep = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp", "resourceVersion")
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {k: meta[k] for k in keep if k in meta}}
 
 
 def _frozen(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
