@@ -136,7 +136,9 @@ def _wait(what: str, check: Callable[[], Any], timeout: float, interval: float =
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
-def _manifest(name: str, namespace: str, queue: str, image: str, checkpoints: Path | None = None) -> dict[str, Any]:
+def example_manifest(
+    name: str, namespace: str, queue: str, image: str, checkpoints: Path | None = None
+) -> dict[str, Any]:
     """The example's Ray CR with the test's namespace, queue and image (and the checkpoint hostPath under a
     directory the run owns instead of /var/lib/kai-ray-headline)."""
     (doc,) = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d and d["kind"].startswith("Ray")]
@@ -290,7 +292,7 @@ class Story:
 
         cfg, kube, ns, fig, t = self.cfg, self.kube, self.ns, self.fig, self.cfg.timeout
         self._setup()
-        job = _manifest("rayjob-training-cpu.yaml", ns, self.q_training, self.ray_image, self.ckpt_root)
+        job = example_manifest("rayjob-training-cpu.yaml", ns, self.q_training, self.ray_image, self.ckpt_root)
         job["spec"]["entrypoint"] = (
             job["spec"]["entrypoint"]
             .replace("--compute-seconds 0.2", f"--compute-seconds {cfg.compute_seconds}")
@@ -310,7 +312,7 @@ class Story:
         before = set(self.worker_pods())
 
         # (b) the RayService arrives; (c) it answers
-        svc = _manifest("rayservice-cpu.yaml", ns, self.q_training, self.ray_image)
+        svc = example_manifest("rayservice-cpu.yaml", ns, self.q_training, self.ray_image)
         t_serve, wall_serve = time.monotonic(), time.time()
         kube.create(ray_path("RayService", ns), svc)
         fig.serve_answered_via = _wait("the service's first answer", self._answer, t, 0.5)

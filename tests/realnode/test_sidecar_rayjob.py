@@ -21,7 +21,7 @@ pytest.importorskip(
     "kai_ray.testing.controlplane.realnode", reason="the real-node lane (issue 23) is not in this checkout"
 )
 
-from kai_ray.bench.headline import Story, StoryConfig, _manifest, read_progress  # noqa: E402
+from kai_ray.bench.headline import Story, StoryConfig, example_manifest, read_progress  # noqa: E402
 from kai_ray.k8s.base.rest import ApiError, podgroups_path, pods_path, ray_path  # noqa: E402
 from tests.k8s.helpers import wait_until  # noqa: E402
 
@@ -36,7 +36,7 @@ def test_sidecar_rayjob_is_one_gang_scheduled_by_kai_ray_trains_and_succeeds(
     story = Story(real_node, kube, namespace, StoryConfig(), lambda msg: print(f"[sidecar] {msg}"))
     try:
         story.setup()
-        job = _manifest(
+        job = example_manifest(
             "rayjob-training-sidecar-cpu.yaml", namespace, story.q_training, story.ray_image, story.ckpt_root
         )
         assert job["spec"]["submissionMode"] == "SidecarMode" and "submitterPodTemplate" not in job["spec"]
