@@ -40,9 +40,8 @@ def e2e(
     from kai_ray.k8s.base.rest import ApiError
     from kai_ray.testing.controlplane.harness import ControlPlaneError
 
-    def progress(msg: str) -> None:
-        if not as_json:
-            typer.echo(f"[bench e2e] {msg}", err=True)
+    def progress(msg: str) -> None:  # on stderr, so --json's stdout stays one document
+        typer.echo(f"[bench e2e] {msg}", err=True)
 
     try:
         result = run_e2e(
