@@ -2,15 +2,21 @@
 
 It starts the test control plane (kube-apiserver + etcd + KWOK on loopback), creates KWOK GPU nodes, and then:
 
-1. **raw**: the same raw-JSON client binds pods to nodes in a tight loop - one request at a time (``raw``, the
-   figure the target is measured against), then with as many concurrent requests as the binder uses
-   (``raw_concurrent``). No scheduling, no grouping: the physical limit of this machine.
-2. **e2e**: the two operators run as separate processes exactly as the Helm chart runs them (``kai-ray operator
-   podgrouper|scheduler``); the benchmark creates single-GPU pods and times creation-to-all-bound. Every pod goes the
-   whole way: the podgrouper writes its PodGroup and stamps it, the scheduler runs the core and binds it, and KWOK
-   marks it Running, all on the same two cores.
+1. **raw**: the same raw-JSON client binds pods to nodes in a tight loop - one request at a time, then with as many
+   concurrent requests as the binder uses (``raw_concurrent``, the ceiling). No scheduling, no grouping: the physical
+   limit of this server on this machine.
+2. **grouping**: the podgrouper runs as its own process (``kai-ray operator podgrouper``, as the Helm chart runs it)
+   while the benchmark creates single-GPU pods, ``workers`` requests at a time; timed until every pod has its
+   PodGroup. The scheduler is not running yet, so the creating client cannot pace the binding phase.
+3. **fill**: once the API server is quiet, ``kai-ray operator scheduler`` is started on the pre-created pods, as the
+   pre-created figures of ``bench vs-kai`` are taken: the fill is timed from the process start to the last pod
+   bound, the *binding phase* from the first pod bound to the last; its rate over the raw concurrent rate is the
+   figure that must hold as the cluster grows.
+4. **preemption**: on the full cluster, one whole-node ``inference`` pod at a time, timed from its creation (through
+   the podgrouper) to bound, with its victims evicted.
 
-Afterwards it checks that no node holds more GPUs than it has.
+Every pod's times come from one watch of the benchmark's pods. Afterwards it checks that no node holds more GPUs
+than it has, and reports the peak RSS of every process and the API writes per pod during the fill.
 """
 
 from __future__ import annotations
@@ -20,15 +26,14 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kai_ray.bench.tracking import BENCH_LABEL, PodTimes, Tracker, apiserver_requests, peak_rss, quiesce, retry
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 
 SCHEDULER = "kai-scheduler"
@@ -42,6 +47,7 @@ class E2EConfig:
     raw_pods: int = 1000
     workers: int = 32  # concurrent creations in the benchmark and bindings in the scheduler
     timeout: float = 900.0
+    preemption_trials: int = 3
     keep_workdir: bool = False
 
 
@@ -50,35 +56,41 @@ class E2EResult:
     nodes: int
     gpus_per_node: int
     pods: int
-    pods_per_second: float
+    bound: int
     raw_bindings_per_second: float
     raw_concurrent_bindings_per_second: float
-    ratio_to_raw: float
-    ratio_to_raw_concurrent: float
-    target_met: bool
-    seconds: float
-    all_created_seconds: float
-    all_grouped_seconds: float
-    bound: int
+    raw_concurrent_after_per_second: float  # measured again at the end: the machine's load may have changed
+    created_seconds: float  # every pod created (the podgrouper running, the scheduler not yet)
+    grouped_seconds: float  # from the first creation until every pod had its PodGroup
+    fill_seconds: float  # scheduler process start -> last pod bound
+    first_bound_seconds: float  # scheduler process start -> first pod bound
+    binding_seconds: float  # first pod bound -> last pod bound
+    pods_per_second: float  # over the fill
+    binding_pods_per_second: float  # over the binding phase
+    fill_ratio_to_raw_concurrent: float
+    binding_ratio_to_raw_concurrent: float
+    binding_ratio_to_raw_concurrent_after: float
     overcommitted_nodes: int
     raw_bindings: int
+    preemption: list[dict[str, Any]] = field(default_factory=list)
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)
     scheduler: dict[str, float] = field(default_factory=dict)
     podgrouper: dict[str, float] = field(default_factory=dict)
     control_plane: dict[str, Any] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
-    cpu_seconds: dict[str, float] = field(default_factory=dict)  # per process, during the e2e run
-    apiserver_requests_per_pod: dict[str, float] = field(default_factory=dict)  # during the e2e run
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # per process, during the fill
+    apiserver_writes_per_pod: dict[str, float] = field(default_factory=dict)  # during the fill, the bench's aside
     timed_out: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
 
-def _pod(name: str, scheduler: str) -> dict[str, Any]:
-    return {
+def _pod(name: str, scheduler: str, gpus: int = 1, priority: str | None = None) -> dict[str, Any]:
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "bench"}},
+        "metadata": {"name": name, "labels": {"app": "bench", BENCH_LABEL: "e2e"}},
         "spec": {
             "schedulerName": scheduler,
             "terminationGracePeriodSeconds": 0,
@@ -86,11 +98,17 @@ def _pod(name: str, scheduler: str) -> dict[str, Any]:
                 {
                     "name": "main",
                     "image": "registry.invalid/bench:0",
-                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"nvidia.com/gpu": "1"}},
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "128Mi"},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
                 }
             ],
         },
     }
+    if priority:
+        pod["spec"]["priorityClassName"] = priority
+    return pod
 
 
 def ensure(kube: Kube, path: str, body: dict[str, Any]) -> None:
@@ -106,12 +124,14 @@ def _transient(exc: ApiError) -> bool:
     return exc.status in (0, 429, 500, 503, 504)
 
 
-def _create_pod(kube: Kube, ns: str, name: str, scheduler: str, tries: int = 5) -> dict[str, Any]:
+def _create_pod(
+    kube: Kube, ns: str, name: str, scheduler: str, tries: int = 5, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Create one pod, retrying what load makes transient; a retry that finds the pod (the earlier try went through
     after all) takes it."""
     for attempt in range(tries):
         try:
-            created: dict[str, Any] = kube.create(pods_path(ns), _pod(name, scheduler))
+            created: dict[str, Any] = kube.create(pods_path(ns), body or _pod(name, scheduler))
             return created
         except ApiError as exc:
             if exc.conflict and attempt > 0:
@@ -184,24 +204,6 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
-def apiserver_requests(kube: Kube) -> dict[str, float]:
-    """``apiserver_request_total`` summed by verb/resource[/subresource] (watch requests left out)."""
-    resp = kube.pool.request("GET", kube.url("/metrics"), headers=kube._headers(None), retries=False)
-    out: dict[str, float] = {}
-    for line in resp.data.decode().splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(","))
-        labels = {k: v.strip('"') for k, v in labels.items()}
-        if labels.get("verb") in ("WATCH", "CONNECT"):
-            continue
-        key = f"{labels.get('verb')} {labels.get('resource')}" + (
-            f"/{labels['subresource']}" if labels.get("subresource") else ""
-        )
-        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (and its waited-for children), from /proc."""
     try:
@@ -225,65 +227,84 @@ def _wait_http(url: str, timeout: float) -> None:
     raise TimeoutError(f"{url} did not report a leader in {timeout:.0f}s")
 
 
-@contextlib.contextmanager
-def operators(kubeconfig: Path, workers: int, log_dir: Path) -> Iterator[dict[str, Any]]:
-    """Both operators as subprocesses (``kai-ray operator ...``); yields their metrics ports and pids."""
-    from kai_ray.testing.controlplane.harness import free_port
-    from kai_ray.testing.testbed import operator_command
+class Operators:
+    """The operators as subprocesses (``kai-ray operator ...``), started one at a time; stopped on exit."""
 
-    procs: list[subprocess.Popen[bytes]] = []
-    ports: dict[str, Any] = {"pids": {}}
-    try:
-        for kind in ("podgrouper", "scheduler"):
-            metrics, health = free_port(), free_port()
-            ports[kind] = metrics
-            log = open(log_dir / f"{kind}.log", "wb")  # noqa: SIM115 - closed with the process
-            cmd = operator_command(
-                kind,
-                kubeconfig,
-                health,
-                "--no-leader-elect",
-                "--metrics-port",
-                str(metrics),
-                "--bind-workers",
-                str(workers),
-                "--log-level",
-                "WARNING",
-            )
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-            ports["pids"][kind] = procs[-1].pid
-            _wait_http(f"http://127.0.0.1:{health}/healthz", 120)
-        yield ports
-    finally:
-        for p in procs:
+    def __init__(self, kubeconfig: Path, workers: int, log_dir: Path) -> None:
+        self.kubeconfig, self.workers, self.log_dir = kubeconfig, workers, log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.ports: dict[str, int] = {}
+        self.started: dict[str, float] = {}  # epoch seconds
+
+    def start(self, kind: str, wait: bool = True) -> None:
+        from kai_ray.testing.controlplane.harness import free_port
+        from kai_ray.testing.testbed import operator_command
+
+        metrics, health = free_port(), free_port()
+        self.ports[kind] = metrics
+        log = open(self.log_dir / f"{kind}.log", "wb")  # noqa: SIM115 - closed with the process
+        cmd = operator_command(
+            kind,
+            self.kubeconfig,
+            health,
+            "--no-leader-elect",
+            "--metrics-port",
+            str(metrics),
+            "--bind-workers",
+            str(self.workers),
+            "--log-level",
+            "WARNING",
+        )
+        self.started[kind] = time.time()
+        self.procs[kind] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        if wait:
+            _wait_http(f"http://127.0.0.1:{health}/healthz", 300)
+
+    def pids(self) -> dict[str, int]:
+        return {k: p.pid for k, p in self.procs.items()}
+
+    def __enter__(self) -> Operators:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for p in self.procs.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
+        for p in self.procs.values():
             try:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=5)
+        self.procs.clear()
 
 
-def raw_binding_rate(kube: Kube, nodes: list[str], n: int, workers: int) -> tuple[float, float]:
-    """(sequential, concurrent) bindings per second of this client on pods nobody schedules."""
+def raw_binding_rate(
+    kube: Kube, nodes: list[str], n: int, workers: int, sequential: bool = True
+) -> tuple[float, float]:
+    """(sequential, concurrent) bindings per second of this client on pods nobody schedules (sequential 0.0 when
+    not asked for)."""
     ns = "bench-raw"
     ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    created = _create_pods(kube, ns, [f"raw-{i}" for i in range(2 * n)], "nobody", workers)
+    created = _create_pods(kube, ns, [f"raw-{i}" for i in range((2 if sequential else 1) * n)], "nobody", workers)
     targets = [(p["metadata"]["name"], p["metadata"]["uid"], nodes[i % len(nodes)]) for i, p in enumerate(created)]
-    seq, par = targets[:n], targets[n:]
-    t0 = time.perf_counter()
-    for name, uid, node in seq:
-        kube.bind(ns, name, uid, node)
-    sequential = n / (time.perf_counter() - t0)
+    seq, par = (targets[:n], targets[n:]) if sequential else ([], targets)
+    rate = 0.0
+    if seq:
+        t0 = time.perf_counter()
+        for name, uid, node in seq:
+            kube.bind(ns, name, uid, node)
+        rate = n / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda t: kube.bind(ns, *t), par))
     concurrent = n / (time.perf_counter() - t0)
     _delete_all_pods(kube, ns)
-    return sequential, concurrent
+    return rate, concurrent
 
 
 def _count(kube: Kube, path: str, **query: Any) -> int:
@@ -307,103 +328,179 @@ def list_all(kube: Kube, path: str, **query: Any) -> list[dict[str, Any]]:
             return items
 
 
-def _poll_progress(kube: Kube, ns: str, pods: int, out: dict[str, float], stop: threading.Event) -> None:
-    """Every 50 ms: when every pod has a PodGroup ("grouped") and when none is left unbound ("bound").
-
-    Polling two counts instead of watching every pod keeps the benchmark's own cost off the machine it measures.
-    """
-    while not stop.is_set():
-        now = time.perf_counter()
+def _wait_grouped(kube: Kube, ns: str, pods: int, timeout: float) -> None:
+    """Until ``ns`` holds a PodGroup for every pod (counted from one item and ``remainingItemCount``, every 0.5 s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         try:
-            if "grouped" not in out and _count(kube, podgroups_path(ns)) >= pods:
-                out["grouped"] = now
-            if _count(kube, pods_path(ns)) >= pods and _count(kube, pods_path(ns), fieldSelector="spec.nodeName=") == 0:
-                out["bound"] = now
-                out.setdefault("grouped", now)
+            if _count(kube, podgroups_path(ns)) >= pods:
                 return
         except ApiError as exc:
             if not _transient(exc):
                 raise
-        stop.wait(0.05)
+        time.sleep(0.5)
+    raise TimeoutError(f"the podgrouper did not group {pods} pods in {timeout:.0f}s")
+
+
+def _overcommitted(times: dict[str, PodTimes], gpus: dict[str, int], gpus_per_node: int) -> int:
+    """Nodes holding more GPUs than they have, among the pods bound and not gone."""
+    use: dict[str, int] = {}
+    for name, t in times.items():
+        if t.node and t.gone is None:
+            use[t.node] = use.get(t.node, 0) + gpus.get(name, 1)
+    return sum(1 for v in use.values() if v > gpus_per_node)
+
+
+BENCH_WRITES = ("POST pods", "DELETE pods")  # the benchmark's own creations and clean-ups
+
+
+def _writes(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
+    """API writes per pod, by verb and resource, without the benchmark's own (KWOK's are included)."""
+    out = {}
+    for k, v in after.items():
+        d = v - before.get(k, 0.0)
+        if d < max(1.0, pods / 100) or k in BENCH_WRITES or k.split(" ", 1)[0] not in ("POST", "PUT", "PATCH"):
+            continue
+        out[k] = round(d / pods, 3)
+    return out
+
+
+def _preempt(kube: Kube, tracker: Tracker, ns: str, trial: int, gpus: int, timeout: float) -> dict[str, Any]:
+    """One whole-node ``inference`` pod on the full cluster, once the API server is quiet; timed from its creation
+    to bound, through the podgrouper (its PodGroup) and the scheduler (the eviction of a node's pods, the binding).
+
+    Quiet means the fill's deferred PodGroup status writes are done; at thousands of nodes they take minutes (the
+    writer pool yields to bindings), so the wait is capped at 90 s and the trial may run while they go on."""
+    settled = quiesce(kube, most=90.0)
+    name = f"inference-{trial}"
+    before = {k for k, t in tracker.of(ns).items() if t.gone is None and t.terminating is None}
+    t0 = time.time()
+    _create_pod(kube, ns, name, SCHEDULER, body=_pod(name, SCHEDULER, gpus=gpus, priority="inference"))
+    key = f"{ns}/{name}"
+    tracker.wait(
+        f"inference pod {name} bound", lambda: (t := tracker.pods.get(key)) is not None and t.bound is not None, timeout
+    )
+    times = tracker.of(ns)
+    victims = [t for k, t in times.items() if k in before and (t.terminating or t.gone or 0) >= t0]
+    evicted = sorted(min(x for x in (t.terminating, t.gone) if x is not None) for t in victims)
+    gone = sorted(t.gone for t in victims if t.gone is not None)
+    rel = lambda x: None if x is None else round(x - t0, 3)  # noqa: E731
+    return {
+        "trial": trial,
+        "quiesced_s": round(settled, 1),
+        "seconds": rel(times[name].bound),
+        "first_eviction_seen_s": rel(evicted[0] if evicted else None),
+        "last_victim_gone_s": rel(gone[-1] if gone else None),
+        "victims": len(victims),
+    }
+
+
+def _rss_mib(pids: dict[str, int]) -> dict[str, float]:
+    return {n: round(peak_rss(pid) / 2**20, 1) for n, pid in pids.items()}
 
 
 def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
     from kai_ray.testing.controlplane.harness import ControlPlane
 
     say = progress or (lambda msg: None)
+    load_start = round(os.getloadavg()[0], 2)
     plane = ControlPlane(keep_workdir=cfg.keep_workdir)
     with plane:
         say(f"control plane up in {plane.timings.total:.1f}s; installing CRDs")
         plane.install_crds(kuberay=False)
         kube = Kube(plane.api_client(pool_size=cfg.workers + 8))
-        install_defaults(kube, {"train": 50})
+        install_defaults(kube, {"train": 50, "inference": 125})
         say(f"creating {cfg.nodes} KWOK nodes x {cfg.gpus_per_node} GPUs")
         t = time.monotonic()
-        nodes = plane.create_gpu_nodes(cfg.nodes, gpus=cfg.gpus_per_node, prefix="bench", timeout=300)
+        nodes = plane.create_gpu_nodes(
+            cfg.nodes, gpus=cfg.gpus_per_node, prefix="bench", timeout=max(300.0, cfg.nodes * 0.2)
+        )
         say(f"nodes ready in {time.monotonic() - t:.1f}s; raw binding rate on {cfg.raw_pods} + {cfg.raw_pods} pods")
         raw_seq, raw_par = raw_binding_rate(kube, nodes, cfg.raw_pods, cfg.workers)
-        say(f"raw: {raw_seq:.0f}/s sequential, {raw_par:.0f}/s with {cfg.workers} concurrent; starting operators")
+        say(f"raw: {raw_seq:.0f}/s sequential, {raw_par:.0f}/s with {cfg.workers} concurrent; starting the podgrouper")
         assert plane.workdir is not None
-        with operators(plane.kubeconfig_path, cfg.workers, plane.workdir / "logs") as ports:
-            ns = "bench-e2e"
-            ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-            pids = {**ports["pids"], **{n: c.popen.pid for n, c in plane.components.items()}}
-            cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
-            cpu0["bench"] = time.process_time()
-            req0 = apiserver_requests(kube)
-            progress_log: dict[str, float] = {}
-            stop = threading.Event()
-            poller = threading.Thread(
-                target=_poll_progress, args=(kube, ns, cfg.pods, progress_log, stop), name="bench-poll", daemon=True
-            )
-            t0 = time.perf_counter()
-            progress_log["t0"] = t0
-            poller.start()
+        ns = "bench-e2e"
+        ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        with (
+            Tracker(kube, f"{BENCH_LABEL}=e2e") as tracker,
+            Operators(plane.kubeconfig_path, cfg.workers, plane.workdir / "logs") as ops,
+        ):
+            ops.start("podgrouper")
+            t_c = time.time()
             _create_pods(kube, ns, [f"p-{i}" for i in range(cfg.pods)], SCHEDULER, cfg.workers)
-            t_created = time.perf_counter() - t0
-            say(f"all created in {t_created:.1f}s; waiting for bindings")
-            poller.join(cfg.timeout)
-            stop.set()
-            finished = "bound" in progress_log
-            elapsed = progress_log.get("bound", time.perf_counter()) - t0
-            cpu = {n: round(cpu_seconds(pid) - cpu0[n], 2) for n, pid in pids.items()}
-            cpu["bench"] = round(time.process_time() - cpu0["bench"], 2)
-            req1 = apiserver_requests(kube)
-            requests = {k: v - req0.get(k, 0.0) for k, v in sorted(req1.items()) if v - req0.get(k, 0.0) > 0}
-            t_grouped = progress_log.get("grouped", float("nan")) - t0
-            sched = _metrics(ports["scheduler"])
-            grouper = _metrics(ports["podgrouper"])
-            bound = {
-                p["metadata"]["name"]: p["spec"]["nodeName"]
-                for p in list_all(kube, pods_path(ns))
-                if p["spec"].get("nodeName")
-            }
-        use: dict[str, int] = {}
-        for node in bound.values():
-            use[node] = use.get(node, 0) + 1
-        over = sum(1 for v in use.values() if v > cfg.gpus_per_node)
-        pps = len(bound) / elapsed if elapsed > 0 else 0.0
+            created = time.time() - t_c
+            say(f"{cfg.pods} pods created in {created:.1f}s; waiting for their PodGroups")
+            _wait_grouped(kube, ns, cfg.pods, cfg.timeout)
+            grouped = time.time() - t_c
+            settled = quiesce(kube)
+            say(f"grouped after {grouped:.1f}s, quiet {settled:.0f}s later; starting the scheduler")
+            pids = {**ops.pids(), **{n: c.popen.pid for n, c in plane.components.items()}}
+            cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
+            req0 = retry(lambda: apiserver_requests(kube))
+            ops.start("scheduler", wait=False)
+            t0 = ops.started["scheduler"]
+            pids["scheduler"] = ops.procs["scheduler"].pid
+            cpu0["scheduler"] = 0.0
+            finished = True
+            try:
+                tracker.wait_bound(ns, cfg.pods, cfg.timeout)
+            except TimeoutError:
+                finished = False
+            cpu = {n: round(cpu_seconds(pid) - cpu0.get(n, 0.0), 2) for n, pid in pids.items()}
+            req1 = retry(lambda: apiserver_requests(kube))
+            times = tracker.of(ns)
+            bound_at = sorted(t.bound for t in times.values() if t.bound is not None)
+            last = bound_at[-1] if bound_at else time.time()
+            first = bound_at[0] if bound_at else last
+            say(f"{len(bound_at)} bound {last - t0:.1f}s after the scheduler's start (first at {first - t0:.1f}s)")
+            trials = []
+            for trial in range(cfg.preemption_trials if finished else 0):
+                trials.append(_preempt(kube, tracker, ns, trial, cfg.gpus_per_node, cfg.timeout))
+                say(f"preemption {trial}: bound {trials[-1]['seconds']}s after its creation")
+            gpus = {f"inference-{i}": cfg.gpus_per_node for i in range(cfg.preemption_trials)}
+            over = _overcommitted(tracker.of(ns), gpus, cfg.gpus_per_node)
+            sched = _metrics(ops.ports["scheduler"])
+            grouper = _metrics(ops.ports["podgrouper"])
+            rss = _rss_mib(pids)
+            rss["bench"] = round(peak_rss(os.getpid()) / 2**20, 1)
+            ops.stop()
+        _, raw_after = raw_binding_rate(kube, nodes, cfg.raw_pods, cfg.workers, sequential=False)
+        say(f"raw again at the end: {raw_after:.0f}/s with {cfg.workers} concurrent")
+        fill = last - t0
+        span = max(last - first, 1e-3)
+        pps = len(bound_at) / fill if fill > 0 else 0.0
+        bps = len(bound_at) / span
         return E2EResult(
             nodes=cfg.nodes,
             gpus_per_node=cfg.gpus_per_node,
             pods=cfg.pods,
-            pods_per_second=round(pps, 1),
+            bound=len(bound_at),
             raw_bindings_per_second=round(raw_seq, 1),
             raw_concurrent_bindings_per_second=round(raw_par, 1),
-            ratio_to_raw=round(pps / raw_seq, 3) if raw_seq else 0.0,
-            ratio_to_raw_concurrent=round(pps / raw_par, 3) if raw_par else 0.0,
-            target_met=bool(finished and raw_seq and pps >= 0.5 * raw_seq),
-            seconds=round(elapsed, 2),
-            all_created_seconds=round(t_created, 2),
-            all_grouped_seconds=round(t_grouped, 2),
-            bound=len(bound),
+            raw_concurrent_after_per_second=round(raw_after, 1),
+            created_seconds=round(created, 2),
+            grouped_seconds=round(grouped, 2),
+            fill_seconds=round(fill, 2),
+            first_bound_seconds=round(first - t0, 2),
+            binding_seconds=round(span, 2),
+            pods_per_second=round(pps, 1),
+            binding_pods_per_second=round(bps, 1),
+            fill_ratio_to_raw_concurrent=round(pps / raw_par, 3) if raw_par else 0.0,
+            binding_ratio_to_raw_concurrent=round(bps / raw_par, 3) if raw_par else 0.0,
+            binding_ratio_to_raw_concurrent_after=round(bps / raw_after, 3) if raw_after else 0.0,
             overcommitted_nodes=over,
             raw_bindings=cfg.raw_pods,
+            preemption=trials,
+            peak_rss_mib=rss,
             scheduler=sched,
             podgrouper=grouper,
             control_plane=plane.timings.as_dict(),
-            machine={"cpus": os.cpu_count(), "loadavg_1m_after": round(os.getloadavg()[0], 2)},
+            machine={
+                "cpus": os.cpu_count(),
+                "loadavg_1m_start": load_start,
+                "loadavg_1m_end": round(os.getloadavg()[0], 2),
+            },
             cpu_seconds=cpu,
-            apiserver_requests_per_pod={k: round(v / cfg.pods, 2) for k, v in requests.items() if v >= cfg.pods / 100},
+            apiserver_writes_per_pod=_writes(req0, req1, cfg.pods),
             timed_out=not finished,
         )

@@ -34,7 +34,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,17 +41,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from urllib3.exceptions import HTTPError
-
-from kai_ray.bench.e2e import apiserver_requests, cpu_seconds, ensure, install_defaults, list_all, raw_binding_rate
-from kai_ray.k8s.base.informer import DELETE, Informer
+from kai_ray.bench.e2e import cpu_seconds, ensure, install_defaults, list_all, raw_binding_rate
+from kai_ray.bench.tracking import BENCH_LABEL, PodTimes, Tracker, apiserver_requests, peak_rss, quiesce, retry
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path
 from kai_ray.testing import kai_upstream as kai
 from kai_ray.testing.controlplane.harness import Component, ControlPlane, free_port, our_crd_dir
 
 SCHEDULERS = ("kai-ray", "kai")
 WORKLOADS = ("w1", "w2", "w3")
-BENCH_LABEL = "kai-ray.io/bench"
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 GANG = 8
 # W3's Ray clusters: (minimum workers, elastic extra workers, PriorityClass), cycled.
@@ -209,93 +205,12 @@ def create_gangs(kube: Kube, ns: str, gangs: list[Gang], workers: int) -> None:
     """Each gang's PodGroup, then its pods; gangs in parallel (``workers`` requests at a time)."""
 
     def one(g: Gang) -> None:
-        _retry(lambda: ensure(kube, podgroups_path(ns), _podgroup(ns, g)))
+        retry(lambda: ensure(kube, podgroups_path(ns), _podgroup(ns, g)))
         for p in g.pods:
-            _retry(lambda p=p: ensure(kube, pods_path(ns), p))  # type: ignore[misc]
+            retry(lambda p=p: ensure(kube, pods_path(ns), p))  # type: ignore[misc]
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, gangs))
-
-
-# --- watching the benchmark's pods -------------------------------------------------------------------------------
-
-
-def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    return {
-        "metadata": {k: meta.get(k) for k in ("name", "namespace", "deletionTimestamp")},
-        "spec": {"nodeName": (obj.get("spec") or {}).get("nodeName")},
-    }
-
-
-@dataclass
-class PodTimes:
-    node: str | None = None
-    bound: float | None = None  # epoch seconds (comparable with the schedulers' log timestamps)
-    terminating: float | None = None
-    gone: float | None = None
-
-
-class Tracker:
-    """One watch of every benchmark pod: when each was first seen bound, terminating and gone."""
-
-    def __init__(self, kube: Kube) -> None:
-        self.pods: dict[str, PodTimes] = {}
-        self.bound: dict[str, int] = {}  # namespace -> pods seen bound (and not gone)
-        self.cond = threading.Condition()
-        self.informer = Informer(
-            kube, pods_path(), name="bench", handler=self._on, label_selector=f"{BENCH_LABEL}=vs", transform=_slim
-        )
-
-    def __enter__(self) -> Tracker:
-        self.informer.start()
-        if not self.informer.wait_synced(120):
-            raise TimeoutError("the benchmark's pod watch did not sync in 120s")
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.informer.stop()
-
-    def _on(self, kind: str, key: str, obj: dict[str, Any]) -> None:
-        now = time.time()
-        with self.cond:
-            t = self.pods.setdefault(key, PodTimes())
-            ns = key.partition("/")[0]
-            if kind == DELETE:
-                if t.gone is None:
-                    t.gone = now
-                    if t.bound is not None:
-                        self.bound[ns] -= 1
-            else:
-                meta = obj["metadata"]
-                node = obj["spec"].get("nodeName")
-                if node and t.bound is None:
-                    t.bound, t.node = now, node
-                    self.bound[ns] = self.bound.get(ns, 0) + 1
-                if meta.get("deletionTimestamp") and t.terminating is None:
-                    t.terminating = now
-            self.cond.notify_all()
-
-    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
-        with self.cond:
-            if not self.cond.wait_for(check, timeout):
-                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-    def wait_bound(self, ns: str, n: int, timeout: float) -> None:
-        self.wait(f"{n} pods bound in {ns}", lambda: self.bound.get(ns, 0) >= n, timeout)
-
-    def wait_empty(self, ns: str, timeout: float) -> None:
-        prefix = f"{ns}/"
-        self.wait(
-            f"every pod of {ns} to go",
-            lambda: all(t.gone is not None for k, t in self.pods.items() if k.startswith(prefix)),
-            timeout,
-        )
-
-    def of(self, ns: str) -> dict[str, PodTimes]:
-        prefix = f"{ns}/"
-        with self.cond:
-            return {k[len(prefix) :]: v for k, v in self.pods.items() if k.startswith(prefix)}
 
 
 # --- the two schedulers ------------------------------------------------------------------------------------------
@@ -410,17 +325,6 @@ def _python_log_times(path: Path, pattern: str) -> list[float]:
     return out
 
 
-def peak_rss(pid: int) -> int:
-    """Peak resident set size (``VmHWM``) of a live process, in bytes (0 if gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 # --- one round ---------------------------------------------------------------------------------------------------
 
 
@@ -439,19 +343,6 @@ def _namespace(kube: Kube, ns: str) -> None:
     ensure(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
 
-def _retry(call: Callable[[], Any], attempts: int = 3) -> Any:
-    """``call`` again when the connection broke (a pooled keep-alive socket the server had closed)."""
-    for i in range(attempts):
-        try:
-            return call()
-        except (ApiError, HTTPError) as exc:
-            broken = not isinstance(exc, ApiError) or exc.status == 0
-            if not broken or i == attempts - 1:
-                raise
-            time.sleep(1.0)
-    return None
-
-
 def _clear(kube: Kube, tracker: Tracker, ns: str, timeout: float, workers: int = 32) -> None:
     """Delete a workload's pods (grace 0), its PodGroups and KAI's BindRequests, one request each in parallel (a
     delete-collection of thousands of pods outlasts the API server's request timeout); wait until the pods are gone.
@@ -459,7 +350,7 @@ def _clear(kube: Kube, tracker: Tracker, ns: str, timeout: float, workers: int =
     collections = (pods_path(ns), podgroups_path(ns), f"/apis/scheduling.run.ai/v1alpha2/namespaces/{ns}/bindrequests")
     for path in collections:
         try:
-            names = [o["metadata"]["name"] for o in _retry(lambda p=path: list_all(kube, p))]  # type: ignore[misc]
+            names = [o["metadata"]["name"] for o in retry(lambda p=path: list_all(kube, p))]  # type: ignore[misc]
         except ApiError as exc:
             if exc.not_found:
                 continue  # KAI's BindRequest type on kai-ray's control plane
@@ -467,7 +358,7 @@ def _clear(kube: Kube, tracker: Tracker, ns: str, timeout: float, workers: int =
 
         def delete(name: str, path: str = path) -> None:
             try:
-                _retry(lambda: kube.request("DELETE", f"{path}/{name}", query={"gracePeriodSeconds": 0}))
+                retry(lambda: kube.request("DELETE", f"{path}/{name}", query={"gracePeriodSeconds": 0}))
             except ApiError as exc:
                 if not exc.not_found:
                     raise
@@ -515,7 +406,7 @@ def _fill(
         t_create = time.time()
         create_gangs(kube, ns, gangs, cfg.workers)
         created_s = time.time() - t_create
-    req0 = _retry(lambda: apiserver_requests(kube))
+    req0 = retry(lambda: apiserver_requests(kube))
     pids = side.pids()
     cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
     t0 = time.time()
@@ -528,7 +419,7 @@ def _fill(
         created_s = time.time() - t0
     tracker.wait_bound(ns, pods, cfg.timeout)
     cpu = {n: round(cpu_seconds(p) - cpu0.get(n, 0.0), 2) for n, p in pids.items()}
-    req1 = _retry(lambda: apiserver_requests(kube))
+    req1 = retry(lambda: apiserver_requests(kube))
     times = tracker.of(ns)
     bound = sorted(t.bound for t in times.values() if t.bound is not None)
     seconds = bound[-1] - t0
@@ -547,30 +438,6 @@ def _fill(
         "cpu_seconds": cpu,
         "writes_per_pod": _writes(req0, req1, pods),
     }
-
-
-def quiesce(kube: Kube, most: float = 300.0, writes_per_second: float = 20.0) -> float:
-    """Wait until the API server sees fewer than ``writes_per_second`` writes in a second, KWOK's node heartbeats
-    aside (the schedulers' deferred Events and status writes after a fill are done), at most ``most`` seconds;
-    returns the seconds waited."""
-    t0 = time.monotonic()
-
-    def writes() -> float:
-        counts = _retry(lambda: apiserver_requests(kube))
-        return sum(
-            v
-            for k, v in counts.items()
-            if k.split(" ", 1)[0] in ("POST", "PUT", "PATCH", "DELETE") and not k.endswith((" leases", " nodes/status"))
-        )
-
-    last = writes()
-    while time.monotonic() - t0 < most:
-        time.sleep(1.0)
-        now = writes()
-        if now - last < writes_per_second:
-            break
-        last = now
-    return time.monotonic() - t0
 
 
 def _preempt(side: Side, kube: Kube, tracker: Tracker, ns: str, trial: int, cfg: VsConfig) -> dict[str, Any]:

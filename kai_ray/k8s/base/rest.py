@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import orjson
 import urllib3
 from kubernetes import client, config
 
@@ -222,7 +223,7 @@ class Kube:
             raise connection_problem(self.host, exc) from None
         if resp.status >= 400:
             raise ApiError.from_response(resp.status, resp.data)
-        return json.loads(resp.data) if resp.data else None
+        return orjson.loads(resp.data) if resp.data else None
 
     def open_stream(self, path: str, query: dict[str, Any], timeout: float) -> Any:
         """Start a watch; returns the urllib3 response (``shutdown()`` it from another thread to stop reading)."""
@@ -318,7 +319,7 @@ def iter_json_lines(resp: Any) -> Iterator[dict[str, Any]]:
                 line = buf[start:nl]
                 start = nl + 1
                 if line.strip():
-                    yield json.loads(line)
+                    yield orjson.loads(line)
             buf = buf[start:]
     finally:
         resp.release_conn()

@@ -1,0 +1,48 @@
+"""``kai-ray bench e2e`` on a small cluster (the real control plane and both operator processes), and its bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kai_ray.cli import main
+
+
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["--nodes", "0"], "--nodes"),
+        (["--nodes", "2", "--pods", "17"], "--pods"),
+        (["--nodes", "4", "--pods", "8", "--preemption-trials", "3"], "--preemption-trials"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
+def test_bad_input_is_one_line(argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "e2e", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kai-ray: error:") and flag in err and "\n" not in err
+
+
+def test_e2e_fills_the_cluster_and_preempts_without_overcommitting(capsys: pytest.CaptureFixture[str]) -> None:
+    """The figures are only checked for sense (the machine is shared); what must hold exactly: every pod bound,
+    every preemptor bound on a node its victims left, no node over-committed."""
+    argv = ["bench", "e2e", "--nodes", "4", "--pods", "32", "--raw-pods", "20", "--workers", "4"]
+    argv += ["--preemption-trials", "1", "--timeout", "300", "--json"]
+    try:
+        main(argv)
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["bound"] == 32 and not doc["timed_out"] and doc["overcommitted_nodes"] == 0
+    assert doc["grouped_seconds"] >= doc["created_seconds"] > 0
+    assert doc["fill_seconds"] >= doc["first_bound_seconds"] > 0
+    assert doc["binding_ratio_to_raw_concurrent"] > 0
+    (trial,) = doc["preemption"]
+    assert trial["seconds"] > 0 and trial["victims"] == 8
+    assert trial["last_victim_gone_s"] is not None
+    for process in ("scheduler", "podgrouper", "kube-apiserver", "etcd", "bench"):
+        assert doc["peak_rss_mib"][process] > 0, process
+    assert doc["apiserver_writes_per_pod"]["POST pods/binding"] >= 1.0
