@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-K8S_VERSION = "v1.33.13"
-ETCD_VERSION = "v3.5.21"
-KWOK_VERSION = "v0.7.0"
+K8S_VERSION = "v1.37.2"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v4.2.4"
 KUBERAY_VERSION = "v1.6.1"  # v1.7.0 is answered 403 "not available" by the module proxy here
 
@@ -53,7 +53,7 @@ def go_env() -> dict[str, str]:
     return env
 
 
-GO_MIN = "1.24"  # k8s.io/kubernetes v1.33's go directive; GOTOOLCHAIN=local, so no automatic download
+GO_MIN = "1.26"  # k8s.io/kubernetes v1.37's go directive; GOTOOLCHAIN=local, so no automatic download
 
 
 class GoMissing(RuntimeError):
@@ -242,7 +242,7 @@ def _wrapper(work: Path, main_src: str, require: str, version: str) -> None:
     (work / "cmd").mkdir(parents=True)
     (work / "cmd" / "main.go").write_text(main_src)
     _run(["go", "mod", "init", "kairay.local/wrapper"], cwd=work)
-    _run(["go", "mod", "edit", "-go=1.24.0", f"-require={require}@{version}"], cwd=work)
+    _run(["go", "mod", "edit", "-go=1.26.0", f"-require={require}@{version}"], cwd=work)
 
 
 def _build_kube(b: Binary, work: Path, out: Path) -> None:
@@ -257,7 +257,7 @@ def _build_kube(b: Binary, work: Path, out: Path) -> None:
     ]
     _run(["go", "mod", "edit", *edits], cwd=work)
     with open(work / "go.mod", "a") as fh:
-        fh.write("\ngodebug default=go1.24\n")
+        fh.write("\ngodebug default=go1.26\n")
     _run(["go", "mod", "tidy"], cwd=work)
     _run(["go", "build", "-p", "2", "-o", str(out), "-ldflags", " ".join(b.ldflags), "./cmd"], cwd=work)
 
