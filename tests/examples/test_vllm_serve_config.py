@@ -20,16 +20,11 @@ import yaml
 pytest.importorskip("ray.serve.schema")
 pytest.importorskip("pyarrow")  # LLMConfig's module reads cloud storage through pyarrow
 
-from ray.serve.config import AutoscalingConfig  # noqa: E402
-from ray.serve.schema import ServeDeploySchema  # noqa: E402
+from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+from ray.serve.config import AutoscalingConfig
+from ray.serve.schema import ServeDeploySchema
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rayservice-vllm.yaml"
-
-
-def _llm_config_model() -> Any:
-    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
-
-    return LLMConfig
 
 
 def _serve_config() -> dict[str, Any]:
@@ -53,11 +48,10 @@ def test_serve_config_is_a_valid_serve_deployment() -> None:
 
 
 def test_every_llm_config_is_valid_for_serve_llm() -> None:
-    llm_config = _llm_config_model()
     configs = _llm_configs(_serve_config())
     assert configs
     for raw in configs:
-        cfg = llm_config.model_validate(raw)
+        cfg = LLMConfig.model_validate(raw)
         autoscaling = AutoscalingConfig(**cfg.deployment_config["autoscaling_config"])
         assert 1 <= autoscaling.min_replicas <= autoscaling.max_replicas
 
@@ -68,7 +62,7 @@ def test_the_llm_shape_matches_the_worker_group() -> None:
     (group,) = doc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     gpus = int(group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
     (raw,) = _llm_configs(_serve_config())
-    cfg = _llm_config_model().model_validate(raw)
+    cfg = LLMConfig.model_validate(raw)
     assert cfg.engine_kwargs["tensor_parallel_size"] == gpus == int(group["rayStartParams"]["num-gpus"])
     autoscaling = cfg.deployment_config["autoscaling_config"]
     assert (group["minReplicas"], group["maxReplicas"]) == (autoscaling["min_replicas"], autoscaling["max_replicas"])
@@ -89,5 +83,5 @@ def test_a_typo_in_the_example_would_fail(path: tuple[str, ...], value: object) 
         target = target[key]
     target[path[-1]] = value
     with pytest.raises(ValueError):
-        cfg = _llm_config_model().model_validate(raw)
+        cfg = LLMConfig.model_validate(raw)
         AutoscalingConfig(**cfg.deployment_config["autoscaling_config"])
