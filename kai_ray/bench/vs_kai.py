@@ -1,4 +1,5 @@
-"""``kai-ray bench vs-kai``: kai-ray's scheduler against KAI's own scheduler and binder, on identical control planes.
+"""``kai-ray bench vs-kai``: kai-ray's scheduler against KAI's own scheduler and binder — or, with ``--against
+kube-scheduler``, against kube-scheduler's own gang scheduling — on identical control planes.
 
 Each *round* gives one scheduler a fresh control plane (kube-apiserver + etcd + KWOK on loopback, ``nodes`` KWOK
 nodes with ``gpus_per_node`` GPUs, the chart's PriorityClasses and default queues, that scheduler's own CRDs) and
@@ -9,16 +10,23 @@ Workloads (all fit the cluster, so "all bound" is reached):
 
 * **W1** single-GPU pods filling every GPU, one PodGroup each (``train``);
 * **W2** gangs of 8 single-GPU pods filling every GPU;
+* **W4** gangs of 4 single-GPU pods filling every GPU (the shape kube-scheduler's own gang benchmark reports);
 * **W3** Ray-shaped gangs: a CPU head and 1-GPU workers, ``minMember`` = head + the minimum workers and elastic
   extras above it, mixed sizes and priorities, ~90% of the GPUs;
 * **preemption**: on the cluster W1 left full, an 8 x 1-GPU ``inference`` gang (``minMember`` 8) preempting
   ``train`` pods, ``trials`` times.
 
-Two figures per workload. *pre-created* (the fair throughput figure): every object exists before the scheduler
-process is started; timed from its start to the last pod bound. *inside*: the scheduler runs (and has bound a probe
-pod); timed from the first creation to the last pod bound, so creation is inside the window. Preemption is timed
-from the gang's creation to its last pod bound, with phases: decision (each scheduler's log), first eviction seen,
-last victim gone, first and last gang pod bound (all seen through one watch of the benchmark's pods).
+**kube-scheduler** (Kubernetes 1.37, ``GenericWorkload`` on in the apiserver and the scheduler, its default
+profile, which then carries the gang plugin) gets the same shapes in the upstream gang API: each gang a
+``scheduling.k8s.io/v1beta1`` PodGroup (``schedulingPolicy.gang.minCount`` = the gang's minimum, the gang's
+PriorityClass) and pods naming it in ``spec.schedulingGroup``; W1's single pods are plain pods. Its client has no
+rate limit (``qps: -1``); it binds asynchronously without a worker bound of its own.
+
+Two figures per workload (pods/s and gangs/s). *pre-created* (the fair throughput figure): every object exists before
+the scheduler process is started; timed from its start to the last pod bound. *inside*: the scheduler runs (and has
+bound a probe pod); timed from the first creation to the last pod bound, so creation is inside the window. Preemption
+is timed from the gang's creation to its last pod bound, with phases: decision (each scheduler's log), first eviction
+seen, last victim gone, first and last gang pod bound (all seen through one watch of the benchmark's pods).
 
 The ceiling is the raw Binding-API rate of this same server, measured at the start of each round with one request
 at a time and with ``workers`` concurrent requests (what both binders are allowed). Client limits are the same on
@@ -32,12 +40,14 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +55,25 @@ from kai_ray.bench.e2e import cpu_seconds, ensure, install_defaults, list_all, r
 from kai_ray.bench.tracking import BENCH_LABEL, PodTimes, Tracker, apiserver_requests, peak_rss, quiesce, retry
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path
 from kai_ray.testing import kai_upstream as kai
+from kai_ray.testing.controlplane import build
 from kai_ray.testing.controlplane.harness import Component, ControlPlane, free_port, our_crd_dir
 
-SCHEDULERS = ("kai-ray", "kai")
-WORKLOADS = ("w1", "w2", "w3")
+SCHEDULERS = ("kai-ray", "kai", "kube-scheduler")
+AGAINST = ("kai", "kube-scheduler")  # what kai-ray is compared with
+WORKLOADS = ("w1", "w2", "w3", "w4")
+KAI_WORKLOADS = ("w1", "w2", "w3")  # the default series against KAI
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 GANG = 8
+SMALL_GANG = 4
+UPSTREAM_GANG_GATE = "GenericWorkload"
+UPSTREAM_PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups"
 # W3's Ray clusters: (minimum workers, elastic extra workers, PriorityClass), cycled.
 RAY_SHAPES = ((2, 2, "train"), (4, 4, "train"), (8, 0, "build"), (1, 3, "train"), (3, 1, "build-preemptible"))
 W3_FILL = 0.9
 RUN_FIGURES = (
     "seconds",
     "pods_per_second",
+    "gangs_per_second",
     "first_bound_s",
     "binding_pods_per_second",
     "ratio_to_raw_sequential",
@@ -75,6 +92,8 @@ PREEMPTION_FIGURES = (
 KAI_DECISION = r"Successfully preempted for job <{job}>"
 KAI_BINDREQUEST = r"Creating bind request for task <{job}-"
 KAI_RAY_DECISION = r"evicting \d+ pods for {job}$"
+KUBE_DECISION = r'"Start the preemption asynchronously" preemptor="{job}"'
+KUBE_SCHEDULER_NAME = "default-scheduler"
 
 
 @dataclass
@@ -82,10 +101,10 @@ class VsConfig:
     nodes: int = 500
     gpus_per_node: int = 8
     repeats: int = 5
-    schedulers: tuple[str, ...] = SCHEDULERS
-    workloads: tuple[str, ...] = WORKLOADS
+    schedulers: tuple[str, ...] = ("kai-ray", "kai")
+    workloads: tuple[str, ...] = KAI_WORKLOADS
     preemption_trials: int = 3
-    inside: tuple[str, ...] = WORKLOADS  # workloads also timed with creation inside the window
+    inside: tuple[str, ...] = KAI_WORKLOADS  # workloads also timed with creation inside the window
     raw_pods: int = 1000
     workers: int = 32
     kai_limits: str = "same"  # same | shipped
@@ -99,6 +118,8 @@ class VsConfig:
         for name, value in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
             if value < 1:
                 raise ValueError(f"--{name.replace('_', '-')}: {value} must be at least 1")
+        if self.gpus_per_node < SMALL_GANG and "w4" in self.workloads:
+            raise ValueError(f"--gpus-per-node: W4's gangs of {SMALL_GANG} need at least {SMALL_GANG} GPUs per node")
         if self.gpus_per_node < GANG and "w2" in self.workloads:
             raise ValueError(f"--gpus-per-node: W2's gangs of {GANG} need at least {GANG} GPUs per node")
         if self.repeats < 1 or self.raw_pods < 1 or self.workers < 1 or self.timeout <= 0:
@@ -173,10 +194,11 @@ def workload(kind: str, ns: str, nodes: int, gpus_per_node: int) -> list[Gang]:
     total = nodes * gpus_per_node
     if kind == "w1":
         return [Gang(f"p-{i}", 1, "train", [_pod(ns, f"p-{i}", f"p-{i}", "train", 1)]) for i in range(total)]
-    if kind == "w2":
+    if kind in ("w2", "w4"):
+        size = GANG if kind == "w2" else SMALL_GANG
         return [
-            Gang(f"g-{g}", GANG, "train", [_pod(ns, f"g-{g}-{i}", f"g-{g}", "train", 1) for i in range(GANG)])
-            for g in range(total // GANG)
+            Gang(f"g-{g}", size, "train", [_pod(ns, f"g-{g}-{i}", f"g-{g}", "train", 1) for i in range(size)])
+            for g in range(total // size)
         ]
     if kind == "w3":
         gangs: list[Gang] = []
@@ -201,13 +223,39 @@ def inference_gang(ns: str, trial: int) -> Gang:
     return Gang(name, GANG, "inference", [_pod(ns, f"{name}-{i}", name, "inference", 1) for i in range(GANG)])
 
 
-def create_gangs(kube: Kube, ns: str, gangs: list[Gang], workers: int) -> None:
-    """Each gang's PodGroup, then its pods; gangs in parallel (``workers`` requests at a time)."""
+def upstream_podgroup(ns: str, gang: Gang) -> dict[str, Any]:
+    """The gang in the upstream gang API: a standalone ``scheduling.k8s.io/v1beta1`` PodGroup."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": gang.name, "namespace": ns, "labels": {BENCH_LABEL: "vs"}},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": gang.min_member}}, "priorityClassName": gang.priority},
+    }
+
+
+def upstream_pod(pod: dict[str, Any], gang: Gang) -> dict[str, Any]:
+    """A gang's pod for kube-scheduler: the default scheduler, the PodGroup named in ``spec.schedulingGroup`` (a
+    one-pod gang is a plain pod), no KAI annotation or queue label."""
+    meta = pod["metadata"]
+    labels = {k: v for k, v in meta["labels"].items() if k != "kai.scheduler/queue"}
+    spec = {**pod["spec"], "schedulerName": KUBE_SCHEDULER_NAME}
+    if len(gang.pods) > 1:
+        spec["schedulingGroup"] = {"podGroupName": gang.name}
+    return {**pod, "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": labels}, "spec": spec}
+
+
+def create_gangs(kube: Kube, ns: str, gangs: list[Gang], workers: int, upstream: bool = False) -> None:
+    """Each gang's PodGroup, then its pods; gangs in parallel (``workers`` requests at a time). ``upstream``: in the
+    upstream gang API, for kube-scheduler."""
 
     def one(g: Gang) -> None:
-        retry(lambda: ensure(kube, podgroups_path(ns), _podgroup(ns, g)))
+        if not upstream:
+            retry(lambda: ensure(kube, podgroups_path(ns), _podgroup(ns, g)))
+        elif len(g.pods) > 1:
+            retry(lambda: ensure(kube, UPSTREAM_PODGROUPS.format(ns=ns), upstream_podgroup(ns, g)))
         for p in g.pods:
-            retry(lambda p=p: ensure(kube, pods_path(ns), p))  # type: ignore[misc]
+            body = upstream_pod(p, g) if upstream else p
+            retry(lambda body=body: ensure(kube, pods_path(ns), body))  # type: ignore[misc]
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, gangs))
@@ -233,6 +281,10 @@ class Side:
     def is_kai(self) -> bool:
         return self.name == "kai"
 
+    @property
+    def is_kube(self) -> bool:
+        return self.name == "kube-scheduler"
+
     def limits(self) -> kai.ClientLimits:
         if self.cfg.kai_limits == "shipped":
             return kai.ClientLimits.as_shipped()
@@ -250,6 +302,8 @@ class Side:
             comp = kai.start_scheduler(
                 self.plane.kubeconfig_path, self.log_dir, self.limits(), self.cfg.kai_verbosity, tag=tag
             )
+        elif self.is_kube:
+            comp = kai.spawn(f"kube-scheduler{tag}", self._kube_scheduler_argv(), self.log_dir, dict(os.environ))
         else:
             argv = [
                 sys.executable,
@@ -268,6 +322,24 @@ class Side:
             comp = kai.spawn(f"kai-ray-scheduler{tag}", argv, self.log_dir, dict(os.environ))
         self.scheduler = comp
         return comp
+
+    def _kube_scheduler_argv(self) -> list[str]:
+        """kube-scheduler's default profile with the upstream gang API on, no client rate limit, loopback only."""
+        config = self.log_dir / "kube-scheduler.yaml"
+        config.write_text(
+            "apiVersion: kubescheduler.config.k8s.io/v1\n"
+            "kind: KubeSchedulerConfiguration\n"
+            f"clientConnection: {{kubeconfig: {self.plane.kubeconfig_path}, qps: -1}}\n"
+            "leaderElection: {leaderElect: false}\n"
+        )
+        return [
+            str(build.ensure("kube-scheduler")),
+            f"--config={config}",
+            f"--feature-gates={UPSTREAM_GANG_GATE}=true",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            "--v=2",
+        ]
 
     def stop_scheduler(self) -> None:
         if self.scheduler is not None:
@@ -295,6 +367,9 @@ class Side:
 
     def decision_times(self, job: str) -> list[float]:
         """When the scheduler decided to preempt for ``job`` (``ns/name``), from its log."""
+        if self.is_kube:
+            pattern = KUBE_DECISION.format(job=job)
+            return [t for log in sorted(self.log_dir.glob("kube-scheduler-*.log")) for t in klog_times(log, pattern)]
         pattern = (KAI_DECISION if self.is_kai else KAI_RAY_DECISION).format(job=job)
         times: list[float] = []
         for log in sorted(self.log_dir.glob("kai-scheduler-*.log" if self.is_kai else "kai-ray-scheduler-*.log")):
@@ -312,9 +387,6 @@ class Side:
 
 def _python_log_times(path: Path, pattern: str) -> list[float]:
     """Epoch seconds of lines matching ``pattern`` in a log written with ``%(asctime)s`` (local time, ms)."""
-    import re
-    from datetime import datetime
-
     rx = re.compile(pattern)
     out: list[float] = []
     with contextlib.suppress(OSError), open(path, errors="replace") as fh:
@@ -322,6 +394,22 @@ def _python_log_times(path: Path, pattern: str) -> list[float]:
             if rx.search(line):
                 with contextlib.suppress(ValueError):
                     out.append(datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return out
+
+
+def klog_times(path: Path, pattern: str, year: int | None = None) -> list[float]:
+    """Epoch seconds of lines matching ``pattern`` in a klog log (``I1128 05:38:06.155624 ...``, local time, no
+    year: this year unless given)."""
+    rx = re.compile(pattern)
+    stamp = re.compile(r"^[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) ")
+    year = year or datetime.now().year
+    out: list[float] = []
+    with contextlib.suppress(OSError), open(path, errors="replace") as fh:
+        for line in fh:
+            m = stamp.match(line)
+            if m and rx.search(line):
+                with contextlib.suppress(ValueError):
+                    out.append(datetime.strptime(f"{year}{m.group(1)}", "%Y%m%d %H:%M:%S.%f").timestamp())
     return out
 
 
@@ -347,13 +435,18 @@ def _clear(kube: Kube, tracker: Tracker, ns: str, timeout: float, workers: int =
     """Delete a workload's pods (grace 0), its PodGroups and KAI's BindRequests, one request each in parallel (a
     delete-collection of thousands of pods outlasts the API server's request timeout); wait until the pods are gone.
     """
-    collections = (pods_path(ns), podgroups_path(ns), f"/apis/scheduling.run.ai/v1alpha2/namespaces/{ns}/bindrequests")
+    collections = (
+        pods_path(ns),
+        podgroups_path(ns),
+        f"/apis/scheduling.run.ai/v1alpha2/namespaces/{ns}/bindrequests",
+        UPSTREAM_PODGROUPS.format(ns=ns),
+    )
     for path in collections:
         try:
             names = [o["metadata"]["name"] for o in retry(lambda p=path: list_all(kube, p))]  # type: ignore[misc]
         except ApiError as exc:
             if exc.not_found:
-                continue  # KAI's BindRequest type on kai-ray's control plane
+                continue  # KAI's BindRequest type on kai-ray's control plane, the upstream gang API without its gate
             raise
 
         def delete(name: str, path: str = path) -> None:
@@ -404,7 +497,7 @@ def _fill(
     _namespace(kube, ns)
     if pre_created:
         t_create = time.time()
-        create_gangs(kube, ns, gangs, cfg.workers)
+        create_gangs(kube, ns, gangs, cfg.workers, upstream=side.is_kube)
         created_s = time.time() - t_create
     req0 = retry(lambda: apiserver_requests(kube))
     pids = side.pids()
@@ -415,7 +508,7 @@ def _fill(
         pids = side.pids()
         cpu0["scheduler"] = 0.0
     else:
-        create_gangs(kube, ns, gangs, cfg.workers)
+        create_gangs(kube, ns, gangs, cfg.workers, upstream=side.is_kube)
         created_s = time.time() - t0
     tracker.wait_bound(ns, pods, cfg.timeout)
     cpu = {n: round(cpu_seconds(p) - cpu0.get(n, 0.0), 2) for n, p in pids.items()}
@@ -430,6 +523,7 @@ def _fill(
         "gangs": len(gangs),
         "seconds": round(seconds, 3),
         "pods_per_second": round(pods / seconds, 1),
+        "gangs_per_second": round(len(gangs) / seconds, 1),
         "first_bound_s": round(bound[0] - t0, 3),
         "bind_span_s": round(bound[-1] - bound[0], 3),
         "binding_pods_per_second": round(pods / max(bound[-1] - bound[0], 1e-3), 1),
@@ -446,7 +540,7 @@ def _preempt(side: Side, kube: Kube, tracker: Tracker, ns: str, trial: int, cfg:
     gang = inference_gang(ns, trial)
     before = {k for k, t in tracker.of(ns).items() if t.gone is None and t.terminating is None}
     t0 = time.time()
-    create_gangs(kube, ns, [gang], GANG)
+    create_gangs(kube, ns, [gang], GANG, upstream=side.is_kube)
     t_created = time.time()
     names = {p["metadata"]["name"] for p in gang.pods}
     prefix = f"{ns}/"
@@ -497,12 +591,13 @@ def _add_decisions(side: Side, trials: list[dict[str, Any]]) -> None:
 def run_round(name: str, cfg: VsConfig, round_no: int, say: Callable[[str], None]) -> dict[str, Any]:
     """One scheduler on one fresh control plane: raw rate, then every workload (and preemption after W1)."""
     crds = [kai.crd_dir()] if name == "kai" else [our_crd_dir()]
+    upstream_gangs = [f"--feature-gates={UPSTREAM_GANG_GATE}=true", "--runtime-config=scheduling.k8s.io/v1beta1=true"]
     out: dict[str, Any] = {"scheduler": name, "round": round_no, "runs": [], "preemption": []}
     base = cfg.out_dir or Path(os.environ.get("TMPDIR", "/tmp"))
     log_dir = base / f"round-{round_no:02d}-{name}"
     log_dir.mkdir(parents=True, exist_ok=True)
     out["load_before"] = [round(x, 2) for x in os.getloadavg()]
-    plane = ControlPlane(crds=crds)
+    plane = ControlPlane(crds=crds, apiserver_extra_args=upstream_gangs if name == "kube-scheduler" else [])
     with plane:
         kube = Kube(plane.api_client(pool_size=cfg.workers + 8))
         t = time.monotonic()
@@ -559,7 +654,8 @@ def _probe(side: Side, kube: Kube, tracker: Tracker, cfg: VsConfig) -> None:
     side.start()
     ns = "probe"
     _namespace(kube, ns)
-    create_gangs(kube, ns, [Gang("probe", 1, "train", [_pod(ns, "probe", "probe", "train", 1)])], 1)
+    probe = Gang("probe", 1, "train", [_pod(ns, "probe", "probe", "train", 1)])
+    create_gangs(kube, ns, [probe], 1, upstream=side.is_kube)
     tracker.wait_bound(ns, 1, 300)
     _clear(kube, tracker, ns, 120)
 
@@ -665,16 +761,18 @@ def run_series(cfg: VsConfig, say: Callable[[str], None] = lambda _: None) -> di
 
 # --- the report -----------------------------------------------------------------------------------------------------
 
+LABELS = {"kai-ray": "kai-ray", "kai": "KAI", "kube-scheduler": "kube-scheduler"}
 WORKLOAD_TITLES = {
     "w1": "W1 single-GPU pods",
     "w2": f"W2 gangs of {GANG}",
+    "w4": f"W4 gangs of {SMALL_GANG}",
     "w3": "W3 Ray-shaped gangs + elastic extras",
 }
 PHASE_TITLES = {
     "decision_s": "decision (scheduler log)",
     "first_eviction_seen_s": "first eviction seen",
     "last_victim_gone_s": "last victim gone",
-    "bindrequest_s": "BindRequest created (KAI log)",
+    "bindrequest_s": "BindRequest created (KAI log)",  # KAI only
     "first_bound_s": "first gang pod bound",
     "seconds": "**all bound**",
 }
@@ -693,11 +791,15 @@ def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    """The summary as Markdown tables: medians with (min-max) over all samples; ratios are KAI / kai-ray."""
-    ours, theirs = summary.get("kai-ray", {}), summary.get("kai", {})
+    """The summary as Markdown tables: medians with (min-max) over all samples; ratios are theirs / kai-ray, where
+    theirs is KAI or, in a series against it, kube-scheduler."""
+    other = next((n for n in AGAINST if n in summary), "kai")
+    them = LABELS[other]
+    ours, theirs = summary.get("kai-ray", {}), summary.get(other, {})
     lines = [
-        "| workload | method | pods | kai-ray s | KAI s | KAI / kai-ray | kai-ray pods/s | KAI pods/s |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| workload | method | pods | kai-ray s | {them} s | {them} / kai-ray | kai-ray pods/s | {them} pods/s "
+        f"| gangs | kai-ray gangs/s | {them} gangs/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = sorted({k for k in (*ours, *theirs) if "/" in k}, key=lambda k: (k.split("/")[1] != "pre-created", k))
     for key in keys:
@@ -707,18 +809,20 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"| {WORKLOAD_TITLES.get(kind, kind)} | {method} | {pods} | {_cell(a.get('seconds'))} | "
             f"{_cell(b.get('seconds'))} | {_ratio(a.get('seconds'), b.get('seconds'))} | "
-            f"{_cell(a.get('pods_per_second'), 0)} | {_cell(b.get('pods_per_second'), 0)} |"
+            f"{_cell(a.get('pods_per_second'), 0)} | {_cell(b.get('pods_per_second'), 0)} | "
+            f"{a.get('gangs') or b.get('gangs')} | {_cell(a.get('gangs_per_second'), 0)} | "
+            f"{_cell(b.get('gangs_per_second'), 0)} |"
         )
     if ours.get("preemption") or theirs.get("preemption"):
-        lines += ["", "| preemption: seconds after the gang's creation | kai-ray | KAI |", "|---|---|---|"]
+        lines += ["", f"| preemption: seconds after the gang's creation | kai-ray | {them} |", "|---|---|---|"]
         pa, pb = ours.get("preemption") or {}, theirs.get("preemption") or {}
         for k, title in PHASE_TITLES.items():
             lines.append(f"| {title} | {_cell(pa.get(k), 2)} | {_cell(pb.get(k), 2)} |")
         lines.append(
             f"| nodes the gang landed on | {_cell(pa.get('gang_nodes'), 0)} | {_cell(pb.get('gang_nodes'), 0)} |"
         )
-        lines.append(f"| KAI / kai-ray (all bound) | {_ratio(pa.get('seconds'), pb.get('seconds'))} | |")
-    lines += ["", "| ceiling and cost | kai-ray rounds | KAI rounds |", "|---|---|---|"]
+        lines.append(f"| {them} / kai-ray (all bound) | {_ratio(pa.get('seconds'), pb.get('seconds'))} | |")
+    lines += ["", f"| ceiling and cost | kai-ray rounds | {them} rounds |", "|---|---|---|"]
     for k, title in (
         ("raw_sequential", "raw bindings/s, 1 at a time"),
         ("raw_concurrent", "raw bindings/s, concurrent"),

@@ -4,6 +4,7 @@ end on a tiny cluster. KAI's own scheduler is never built or run here (that take
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,17 @@ def _run(argv: list[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--scheduler", "volcano"], "--scheduler: 'volcano' is not one of both, kai-ray, kai"),
-        (["--workloads", "w1,w9"], "--workloads: w9 is not one of w1, w2, w3"),
-        (["--inside", "w4"], "--inside: w4 is not one of w1, w2, w3"),
+        (["--scheduler", "volcano"], "--scheduler: 'volcano' is not one of both, kai-ray, them, kai"),
+        (["--against", "volcano"], "--against: 'volcano' is not one of kai, kube-scheduler"),
+        (["--against", "kube-scheduler", "--scheduler", "kai"], "'kai' is not one of both, kai-ray, them"),
+        (["--workloads", "w1,w9"], "--workloads: w9 is not one of w1, w2, w3, w4"),
+        (["--inside", "w5"], "--inside: w5 is not one of w1, w2, w3, w4"),
         (["--kai-limits", "fast"], "--kai-limits: 'fast' is not 'same' or 'shipped'"),
         (["--nodes", "0"], "--nodes: 0 must be at least 1"),
         (["--workloads", "w2", "--preemption-trials", "2"], "add w1 to --workloads"),
         (["--nodes", "1", "--preemption-trials", "1"], "preemption needs at least 16 GPUs"),
         (["--gpus-per-node", "4"], "W2's gangs of 8 need at least 8 GPUs per node"),
+        (["--workloads", "w1,w4", "--gpus-per-node", "2"], "W4's gangs of 4 need at least 4 GPUs per node"),
     ],
 )
 def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,6 +59,8 @@ def test_workloads_fit_the_cluster() -> None:
     assert len(w1) == nodes * gpus and all(g.min_member == 1 and len(g.pods) == 1 for g in w1)
     w2 = bv.workload("w2", "ns", nodes, gpus)
     assert len(w2) == nodes * gpus // bv.GANG and all(g.min_member == len(g.pods) == bv.GANG for g in w2)
+    w4 = bv.workload("w4", "ns", nodes, gpus)
+    assert len(w4) == nodes * gpus // bv.SMALL_GANG and all(g.min_member == len(g.pods) == bv.SMALL_GANG for g in w4)
     w3 = bv.workload("w3", "ns", nodes, gpus)
     used = sum(bv._gpus(p) for g in w3 for p in g.pods)
     assert 0.8 * nodes * gpus < used <= bv.W3_FILL * nodes * gpus
@@ -104,6 +110,33 @@ def test_log_times(tmp_path: Path) -> None:
     )
     found = bv._python_log_times(ours, bv.KAI_RAY_DECISION.format(job="w1-pre/inference-1"))
     assert len(found) == 1, "inference-1 must not match inference-10"
+
+
+def test_klog_times(tmp_path: Path) -> None:
+    log = tmp_path / "kube-scheduler-1.log"
+    log.write_text(
+        "# argv\n"
+        'I0102 03:04:05.250000    645 executor.go:255] "Start the preemption asynchronously" '
+        'preemptor="w1-pre/inference-0" node="n-1" numVictims=8\n'
+        'I0102 03:04:06.000000    645 executor.go:255] "Start the preemption asynchronously" '
+        'preemptor="w1-pre/inference-01" node="n-2" numVictims=8\n'
+    )
+    times = bv.klog_times(log, bv.KUBE_DECISION.format(job="w1-pre/inference-0"), year=2026)
+    assert times == [pytest.approx(datetime(2026, 1, 2, 3, 4, 5, 250000).timestamp())]
+
+
+def test_upstream_gang_objects() -> None:
+    """kube-scheduler's side: the gang as a v1beta1 PodGroup, pods naming it, no KAI annotation or queue label."""
+    (gang,) = bv.workload("w4", "ns", 1, 4)
+    pg = bv.upstream_podgroup("ns", gang)
+    assert pg["apiVersion"] == "scheduling.k8s.io/v1beta1"
+    assert pg["spec"] == {"schedulingPolicy": {"gang": {"minCount": 4}}, "priorityClassName": "train"}
+    pod = bv.upstream_pod(gang.pods[0], gang)
+    assert pod["spec"]["schedulingGroup"] == {"podGroupName": gang.name}
+    assert pod["spec"]["schedulerName"] == "default-scheduler"
+    assert "annotations" not in pod["metadata"] and "kai.scheduler/queue" not in pod["metadata"]["labels"]
+    (single,) = bv.workload("w1", "ns", 1, 1)
+    assert "schedulingGroup" not in bv.upstream_pod(single.pods[0], single)["spec"], "a one-pod gang is a plain pod"
 
 
 def _round(name: str, seconds: float, pre: float) -> dict[str, Any]:
@@ -214,6 +247,48 @@ def test_kai_ray_side_on_a_tiny_cluster(tmp_path: Path, capsys: pytest.CaptureFi
     assert pre["decision_s"]["median"] <= pre["last_victim_gone_s"]["median"] <= pre["seconds"]["median"]
     assert (out / "summary.md").read_text().startswith("| workload |")
     assert json.loads((out / "series.json").read_text())["rounds"][0]["scheduler"] == "kai-ray"
+
+
+@pytest.mark.controlplane
+def test_kube_scheduler_side_on_a_tiny_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kube-scheduler 1.37 with the upstream gang API on: single pods, 4-pod gangs and a high-priority gang that must
+    preempt, all bound with no node over-committed, and its preemption decision read from its log."""
+    out = tmp_path / "out"
+    _run(
+        [
+            "bench",
+            "vs-kai",
+            "--against",
+            "kube-scheduler",
+            "--scheduler",
+            "them",
+            "--nodes",
+            "2",
+            "--repeats",
+            "1",
+            "--workloads",
+            "w1,w4",
+            "--preemption-trials",
+            "1",
+            "--inside",
+            "w4",
+            "--raw-pods",
+            "20",
+            "--timeout",
+            "300",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
+    summary = json.loads(capsys.readouterr().out)["kube-scheduler"]
+    for key, gangs in (("w1/pre-created", 16), ("w4/pre-created", 4), ("w4/inside", 4)):
+        assert summary[key]["pods"] == 16 and summary[key]["gangs"] == gangs
+        assert summary[key]["overcommitted_nodes"] == 0 and summary[key]["gangs_per_second"]["n"] == 1
+    pre = summary["preemption"]
+    assert pre["seconds"]["n"] == 1 and pre["victims"]["median"] == bv.GANG
+    assert pre["decision_s"]["n"] == 1, "the preemption decision is in kube-scheduler's log"
+    assert "| kube-scheduler / kai-ray |" in (out / "summary.md").read_text()
 
 
 def test_rounds_hold_the_lock(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
-"""``kai-ray bench vs-kai``: kai-ray's scheduler against KAI's own scheduler and binder on identical control planes.
+"""``kai-ray bench vs-kai``: kai-ray's scheduler against KAI's own scheduler and binder on identical control planes,
+or (``--against kube-scheduler``) against kube-scheduler's own gang scheduling.
 
 The first use with ``--scheduler kai`` or ``both`` builds KAI's scheduler and binder from the Go module (about 15
-minutes on two cores) into the binary cache; later runs start at once.
+minutes on two cores) into the binary cache; later runs start at once. kube-scheduler is the test lane's own
+multi-call Kubernetes binary.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ import typer
 from kai_ray.bench.cli.group import bench
 from kai_ray.cli import CliError
 
-CHOICES = {"both": ("kai-ray", "kai"), "kai-ray": ("kai-ray",), "kai": ("kai",)}
-
 
 def _split(value: str, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
     items = tuple(x.strip().lower() for x in value.split(",") if x.strip())
@@ -29,11 +29,16 @@ def _split(value: str, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 @bench.command("vs-kai")
 def vs_kai(
-    scheduler: Annotated[str, typer.Option("--scheduler", help="both (alternating A B A B), kai-ray or kai")] = "both",
+    scheduler: Annotated[
+        str, typer.Option("--scheduler", help="both (alternating A B A B), kai-ray, or them (the --against side only)")
+    ] = "both",
+    against: Annotated[
+        str, typer.Option("--against", help="kai (KAI's scheduler and binder) or kube-scheduler (its gang API)")
+    ] = "kai",
     nodes: Annotated[int, typer.Option("--nodes", help="KWOK nodes")] = 500,
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node")] = 8,
     repeats: Annotated[int, typer.Option("--repeats", help="rounds per scheduler (a fresh control plane each)")] = 5,
-    workloads: Annotated[str, typer.Option("--workloads", help="comma-separated: w1,w2,w3")] = "w1,w2,w3",
+    workloads: Annotated[str, typer.Option("--workloads", help="comma-separated: w1,w2,w3,w4")] = "w1,w2,w3",
     preemption_trials: Annotated[
         int, typer.Option("--preemption-trials", help="inference gangs preempting on the full W1 cluster (0: none)")
     ] = 3,
@@ -62,21 +67,26 @@ def vs_kai(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON instead of tables")] = False,
 ) -> None:
-    """Time W1 (single pods), W2 (gangs), W3 (Ray-shaped gangs) and preemption under kai-ray and KAI."""
-    if scheduler not in CHOICES:
-        raise CliError(f"--scheduler: {scheduler!r} is not one of {', '.join(CHOICES)}")
-    from kai_ray.bench.vs_kai import VsConfig, markdown, run_series
+    """Time W1 (single pods), W2 (gangs of 8), W3 (Ray-shaped gangs), W4 (gangs of 4) and preemption under kai-ray
+    and KAI or kube-scheduler."""
+    from kai_ray.bench.vs_kai import AGAINST, WORKLOADS, VsConfig, markdown, run_series
     from kai_ray.testing.controlplane.harness import ControlPlaneError
 
-    out_dir = out or Path(f"bench-vs-kai-{time.strftime('%Y%m%d-%H%M%S')}")
+    if against not in AGAINST:
+        raise CliError(f"--against: {against!r} is not one of {', '.join(AGAINST)}")
+    legacy = {"kai": ("kai",)} if against == "kai" else {}
+    choices = {"both": ("kai-ray", against), "kai-ray": ("kai-ray",), "them": (against,), **legacy}
+    if scheduler not in choices:
+        raise CliError(f"--scheduler: {scheduler!r} is not one of {', '.join(choices)}")
+    out_dir = out or Path(f"bench-vs-{against}-{time.strftime('%Y%m%d-%H%M%S')}")
     cfg = VsConfig(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         repeats=repeats,
-        schedulers=CHOICES[scheduler],
-        workloads=_split(workloads, "--workloads", ("w1", "w2", "w3")),
+        schedulers=choices[scheduler],
+        workloads=_split(workloads, "--workloads", WORKLOADS),
         preemption_trials=preemption_trials,
-        inside=() if inside.strip().lower() == "none" else _split(inside, "--inside", ("w1", "w2", "w3")),
+        inside=() if inside.strip().lower() == "none" else _split(inside, "--inside", WORKLOADS),
         raw_pods=raw_pods,
         workers=workers,
         kai_limits=kai_limits,
