@@ -9,7 +9,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -168,16 +168,54 @@ def decode_text(data: bytes, source: str) -> str:
         ) from None
 
 
+MAX_BYTES = 64 * 2**20  # a manifest stream larger than this is refused unread (``/dev/zero`` would never end)
+MAX_DEPTH = 100  # YAML nesting deeper than this is refused (Kubernetes objects nest about 20 deep)
+
+
+def read_bytes(stream: BinaryIO, source: str) -> bytes:
+    """At most :data:`MAX_BYTES` of a file or stdin; more is a ManifestError, not an endless read."""
+    data = stream.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ManifestError(f"{source}: larger than {MAX_BYTES // 2**20} MiB; not read (split the manifests)")
+    return data
+
+
 def read_text(path: str | Path) -> str:
     """A manifest or scenario file as text (see :func:`decode_text`); ``OSError`` is left to the caller."""
-    return decode_text(Path(path).read_bytes(), str(path))
+    with open(path, "rb") as fh:
+        return decode_text(read_bytes(fh, str(path)), str(path))
+
+
+def _depth(doc: Any) -> int:
+    """How deep a decoded document nests (iteratively: a recursive walk is what the bound protects against)."""
+    deepest, todo = 0, [(doc, 1)]
+    while todo:
+        node, level = todo.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                todo.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _is_list(doc: Any) -> bool:
+    """``kind: List`` or a typed list (``PodList``, ``RayJobList``): what ``kubectl get -o yaml`` writes."""
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("kind"), str)
+        and doc["kind"].endswith("List")
+        and isinstance(doc.get("items"), list)
+    )
 
 
 def load_documents(text: str, source: str = "<input>") -> Iterator[tuple[str, Any]]:
-    """Yield (label, document) for each non-empty YAML document; YAML syntax errors and duplicate keys become
-    ManifestError naming the line."""
+    """Yield (label, document) for each non-empty YAML document, the items of a ``List`` each as a document of their
+    own; YAML syntax errors, duplicate keys and nesting deeper than :data:`MAX_DEPTH` become ManifestError naming the
+    line or document."""
     try:
         docs = list(yaml.load_all(text, Loader=_Loader))
+    except RecursionError:
+        raise ManifestError(f"{source}: YAML nested deeper than Python can read; not a Kubernetes manifest") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark is not None else ""
@@ -188,4 +226,11 @@ def load_documents(text: str, source: str = "<input>") -> Iterator[tuple[str, An
     for i, doc in enumerate(docs):
         if doc is None:
             continue
-        yield f"{source} document {i + 1}", doc
+        where = f"{source} document {i + 1}"
+        if _depth(doc) > MAX_DEPTH:
+            raise ManifestError(f"{where}: nested more than {MAX_DEPTH} levels deep; not a Kubernetes manifest")
+        if _is_list(doc):
+            for j, item in enumerate(doc["items"]):
+                yield f"{where} ({doc['kind']}) item {j + 1}", item
+            continue
+        yield where, doc

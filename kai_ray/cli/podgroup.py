@@ -16,6 +16,7 @@ from kai_ray.api.loader import (
     load_documents,
     located,
     parse_object,
+    read_bytes,
     read_text,
     what_is,
 )
@@ -34,7 +35,9 @@ def read_source(path: str) -> tuple[str, str]:
     try:
         if path == "-":
             raw = getattr(sys.stdin, "buffer", None)  # None when a caller replaced stdin with a text stream
-            return (decode_text(raw.read(), "<stdin>") if raw is not None else sys.stdin.read()), "<stdin>"
+            if raw is None:
+                return sys.stdin.read(), "<stdin>"
+            return decode_text(read_bytes(raw, "<stdin>"), "<stdin>"), "<stdin>"
         return read_text(path), path
     except OSError as exc:
         raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from None
