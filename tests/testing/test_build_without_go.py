@@ -17,7 +17,7 @@ def test_no_go_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     build.go_version.cache_clear()
     build.go_mod_cache.cache_clear()
     try:
-        with pytest.raises(build.GoMissing, match=r"^'go' is not on PATH: .* install Go >= 1\.24"):
+        with pytest.raises(build.GoMissing, match=r"^'go' is not on PATH: .* install Go >= 1\.26"):
             build.ensure("etcd", log=False)
         with pytest.raises(build.GoMissing):
             build.module_dir(build.KWOK_MODULE, build.KWOK_VERSION)
