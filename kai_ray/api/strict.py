@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -399,6 +400,14 @@ def container_resource_problems(requests: Any, limits: Any, where: str) -> list[
     for name, request in parsed["requests"].items():
         limit = parsed["limits"].get(name)
         if limit is None:
+            if _is_extended(name) and name not in (limits if isinstance(limits, Mapping) else {}):
+                errors.append(
+                    FieldError(
+                        f"{where}.requests[{name}]",
+                        f"{requests[name]!r} without a limit; Kubernetes requires an extended resource's limit "
+                        f"(set limits[{name}] to the same value)",
+                    )
+                )
             continue
         raw_request, raw_limit = requests[name], limits[name]
         if request > limit:
@@ -459,4 +468,52 @@ def invalid_quantities(doc: Any, kind: str | None = None) -> list[FieldError]:
     errors: list[FieldError] = []
     for path, template in _templates(doc, kind):
         errors += template_problems(template, path)
+    return errors
+
+
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+REPLICA_FIELDS = ("replicas", "minReplicas", "maxReplicas", "numOfHosts")
+
+
+def _cluster_spec(doc: dict[str, Any], kind: str) -> tuple[str, Any]:
+    raw = doc.get("spec")
+    spec: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if kind == "RayJob":
+        return "spec.rayClusterSpec", spec.get("rayClusterSpec")
+    if kind == "RayService":
+        return "spec.rayClusterConfig", spec.get("rayClusterConfig")
+    return "spec", spec
+
+
+def refused_fields(doc: Any, kind: str | None = None) -> list[FieldError]:
+    """What the API server (the object's name) or KubeRay's CRD schema would refuse in a Ray CR, beyond its
+    resources (:func:`invalid_quantities`): a name that is not a DNS-1123 subdomain of at most 253 characters, a
+    worker group without a ``groupName``, a replica count that is not a whole number (``replicas: true``)."""
+    if not isinstance(doc, dict):
+        return []
+    kind = kind or str(doc.get("kind", ""))
+    errors = invalid_quantities(doc, kind)
+    raw_meta = doc.get("metadata")
+    name = raw_meta.get("name") if isinstance(raw_meta, dict) else None
+    if isinstance(name, str) and (len(name) > 253 or not DNS1123_SUBDOMAIN.match(name)):
+        shown = name if len(name) <= 40 else f"{name[:37]}..."
+        errors.append(
+            FieldError(
+                "metadata.name",
+                f"{shown!r} is not a valid name: lower-case letters, digits, '-' and '.', starting and ending with a "
+                "letter or digit, at most 253 characters",
+            )
+        )
+    path, cluster = _cluster_spec(doc, kind)
+    groups = cluster.get("workerGroupSpecs") if isinstance(cluster, dict) else None
+    for i, wg in enumerate(groups if isinstance(groups, list) else []):
+        if not isinstance(wg, dict):
+            continue
+        where = f"{path}.workerGroupSpecs[{i}]"
+        if not wg.get("groupName"):
+            errors.append(FieldError(f"{where}.groupName", "missing; KubeRay requires every worker group to name it"))
+        for key in REPLICA_FIELDS:
+            value = wg.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                errors.append(FieldError(f"{where}.{key}", f"{json.dumps(value)} is not a whole number"))
     return errors

@@ -21,7 +21,7 @@ from kai_ray.api.loader import (
     what_is,
 )
 from kai_ray.api.ray import RayCluster, RayJob, RayService
-from kai_ray.api.strict import invalid_quantities, unknown_fields
+from kai_ray.api.strict import refused_fields, unknown_fields
 from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_fail
 from kai_ray.cli.output import dump_yaml_all
 from kai_ray.constants import INVALID
@@ -53,6 +53,7 @@ def podgroups_from_text(
     a bad Ray CR or a file that is not manifests at all is an error."""
     out: list[dict[str, object]] = []
     skipped: list[str] = []
+    suspended: list[str] = []
     try:
         for where, doc in load_documents(text, source):
             kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -66,7 +67,7 @@ def podgroups_from_text(
             label = f"{where} ({describe(doc)})"
             for unknown in unknown_fields(doc):
                 warn_or_fail(f"{label}: {unknown.located()}", strict)
-            for bad in invalid_quantities(doc):
+            for bad in refused_fields(doc):
                 raise CliError(f"{label}: {bad}")
             obj = parse_object(doc, where)
             assert isinstance(obj, RayCluster | RayJob | RayService)
@@ -78,6 +79,8 @@ def podgroups_from_text(
             if problem:  # the operator would still write this PodGroup, to explain on it why nothing is scheduled
                 raise CliError(located(label, problem, doc))
             out.append(pg.to_dict())
+            if isinstance(obj, RayJob) and (doc.get("spec") or {}).get("suspend") is True:
+                suspended.append(label)
     except ManifestError as exc:
         raise CliError(str(exc)) from None
     if not out:
@@ -88,6 +91,8 @@ def podgroups_from_text(
         raise CliError(f"{source}: no Ray CR found")
     for label in skipped:
         note(f"{label}: not a Ray CR; skipped")
+    for label in suspended:
+        note(f"{label}: spec.suspend is true: KubeRay creates no pods until it is resumed; its PodGroup is shown")
     return out
 
 

@@ -34,7 +34,7 @@ from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
-from kai_ray.api.strict import did_you_mean, invalid_quantities, unknown_fields
+from kai_ray.api.strict import did_you_mean, refused_fields, unknown_fields
 from kai_ray.durations import seconds
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
@@ -556,7 +556,7 @@ def _load_workload(
     if isinstance(doc, dict) and doc.get("kind") in ("RayCluster", "RayJob", "RayService"):
         for unknown in unknown_fields(doc):
             warnings.append(f"{named}: {unknown.located()}")
-        for bad in invalid_quantities(doc):
+        for bad in refused_fields(doc):
             raise ScenarioError(f"{named}: {bad}")
     try:
         obj = parse_object(doc, label)

@@ -63,3 +63,46 @@ def test_deep_nesting_is_one_line(
         list(load_documents(text, str(path)))
     code, _, err = _run(["podgroup", "-f", str(path)], capsys)
     assert code == 2 and message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def _variant(tmp_path: Path, change: object, name: str = "variant") -> Path:
+    (job,) = _rayjobs()
+    doc = yaml.safe_load(yaml.safe_dump(job))
+    change(doc)  # type: ignore[operator]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _worker(doc: dict) -> dict:  # type: ignore[type-arg]
+    return doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["metadata"].update(name="Train_LLM"), "metadata.name: 'Train_LLM' is not a valid name"),
+        (lambda d: d["metadata"].update(name="a" * 254), "at most 253 characters"),
+        (lambda d: _worker(d).pop("groupName"), "workerGroupSpecs[0].groupName: missing"),
+        (lambda d: _worker(d).update(replicas=True), "workerGroupSpecs[0].replicas: true is not a whole number"),
+        (lambda d: d.update(apiVersion="ray.io/v2"), "unsupported apiVersion/kind 'ray.io/v2'/'RayJob'"),
+        (
+            lambda d: _worker(d)["template"]["spec"]["containers"][0].update(
+                resources={"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}
+            ),
+            "requests[nvidia.com/gpu]: '1' without a limit",
+        ),
+    ],
+)
+def test_what_kubernetes_or_kuberay_would_refuse_is_refused(
+    change: object, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(["podgroup", "-f", str(_variant(tmp_path, change))], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_suspended_rayjob_is_noted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _variant(tmp_path, lambda d: d["spec"].update(suspend=True))
+    code, out, err = _run(["podgroup", "-f", str(path)], capsys)
+    assert code == 0 and "kind: PodGroup" in out
+    assert "spec.suspend is true: KubeRay creates no pods until it is resumed" in err
