@@ -219,7 +219,7 @@ def _duration_annotation(pg: PodGroup, key: str, problems: list[str] | None) -> 
 
 
 def raynative_facts(pg: PodGroup, problems: list[str] | None = None) -> s.RayNativeFacts | None:
-    """The Ray-native facts and limits of a PodGroup (issue 25), from annotations; None when it has none."""
+    """The Ray-native facts and limits of a PodGroup, from annotations; None when it has none."""
     ann = pg.metadata.annotations
     facts = s.RayNativeFacts(
         last_checkpoint=parse_time(ann.get(c.LAST_CHECKPOINT)),

@@ -36,7 +36,7 @@ SUBGROUP_NAMES = "kai-ray.io/subgroup-names"
 SUBMITTER_SUBGROUP = "submitter"
 # Why the gang cannot be scheduled, written by the podgrouper on the PodGroup (the scheduler reports it as a condition)
 INVALID = "kai-ray.io/invalid"
-# Ray-native scheduling (issue 25, docs/ray-native.md). On the Ray object (copied to its PodGroup by the podgrouper):
+# Ray-native scheduling (docs/ray-native.md). On the Ray object (copied to its PodGroup by the podgrouper):
 LAST_CHECKPOINT = "kai-ray.io/last-checkpoint-time"  # RFC 3339, set from inside the Ray program
 READY_TIMEOUT = "kai-ray.io/ready-timeout"  # duration: a bound gang not all Ready by then is evicted whole
 MAX_PENDING_TIME = "kai-ray.io/max-pending-time"  # duration: a condition and Event once pending longer

@@ -1,4 +1,4 @@
-"""Tell kai-ray when a Ray program last checkpointed, so its scheduler evicts the run that loses least (issue 25).
+"""Tell kai-ray when a Ray program last checkpointed, so its scheduler evicts the run that loses least.
 
 The scheduler reads ``kai-ray.io/last-checkpoint-time`` (RFC 3339) on the Ray object that owns the workload (the
 RayJob, the RayService, or a RayCluster of its own); the podgrouper copies it onto the PodGroup, and among

@@ -97,7 +97,7 @@ class OperatorConfig:
     drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
     max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
-    # scheduler: Ray-native scheduling (issue 25, docs/ray-native.md)
+    # scheduler: Ray-native scheduling (docs/ray-native.md)
     idle_aware_victims: bool = True  # among equal victims, Ray-idle first, then busy for the shortest time
     checkpoint_aware_victims: bool = True  # ... and the least work since kai-ray.io/last-checkpoint-time
     ready_timeout: float = 0.0  # seconds: default kai-ray.io/ready-timeout (0: off)

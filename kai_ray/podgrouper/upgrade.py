@@ -1,4 +1,4 @@
-"""A RayService's zero-downtime upgrade as its own gang: the pending cluster is the service's upgrade surge (issue 25).
+"""A RayService's zero-downtime upgrade as its own gang: the pending cluster is the service's upgrade surge.
 
 KubeRay upgrades a RayService (``upgradeStrategy: NewCluster``) by running a second, pending RayCluster beside the
 active one (``status.pendingServiceStatus.rayClusterName``) and switching traffic once it is ready. Grouped with the

@@ -99,7 +99,7 @@ def queue_details(ses: Session, q: int, req: tuple[float, float, float], job: Jo
 
 
 def upgrade_surge_of(ses: Session, job: JobInfo) -> JobInfo | None:
-    """The active cluster whose RayService this job upgrades, while that cluster still runs (kai-ray, issue 25).
+    """The active cluster whose RayService this job upgrades, while that cluster still runs (kai-ray, Ray-native).
 
     A zero-downtime RayService upgrade runs a second cluster beside the active one until it is ready; a
     non-preemptible service at its quota could never start it (KubeRay #1476, #4239). Its pending cluster is the

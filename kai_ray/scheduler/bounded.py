@@ -1,4 +1,4 @@
-"""Bounded waits (kai-ray, issue 25): no Ray workload holds GPUs half-started, waits unseen, or runs without end.
+"""Bounded waits (kai-ray, Ray-native): no Ray workload holds GPUs half-started, waits unseen, or runs without end.
 
 * ``kai-ray.io/ready-timeout`` (``RayNativeFacts.ready_timeout``, else ``SchedulerConfig.default_ready_timeout``;
   off by default): a gang whose pods are bound but not all Ready that long after it was bound is evicted whole, and

@@ -132,7 +132,7 @@ def build_result(ses: Session) -> CycleResult:
 
 
 def _with_loss_note(ses: Session, p: int, info: EvictInfo) -> str:
-    """The eviction message, plus what Ray said about the victim when that chose it among equals (issue 25)."""
+    """The eviction message, plus what Ray said about the victim when that chose it among equals."""
     if info.action not in (Action.PREEMPT, Action.RECLAIM, Action.CONSOLIDATION):
         return info.message
     note = ses.jobs[ses.p_job[p]].risk_note if info.whole_gang else ses.p_risk_note.get(p, "")

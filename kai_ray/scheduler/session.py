@@ -87,7 +87,7 @@ class JobInfo:
     init_pending: list[float] = field(default_factory=list)  # requested by pending pods (under ceilings)
     version: int = 0  # bumped on every change of its pods' states: cache key for derived data
     cache: dict[str, Any] = field(default_factory=dict)
-    # kai-ray victim order among equals (issue 25, :mod:`.workloss`): seconds of work an eviction would lose, and why
+    # kai-ray victim order among equals (:mod:`.workloss`): seconds of work an eviction would lose, and why
     risk: float = 0.0
     risk_note: str = ""
 

@@ -135,7 +135,7 @@ class Pod:
     gated: bool = False  # has scheduling gates: not ready to schedule
     created_at: float = 0.0  # creation time (snapshot clock): older pods are placed first within a PodSet
     claims: tuple[str, ...] = ()  # keys of its ResourceClaims (Snapshot.claims); DRA GPUs are already in request
-    # kai-ray Ray-native facts (issue 25): what Ray says about this pod's Ray node; None unknown
+    # kai-ray Ray-native facts: what Ray says about this pod's Ray node; None unknown
     ray_activity: RayActivity | None = None
     ready: bool | None = None  # the pod's Ready condition; None unknown (ready-timeout ignores it)
 
@@ -186,7 +186,7 @@ class Job:
     uid: str = ""
     kind: str = ""  # RayCluster / RayJob / RayService / "" - informational
     pods: list[Pod] = field(default_factory=list)
-    raynative: RayNativeFacts | None = None  # kai-ray's Ray-native facts and limits (issue 25); None: none
+    raynative: RayNativeFacts | None = None  # kai-ray's Ray-native facts and limits; None: none
 
     @property
     def key(self) -> str:
@@ -201,7 +201,7 @@ class Job:
 
 @dataclass(slots=True)
 class RayNativeFacts:
-    """What kai-ray knows of a Ray workload beyond its pods (issue 25), kept apart from KAI's fields.
+    """What kai-ray knows of a Ray workload beyond its pods, kept apart from KAI's fields.
 
     Times are on the snapshot clock, durations in seconds; None means unknown or not asked for."""
 
@@ -263,7 +263,7 @@ class SchedulerConfig:
     # KAI's usageDBConfig.usageParams: set, the adapter accounts each queue's usage into Snapshot.usage (time-based
     # fair share); None (KAI's default) keeps every usage at 0. The core itself reads only k_value and the usage.
     usage_params: UsageParams | None = None
-    # kai-ray Ray-native scheduling (issue 25, docs/ray-native.md); each one off-switchable
+    # kai-ray Ray-native scheduling (docs/ray-native.md); each one off-switchable
     idle_aware_victims: bool = True  # among equal victims, Ray-idle first, then busy for the shortest time
     checkpoint_aware_victims: bool = True  # ... and the least work since the last checkpoint
     ray_activity_max_age: float = 120.0  # seconds: an older Ray answer is ignored (today's order)

@@ -1,4 +1,4 @@
-"""Work a victim would lose: kai-ray's victim order among otherwise equal Ray workloads (issue 25).
+"""Work a victim would lose: kai-ray's victim order among otherwise equal Ray workloads.
 
 KAI, and every peer, orders victims by priority, elasticity and age: two equal-priority Ray workloads are told
 apart by which was created last, although Ray knows one of them has been idle for an hour and the other checkpointed

@@ -65,7 +65,7 @@ class EngineOptions:
     ray_aware: bool = True
     suspend_kinds: tuple[str, ...] = ("RayJob",)  # kai-ray's --suspend-kinds default
     track_idle: bool = False  # record windows where GPUs idle while workloads wait for GPUs
-    # report what Ray knows to the scheduler as the operators do (issue 25): each running Ray node's busy/idle state
+    # report what Ray knows to the scheduler as the operators do: each running Ray node's busy/idle state
     # (Pod.ray_activity), each run's last checkpoint, pod readiness, a RayService upgrade's active cluster
     ray_facts: bool = False
 

@@ -103,7 +103,7 @@ def compute_metrics(res: SimResult) -> dict[str, Any]:
         "wasted_gpu_hours": _r(sum(w.wasted_gpu_seconds for w in res.workloads) / 3600.0, 4),
         "lost_gpu_hours": _r(sum(w.wasted_gpu_seconds - w.partial_gpu_seconds for w in res.workloads) / 3600.0, 4),
         "partial_gang_gpu_hours": _r(sum(w.partial_gpu_seconds for w in res.workloads) / 3600.0, 4),
-        # issue 25: work lost to evictions alone (since the checkpoint / busy phase); GPUs held by half-started gangs
+        # work lost to evictions alone (since the checkpoint / busy phase); GPUs held by half-started gangs
         "work_lost_gpu_hours": _r(sum(w.work_lost_gpu_seconds for w in res.workloads) / 3600.0, 4),
         "half_started_gpu_hours": _r(sum(w.stuck_gpu_seconds for w in res.workloads) / 3600.0, 4),
         "idle_while_fitting_seconds": _r(sum(x["to"] - x["from"] for x in res.idle_windows if x["fits"])),

@@ -1,4 +1,4 @@
-"""Each Ray-native feature on and off, on its scenario (issue 25; ``examples/ray-native/``, ``docs/ray-native.md``).
+"""Each Ray-native feature on and off, on its scenario (``examples/ray-native/``, ``docs/ray-native.md``).
 
 One scenario per feature, run twice through the same engine and core: with the feature as shipped, and with its
 ``SchedulerConfig`` switch off (everything else equal). The numbers are the simulator's own: work lost to evictions

@@ -226,7 +226,7 @@ class ScaleStep(_Strict):
 
 
 class ActivitySpec(_Strict):
-    """Busy/idle phases in Ray (issue 25): ``busy`` seconds with tasks or actors running, then ``idle`` seconds with
+    """Busy/idle phases in Ray: ``busy`` seconds with tasks or actors running, then ``idle`` seconds with
     none, repeating from each run's start (an interactive cluster left running between sessions)."""
 
     busy: Seconds = Field(ge=0)
@@ -242,7 +242,7 @@ class WorkloadSpec(_Strict):
     duration: Seconds | None = None  # None: runs until the end (a service)
     restart_cost: Seconds | None = None  # overrides simulation.restartCost
     scale: list[ScaleStep] = Field(default_factory=list)  # replaces the simple autoscaler policy when given
-    # kai-ray Ray-native world (issue 25, docs/ray-native.md)
+    # kai-ray Ray-native world (docs/ray-native.md)
     checkpoint_interval: Seconds | None = Field(default=None, ge=0)  # overrides simulation.checkpointInterval
     activity: ActivitySpec | None = None
     startup_failures: int = Field(default=0, ge=0)  # first placements whose pods never all turn Ready
@@ -265,7 +265,7 @@ class SimulationOptions(_Strict):
     termination_grace: Seconds = 0.0  # evicted pods hold their resources this long (Releasing)
     elastic_speedup: Literal["linear", "none"] = "linear"  # extra workers above the minimum speed a job up linearly
     until: Seconds | None = None  # stop the clock here (default: when every workload with a duration is done)
-    ray_facts: bool = False  # tell the scheduler what Ray knows, as the operators do (issue 25)
+    ray_facts: bool = False  # tell the scheduler what Ray knows, as the operators do
 
 
 def _config_model() -> type[BaseModel]:

@@ -62,7 +62,7 @@ class WorkloadBase:
     running_pods: int = 0
     gang_gpus: float = 0.0  # GPUs of the gang minimum (for wasted work)
     _interval_start: float = 0.0
-    # kai-ray Ray-native world (issue 25, docs/ray-native.md)
+    # kai-ray Ray-native world (docs/ray-native.md)
     checkpoint_interval: float | None = None  # seconds of work between checkpoints (overrides the simulation's)
     activity: tuple[float, float] | None = None  # (busy, idle) seconds in Ray, repeating from each run's start
     startup_failures: int = 0  # placements whose pods never all turn Ready (an image that never pulls, ...)

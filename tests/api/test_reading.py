@@ -1,4 +1,4 @@
-"""The one reader of manifests and scenarios (issue 22): Unicode by byte-order mark, UTF-8 otherwise, one-line errors
+"""The one reader of manifests and scenarios: Unicode by byte-order mark, UTF-8 otherwise, one-line errors
 for anything else, and duplicate mapping keys refused as Kubernetes' decoders refuse them."""
 
 from __future__ import annotations

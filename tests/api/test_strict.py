@@ -178,7 +178,7 @@ R = "spec.workerGroupSpecs[0].template.spec.containers[0].resources"
 def test_resources_kubernetes_would_refuse_are_named(
     resources: dict[str, Any], annotations: dict[str, str] | None, found: str
 ) -> None:
-    """Issue 22: Kubernetes refuses negative requests and limits, fractional extended resources, a request above its
+    """Kubernetes refuses negative requests and limits, fractional extended resources, a request above its
     limit and an extended resource whose request is not its limit; kai-ray names each by path."""
     problems = [str(e) for e in invalid_quantities(_resources(resources, annotations))]
     assert len(problems) == 1 and found in problems[0], problems

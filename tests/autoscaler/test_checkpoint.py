@@ -1,4 +1,4 @@
-"""Issue 25: a Ray program records its checkpoints on the owning Ray object with its pod's service account.
+"""Ray-native scheduling: a Ray program records its checkpoints on the owning Ray object with its pod's service account.
 
 Real kube-apiserver with RBAC and KubeRay's CRDs; the recorder runs as a service account holding exactly the Role of
 ``examples/ray-native/checkpoint-rbac.yaml``."""

@@ -1,4 +1,4 @@
-"""Issue 25: Ray's own idle/busy answer per Ray node (the GCS autoscaler state) as the scheduler's snapshot facts.
+"""Ray-native scheduling: Ray's own idle/busy answer per Ray node (the GCS autoscaler state) as the scheduler's snapshot facts.
 
 Real Ray processes (``ray.cluster_utils.Cluster``): a node running a task is busy, one running nothing is idle."""
 

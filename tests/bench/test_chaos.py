@@ -1,4 +1,4 @@
-"""Chaos on the real API server (issue 12): operator processes SIGKILLed, the scheduler's leader among them during a
+"""Chaos on the real API server: operator processes SIGKILLed, the scheduler's leader among them during a
 preemption, while no node is over-committed, no pod bound twice, no gang left partly bound, no PodGroup lost, and
 everything that fits is bound again after the last kill. ``kai-ray bench chaos`` runs the longer version."""
 

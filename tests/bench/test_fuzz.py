@@ -1,4 +1,4 @@
-"""Fuzz through the real API server (issue 12): 500 schema-accepted mutated Ray CRs, PodGroups, Queues and pods, while
+"""Fuzz through the real API server: 500 schema-accepted mutated Ray CRs, PodGroups, Queues and pods, while
 good gangs keep being bound within a bound, with no traceback in the operators' logs, no operator dying, and their
 memory bounded. ``kai-ray bench fuzz`` runs the longer version."""
 

@@ -279,7 +279,7 @@ def _wait(check: Any, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-# --- issue 22: bad resources, huge gangs, encodings, duplicate keys, --strict, one error layout -------------------
+# --- bad resources, huge gangs, encodings, duplicate keys, --strict, one error layout -------------------
 
 EXAMPLES = ROOT / "examples"
 GPU = "nvidia.com/gpu"
@@ -359,8 +359,8 @@ DUPLICATE = (
 
 
 @pytest.fixture(scope="module")
-def issue22(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    d = tmp_path_factory.mktemp("issue22")
+def bad_manifests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("bad_manifests")
     out: dict[str, str] = {}
     for name, (manifest, _) in BAD_RESOURCES.items():
         (d / f"{name}.yaml").write_text(yaml.safe_dump(manifest))
@@ -399,7 +399,7 @@ FILE_PROBLEMS = {
 }
 TYPO = "spec.rayClusterSpec.workerGroupSpec: unknown field (did you mean workerGroupSpecs?) (--strict)"
 SCENARIO_READERS = ("simulate", "queues", "pending", "demo")
-CASES22 = (
+BAD_MANIFEST_CASES = (
     [(name, entry) for name in BAD_RESOURCES for entry in ("podgroup", *SCENARIO_READERS)]
     + [(name, entry) for name in FILE_PROBLEMS for entry in ("podgroup", *SCENARIO_READERS)]
     + [("strict", entry) for entry in ("podgroup", *SCENARIO_READERS)]
@@ -416,7 +416,7 @@ def _argv(entry: str, path: str) -> list[str]:
     }[entry]
 
 
-def _case22(files: dict[str, str], name: str, entry: str) -> tuple[list[str], str]:
+def _bad_manifest_case(files: dict[str, str], name: str, entry: str) -> tuple[list[str], str]:
     """(argv, how the error line starts after ``kai-ray: error: ``: file, document or scenario field, object, field
     path, problem)."""
     if name == "strict":
@@ -436,10 +436,10 @@ def _case22(files: dict[str, str], name: str, entry: str) -> tuple[list[str], st
     return _argv(entry, path), f"{path}: {problem}"
 
 
-@pytest.mark.parametrize(("name", "entry"), CASES22, ids=[f"{n}-{e}" for n, e in CASES22])
-def test_issue22_bad_input_fails_in_one_line_at_every_entry_point(
+@pytest.mark.parametrize(("name", "entry"), BAD_MANIFEST_CASES, ids=[f"{n}-{e}" for n, e in BAD_MANIFEST_CASES])
+def test_bad_input_fails_in_one_line_at_every_entry_point(
     capsys: pytest.CaptureFixture[str],
-    issue22: dict[str, str],
+    bad_manifests: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     name: str,
@@ -449,7 +449,7 @@ def test_issue22_bad_input_fails_in_one_line_at_every_entry_point(
     not UTF-8, duplicate keys and --strict: exit 2 with one ``kai-ray: error: <file> ...: <field>: <problem>`` line,
     never 0 and never 70, on podgroup, simulate, queues/pending --scenario and demo --scenario."""
     monkeypatch.chdir(tmp_path)
-    argv, expected = _case22(issue22, name, entry)
+    argv, expected = _bad_manifest_case(bad_manifests, name, entry)
     code, err = _run(capsys, argv)
     lines = err.strip().splitlines()
     assert code == 2, (argv, code, err)
@@ -481,7 +481,7 @@ def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
         (DUPLICATE.encode(), "<stdin>: line 7: duplicate key 'kai.scheduler/queue' (first on line 6)"),
     ],
 )
-def test_issue22_stdin_is_read_as_the_files_are(
+def test_stdin_is_read_as_the_files_are(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, data: bytes, expected: str
 ) -> None:
     _stdin(monkeypatch, data)
@@ -492,7 +492,7 @@ def test_issue22_stdin_is_read_as_the_files_are(
 
 
 @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-8"])
-def test_issue22_unicode_files_with_a_byte_order_mark_are_read(
+def test_unicode_files_with_a_byte_order_mark_are_read(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, encoding: str
 ) -> None:
     """What Windows PowerShell's ``>`` writes (UTF-16 with a BOM), and UTF-8 with a BOM, are read like UTF-8."""
@@ -515,7 +515,7 @@ def test_issue22_unicode_files_with_a_byte_order_mark_are_read(
     assert yaml.safe_load(out)["metadata"]["name"] == "pg-job"
 
 
-def test_issue22_the_examples_concatenate_into_one_stream(
+def test_the_examples_concatenate_into_one_stream(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``cat examples/*.yaml | kai-ray podgroup -f -``: every example starts a document with ``---``."""
@@ -530,12 +530,12 @@ def test_issue22_the_examples_concatenate_into_one_stream(
     assert names == expected and len(names) == 6
 
 
-def test_issue22_warnings_say_strict_makes_them_errors(
-    capsys: pytest.CaptureFixture[str], issue22: dict[str, str]
+def test_warnings_say_strict_makes_them_errors(
+    capsys: pytest.CaptureFixture[str], bad_manifests: dict[str, str]
 ) -> None:
-    code, err = _run(capsys, ["podgroup", "-f", issue22["typo"]])
+    code, err = _run(capsys, ["podgroup", "-f", bad_manifests["typo"]])
     assert code == 0
     assert err.strip() == (
-        f"kai-ray: warning: {issue22['typo']} document 1 (RayJob job): spec.rayClusterSpec.workerGroupSpec: unknown "
+        f"kai-ray: warning: {bad_manifests['typo']} document 1 (RayJob job): spec.rayClusterSpec.workerGroupSpec: unknown "
         "field (did you mean workerGroupSpecs?); ignored (--strict makes this an error)"
     )

@@ -14,7 +14,7 @@ from kai_ray.cli import main
 def test_report_without_matplotlib_fails_before_the_simulation(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Issue 22 item 12: the check came after the whole run (135 CPU s lost on a trace)."""
+    """A newcomer's report: the check came after the whole run (135 CPU s lost on a trace)."""
     import kai_ray.sim.run
 
     real_import = builtins.__import__

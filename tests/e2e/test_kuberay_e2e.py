@@ -206,7 +206,7 @@ def test_inference_preempts_training_and_training_comes_back(
 
     # 1. The training RayJob's cluster is gang-scheduled onto the fake GPUs: head + 4 workers x 8 GPUs = 32 GPUs.
     job = _example("rayjob-training.yaml", namespace, training_q)
-    if not shutdown:  # KubeRay refuses to suspend such a job; kai-ray sets the field for the suspension (issue 12)
+    if not shutdown:  # KubeRay refuses to suspend such a job; kai-ray sets the field for the suspension
         del job["spec"]["shutdownAfterJobFinishes"]
     kube.create(ray_path("RayJob", namespace), job)
     name = job["metadata"]["name"]

@@ -1,4 +1,4 @@
-"""Issue 25: ``kai-ray.io/max-pending-action`` with the real KubeRay operator, kai-ray's podgrouper and scheduler on
+"""Ray-native scheduling: ``kai-ray.io/max-pending-action`` with the real KubeRay operator, kai-ray's podgrouper and scheduler on
 a real API server (KWOK nodes).
 
 A training RayJob that cannot start (32 GPUs asked, 8 in the pool) and may wait 5 s: with ``suspend`` kai-ray sets

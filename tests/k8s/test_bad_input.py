@@ -1,4 +1,4 @@
-"""Bad input on the real API server (issue 12): one object the API accepts but that cannot be scheduled is explained
+"""Bad input on the real API server: one object the API accepts but that cannot be scheduled is explained
 (a Warning Event and a condition naming the field) and never stops the scheduling of the others.
 
 Both operators run in-process against the real kube-apiserver + etcd with KubeRay's real CRDs and KWOK nodes; the
@@ -239,7 +239,7 @@ def test_resources_kubernetes_would_refuse_are_explained_on_the_ray_cr(
     run_podgrouper: Any,
     priority_classes: Any,
 ) -> None:
-    """Issue 22: a negative or fractional whole-GPU count, a negative CPU request, a limit below its request and a
+    """A negative or fractional whole-GPU count, a negative CPU request, a limit below its request and a
     gpu-fraction above 1 pass KubeRay's CRD schema (quantities as strings) but every pod KubeRay makes from such a
     template would be refused: the Ray CR gets a Warning Event and its PodGroup a condition naming the field, and
     the rest of the cluster schedules."""

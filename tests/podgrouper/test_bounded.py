@@ -1,4 +1,4 @@
-"""Work per Ray object is bounded (issue 12): a RayCluster asking for 10^9 replicas is grouped in the time and memory
+"""Work per Ray object is bounded: a RayCluster asking for 10^9 replicas is grouped in the time and memory
 of one asking for one, refused with a reason naming the field, and never expanded pod by pod."""
 
 from __future__ import annotations

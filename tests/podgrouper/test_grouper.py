@@ -1,4 +1,4 @@
-"""One test per podgrouper rule (issue 2, deliverable 3)."""
+"""One test per podgrouper rule."""
 
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ def test_rayjob_with_cluster_selector_is_a_clear_error():
     ],
 )
 def test_resources_kubernetes_would_refuse_make_the_object_ungroupable(where, resources, message):
-    """Issue 22: the podgrouper, which every entry point goes through, refuses a Ray CR whose pods Kubernetes would
+    """The podgrouper, which every entry point goes through, refuses a Ray CR whose pods Kubernetes would
     refuse, naming the field (the operator turns it into a placeholder PodGroup and a Warning Event)."""
     doc = ray_doc("RayJob", cluster_spec(worker("gpu", 2)), name="job")
     spec = doc["spec"]["rayClusterSpec"]

@@ -1,4 +1,4 @@
-"""Property tests over random valid Ray CRs (issue 2, deliverable 6)."""
+"""Property tests over random valid Ray CRs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 25: the Ray object's kai-ray.io annotations reach the core through the podgrouper and the bridge."""
+"""Ray-native scheduling: the Ray object's kai-ray.io annotations reach the core through the podgrouper and the bridge."""
 
 from __future__ import annotations
 

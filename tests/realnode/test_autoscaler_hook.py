@@ -32,9 +32,7 @@ import yaml
 
 pytestmark = [pytest.mark.realnode, pytest.mark.ray, pytest.mark.slow]
 
-pytest.importorskip(
-    "kai_ray.testing.controlplane.realnode", reason="the real-node lane (issue 23) is not in this checkout"
-)
+pytest.importorskip("kai_ray.testing.controlplane.realnode", reason="the real-node lane is not in this checkout")
 
 from kai_ray.bench.e2e import install_defaults  # noqa: E402
 from kai_ray.headroom.contract import SCALE_UP_CAPPED  # noqa: E402

@@ -22,9 +22,7 @@ import pytest
 
 pytestmark = [pytest.mark.realnode, pytest.mark.ray, pytest.mark.slow]
 
-pytest.importorskip(
-    "kai_ray.testing.controlplane.realnode", reason="the real-node lane (issue 23) is not in this checkout"
-)
+pytest.importorskip("kai_ray.testing.controlplane.realnode", reason="the real-node lane is not in this checkout")
 
 from kai_ray.bench.headline import Story, StoryConfig  # noqa: E402
 

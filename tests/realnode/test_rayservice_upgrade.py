@@ -1,4 +1,4 @@
-"""Issue 25: a RayService upgrade in a full queue, performed by the real KubeRay operator, on real Ray pods.
+"""Ray-native scheduling: a RayService upgrade in a full queue, performed by the real KubeRay operator, on real Ray pods.
 
 KubeRay upgrades a RayService (``upgradeStrategy: NewCluster``) by starting a second RayCluster beside the active one
 and switching traffic once that cluster's Serve app is healthy, which it learns from the Ray dashboard. On KWOK pods
@@ -36,9 +36,7 @@ from tests.k8s.helpers import wait_until
 
 pytestmark = [pytest.mark.realnode, pytest.mark.ray, pytest.mark.slow, pytest.mark.raynative]
 
-pytest.importorskip(
-    "kai_ray.testing.controlplane.realnode", reason="the real-node lane (issue 23) is not in this checkout"
-)
+pytest.importorskip("kai_ray.testing.controlplane.realnode", reason="the real-node lane is not in this checkout")
 
 from kai_ray.bench.e2e import install_defaults  # noqa: E402
 from kai_ray.bench.headline import EXAMPLES, PRIORITY_CLASSES  # noqa: E402

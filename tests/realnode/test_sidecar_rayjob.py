@@ -17,9 +17,7 @@ import pytest
 
 pytestmark = [pytest.mark.realnode, pytest.mark.ray, pytest.mark.slow]
 
-pytest.importorskip(
-    "kai_ray.testing.controlplane.realnode", reason="the real-node lane (issue 23) is not in this checkout"
-)
+pytest.importorskip("kai_ray.testing.controlplane.realnode", reason="the real-node lane is not in this checkout")
 
 from kai_ray.bench.headline import Story, StoryConfig, example_manifest, read_progress  # noqa: E402
 from kai_ray.k8s.base.rest import ApiError, podgroups_path, pods_path, ray_path  # noqa: E402

@@ -1,4 +1,4 @@
-"""Issue 25: bounded waits (ready-timeout, max-runtime, max-pending-time) and the RayService upgrade surge, in the
+"""Ray-native scheduling: bounded waits (ready-timeout, max-runtime, max-pending-time) and the RayService upgrade surge, in the
 core's decisions and reasons."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 25: idle-aware and checkpoint-aware victim order among otherwise equal victims, and its off-switches."""
+"""Ray-native scheduling: idle-aware and checkpoint-aware victim order among otherwise equal victims, and its off-switches."""
 
 from __future__ import annotations
 

@@ -218,7 +218,7 @@ def test_readme_shows_the_demo_s_own_table_and_figure() -> None:
 
 
 def test_evictions_are_counted_in_pods_everywhere(doc: dict[str, Any]) -> None:
-    """Issue 22 item 6: the story said 2 + 2 workers, the table 2 + 1 evictions and "shrank 3", the pending plot
+    """A newcomer's report: the story said 2 + 2 workers, the table 2 + 1 evictions and "shrank 3", the pending plot
     "shrunk x3", the timeline 2 unlabelled marks, the Workloads table "preempted 0". One unit now: pods."""
     import io
 

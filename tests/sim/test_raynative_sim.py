@@ -1,4 +1,4 @@
-"""Issue 25 in the simulator: each Ray-native scenario with its feature off and on (the docs/ray-native.md table)."""
+"""Ray-native scheduling in the simulator: each Ray-native scenario with its feature off and on (the docs/ray-native.md table)."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def test_unknown_fields_in_a_scenario_warn_and_the_run_goes_on(
 def test_at_takes_the_printed_clock_and_days_and_refuses_a_bare_number(
     capsys: pytest.CaptureFixture[str], scenario: str
 ) -> None:
-    """Issue 22 item 9: ``--at 45`` silently meant 45 seconds, ``0:02:00`` (the tool's own format) and ``10d`` were
+    """A newcomer's report: ``--at 45`` silently meant 45 seconds, ``0:02:00`` (the tool's own format) and ``10d`` were
     refused. One grammar for every duration flag: a unit or the clock."""
     assert _json(capsys, "pending", "--scenario", scenario, "--at", "0:02:00")["at"] == 120.0
     assert _json(capsys, "pending", "--scenario", scenario, "--at", "10d")["at"] == 864000.0
@@ -138,7 +138,7 @@ def test_at_past_the_end_says_when_the_run_ended(capsys: pytest.CaptureFixture[s
 def test_demo_names_the_packaged_scenario_from_any_directory(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 22 item 8: after a wheel install the README's ``--scenario kai_ray/sim/demo/scenario.yaml`` is no path
+    """A newcomer's report: after a wheel install the README's ``--scenario kai_ray/sim/demo/scenario.yaml`` is no path
     a user has; ``demo`` is the packaged scenario for every command that reads one."""
     monkeypatch.chdir(tmp_path)
     doc = _json(capsys, "queues", "--scenario", "demo", "--at", "45m")
@@ -148,7 +148,7 @@ def test_demo_names_the_packaged_scenario_from_any_directory(
 
 
 def test_the_gang_count_is_not_read_as_the_subgroups(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 22 item 7: "4 pods required of subgroup gpu-workers" where gpu-workers has 3 pods (4 is the gang)."""
+    """A newcomer's report: "4 pods required of subgroup gpu-workers" where gpu-workers has 3 pods (4 is the gang)."""
     (row,) = _json(capsys, "pending", "--scenario", "demo", "--at", "45m")["pending"]
     assert row["message"].startswith(
         "gang does not fit: 4 pods required, 0 placed before pod eval-raycluster-gpu-workers-worker-0 of subgroup "

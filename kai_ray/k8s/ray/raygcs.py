@@ -242,7 +242,7 @@ def gcs_address_for(raycluster: Mapping[str, Any], pods: Sequence[Mapping[str, A
     return None
 
 
-# ---------------------------------------------------------------------- Ray activity (issue 25: idle-aware victims)
+# ---------------------------------------------------------------------- Ray activity (idle-aware victims)
 
 
 def _activity_sync(gcs_address: str, timeout: float) -> list[dict[str, Any]]:

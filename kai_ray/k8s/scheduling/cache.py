@@ -89,7 +89,7 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
         "spec": out_spec,
         "status": {
             **{k: status[k] for k in ("phase", "startTime") if k in status},
-            # the Ready condition alone: kai-ray.io/ready-timeout (issue 25) reads it
+            # the Ready condition alone: kai-ray.io/ready-timeout reads it
             **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") == "Ready"][:1]},
         },
     }
@@ -164,7 +164,7 @@ class SchedulerCache:
         self.config = config
         self.on_change = on_change
         self.lock = threading.RLock()
-        self.ray_activity: dict[str, s.RayActivity] = {}  # pod key -> Ray's idle/busy answer (issue 25)
+        self.ray_activity: dict[str, s.RayActivity] = {}  # pod key -> Ray's idle/busy answer
         self.nodes: dict[str, s.Node] = {}
         self.pods: dict[str, PodEntry] = {}
         self.uid_to_key: dict[str, str] = {}
@@ -547,7 +547,7 @@ class SchedulerCache:
         return pg.template
 
     def set_ray_activity(self, facts: Mapping[str, s.RayActivity]) -> None:
-        """Ray's latest idle/busy answer per pod key (issue 25); pods left out have none."""
+        """Ray's latest idle/busy answer per pod key; pods left out have none."""
         with self.lock:
             for key in set(self.ray_activity) ^ set(facts) | {k for k in facts if self.ray_activity.get(k) != facts[k]}:
                 self._touch(key)

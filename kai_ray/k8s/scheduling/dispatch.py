@@ -200,7 +200,7 @@ class Dispatch:
             self.reporter.annotate_pg(job, {c.LAST_EVICTION: now, **self._raynative_stamps(pg, evs)})
 
     def _raynative_stamps(self, pg: PgEntry | None, evs: list[Evict]) -> dict[str, str | None]:
-        """Issue 25: a gang evicted for its ready-timeout waits out the backoff (``kai-ray.io/requeue-after``); a gang
+        """A gang evicted for its ready-timeout waits out the backoff (``kai-ray.io/requeue-after``); a gang
         with a max-runtime that loses its run keeps the admitted time it had (``kai-ray.io/admitted-seconds``)."""
         out: dict[str, str | None] = {}
         if any(e.reason is Reason.READY_TIMEOUT for e in evs):

@@ -84,7 +84,7 @@ def since_process_start() -> float | None:
 
 
 def timed_waits(snap: Snapshot) -> bool:
-    """Whether a clock of issue 25's bounded waits runs for some gang: a bound pod not Ready under a ready-timeout,
+    """Whether a clock of the Ray-native bounded waits runs for some gang: a bound pod not Ready under a ready-timeout,
     a max-runtime on a running gang, a requeue backoff. Without one, an idle loop may sleep until a change."""
     for job in snap.jobs:
         facts = job.raynative

@@ -1,4 +1,4 @@
-"""Ray's idle/busy answers for the scheduler's victim order (issue 25, docs/ray-native.md).
+"""Ray's idle/busy answers for the scheduler's victim order (docs/ray-native.md).
 
 Every ``--ray-activity-interval`` a thread asks the GCS of each RayCluster that has our running pods what its Ray
 nodes are doing (the autoscaler state Ray's own autoscaler reads: ``idle_duration_ms``), turns the answers into

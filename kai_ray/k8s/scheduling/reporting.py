@@ -234,7 +234,7 @@ class Reporter:
                         self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
 
     def _ray_owner_event(self, raw: dict[str, Any], v: JobStatus) -> None:
-        """Issue 25: what the Ray object's owner must see on the object itself (a RayService whose upgrade surge cannot
+        """What the Ray object's owner must see on the object itself (a RayService whose upgrade surge cannot
         start, a gang past its kai-ray.io/max-pending-time), as a Warning Event on the PodGroup's Ray owner. A gang
         with a max-pending-action gets its Event when the action is taken (:meth:`_max_pending_action`)."""
         reason = None
@@ -247,7 +247,7 @@ class Reporter:
             self.events.emit(ref, WARNING, reason, v.message)
 
     def _max_pending_action(self, key: str, raw: dict[str, Any], v: JobStatus) -> None:
-        """Issue 25: take the core's max-pending-action once per wait (the wait's start is remembered here and, for
+        """Take the core's max-pending-action once per wait (the wait's start is remembered here and, for
         the next leader, in ``kai-ray.io/max-pending-acted`` on the PodGroup, which the core reads back)."""
         since = float(v.details.get("pendingSince") or 0.0)
         if self._max_pending_acted.get(key) == since:

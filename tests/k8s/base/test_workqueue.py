@@ -1,6 +1,6 @@
 """The work queue: property tests of its decisions (virtual clock) and regression tests of the threaded dispatcher.
 
-Regressions (issue 12): a retry submitted from inside the failing work (the key is running) used to lose its delay,
+Regressions: a retry submitted from inside the failing work (the key is running) used to lose its delay,
 so "retrying in 30.0s" ran at once, hundreds of times a second; and ``Backoff.next`` computed ``base * 2**n``, which
 raised ``OverflowError`` after ~1,024 failures inside the error handler, so the work was silently dropped.
 """

@@ -1,4 +1,4 @@
-"""Issue 25: a bad ``kai-ray.io/max-pending-action`` is refused where Ray objects enter kai-ray (the podgrouper), with
+"""Ray-native scheduling: a bad ``kai-ray.io/max-pending-action`` is refused where Ray objects enter kai-ray (the podgrouper), with
 a Warning Event on the object naming the field, and the placeholder PodGroup carries it; fixed, the object is grouped
 (real kube-apiserver, KubeRay's CRDs; the pods KubeRay would create are created by the test)."""
 

@@ -1,4 +1,4 @@
-"""Issue 25: the pending cluster of a RayService upgrade is grouped as the service's upgrade surge (real API server,
+"""Ray-native scheduling: the pending cluster of a RayService upgrade is grouped as the service's upgrade surge (real API server,
 KubeRay's CRDs; the test plays KubeRay: it creates the RayService, its two RayClusters, their pods and the status)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 25 through the real API server: the scheduler operator's bounded waits (KWOK nodes, real kube-apiserver)."""
+"""Ray-native scheduling through the real API server: the scheduler operator's bounded waits (KWOK nodes, real kube-apiserver)."""
 
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ def test_lifted_by_someone_else_is_left_alone_and_its_record_dropped() -> None:
 
 
 def test_a_suspended_gang_grown_to_a_billion_replicas_costs_one_template_per_group() -> None:
-    """Issue 12: the scheduler used to build one pod object per replica for such an owner, and never came back."""
+    """The scheduler used to build one pod object per replica for such an owner, and never came back."""
     st = Setup()
     job = _rayjob()
     job["metadata"]["resourceVersion"] = "8"
