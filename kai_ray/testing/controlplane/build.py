@@ -175,6 +175,7 @@ OPTIONAL: dict[str, Binary] = {
 KUBE_MAIN = """package main
 
 import (
+\t"context"
 \t"fmt"
 \t"os"
 \t"path/filepath"
@@ -195,7 +196,7 @@ import (
 
 var commands = map[string]func() *cobra.Command{
 \t"kube-apiserver":          apiserver.NewAPIServerCommand,
-\t"kubelet":                 kubelet.NewKubeletCommand,
+\t"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 \t"kube-controller-manager": controllermanager.NewControllerManagerCommand,
 \t"kube-proxy":              proxy.NewProxyCommand,
 \t"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
