@@ -2,7 +2,7 @@
 
 Real: two kube-apiservers of the tested release, one as shipped (DRA GA, ``v1`` served by default) and one with ``v1``
 turned off and ``v1beta2`` on (``--runtime-config=resource.k8s.io/v1=false,resource.k8s.io/v1beta2=true``), the shape
-an older cluster (1.33: v1beta1/v1beta2 only) presents. On the second the store falls back to v1beta2, says so in
+a cluster older than 1.34 (v1beta1/v1beta2 only) presents. On the second the store falls back to v1beta2, says so in
 one log line, watches the v1beta2 objects and writes a claim's allocation through v1beta2.
 """
 
