@@ -11,6 +11,10 @@ added to the pod's GPU request and a node's GPU devices to its allocatable GPUs,
 preemption, metrics and views count DRA GPUs like ``nvidia.com/gpu``. A claim counts once: a shared claim (named by
 several pods) is charged to the first of them (by uid), and the claim Kubernetes made for a pod's extended-resource
 request (``status.extendedResourceClaimStatus``) is not charged again on top of that request.
+
+What kai-ray does not allocate is refused, never ignored: a request with ``firstAvailable`` alternatives, device-taint
+tolerations, a consumable-capacity request or admin access makes its claim refused (the pods wait, and the reason is
+in their Unschedulable Event); a device tainted ``NoSchedule`` or ``NoExecute`` takes no new claim.
 """
 
 from __future__ import annotations
@@ -129,6 +133,8 @@ class DraCatalog:
                 if did in self._act:
                     continue
                 body = dev.body()
+                if any((t or {}).get("effect") in ("NoSchedule", "NoExecute") for t in body.taints or []):
+                    continue  # a tainted device takes no new claim (tolerations are refused with the claim)
                 attrs: dict[str, dict[str, Any]] = {}
                 for k, a in body.attributes.items():
                     dom, short = _qualified(k, spec.driver)
@@ -202,7 +208,11 @@ class DraCatalog:
 
     def claim(self, key: str, spec_requests: list[Any], allocation: dict[str, tuple[str, ...]] | None) -> d.Claim:
         reqs = tuple(self.request(r.name, r.exact(), f"ResourceClaim {key}") for r in spec_requests)
-        return d.Claim(key=key, requests=reqs, allocation=allocation)
+        refused = [f"request {r.name} {why}" for r in spec_requests if (why := r.unsupported())]
+        out = d.Claim(key=key, requests=reqs, allocation=allocation)
+        if refused and allocation is None:
+            out.refused = f"{'; '.join(refused)}: kai-ray does not allocate that"
+        return out
 
 
 def claim_gpus(claim: d.Claim) -> float:
@@ -333,7 +343,7 @@ def node_gpu_devices(catalog: DraCatalog) -> dict[str, int]:
 
 
 DEFAULT_GPU_CLASS = {
-    "apiVersion": "resource.k8s.io/v1beta1",
+    "apiVersion": "resource.k8s.io/v1",
     "kind": "DeviceClass",
     "metadata": {"name": "gpu.nvidia.com"},
     "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},

@@ -4,7 +4,8 @@ Why one model for three API versions: v1beta1 puts a request's class, selectors,
 on the request, v1beta2 and v1 nest them under ``exactly``, and v1beta1 wraps a device's attributes and capacity in
 ``basic``. kai-ray reads whichever the API server serves, so the models accept both shapes and the accessors
 (:meth:`DeviceRequest.exact`, :meth:`Device.body`) answer the same way for each. Unknown fields are kept, as in the
-other wire models.
+other wire models. The fields kai-ray does not allocate (``firstAvailable``, device-taint tolerations, consumable
+capacity requests, admin access) are modelled so :mod:`kai_ray.bridge_dra` can refuse them by name.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class DeviceClassSpec(KubeModel):
 
 
 class DeviceClass(KubeModel):
-    api_version: str = f"{GROUP}/v1beta1"
+    api_version: str = f"{GROUP}/v1"
     kind: str = "DeviceClass"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)
@@ -60,6 +61,7 @@ class DeviceCapacity(KubeModel):
 class DeviceBody(KubeModel):
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
     capacity: dict[str, DeviceCapacity | str | int | float] = Field(default_factory=dict)
+    taints: list[dict[str, Any]] | None = None
 
 
 class Device(KubeModel):
@@ -67,11 +69,12 @@ class Device(KubeModel):
     basic: DeviceBody | None = None  # v1beta1
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)  # v1beta2 / v1
     capacity: dict[str, DeviceCapacity | str | int | float] = Field(default_factory=dict)
+    taints: list[dict[str, Any]] | None = None  # v1 (and v1beta1 inside basic): NoSchedule / NoExecute keep claims off
 
     def body(self) -> DeviceBody:
         if self.basic is not None:
             return self.basic
-        return DeviceBody(attributes=self.attributes, capacity=self.capacity)
+        return DeviceBody(attributes=self.attributes, capacity=self.capacity, taints=self.taints)
 
 
 class ResourcePool(KubeModel):
@@ -89,7 +92,7 @@ class ResourceSliceSpec(KubeModel):
 
 
 class ResourceSlice(KubeModel):
-    api_version: str = f"{GROUP}/v1beta1"
+    api_version: str = f"{GROUP}/v1"
     kind: str = "ResourceSlice"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ResourceSliceSpec = Field(default_factory=ResourceSliceSpec)
@@ -100,6 +103,19 @@ class ExactDeviceRequest(KubeModel):
     selectors: list[DeviceSelector] = Field(default_factory=list)
     allocation_mode: str | None = None  # ExactCount (default) | All
     count: int | None = None
+    admin_access: bool | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    capacity: dict[str, Any] | None = None  # consumable capacity: what the request takes of a shared device
+
+    def unsupported(self) -> str | None:
+        """What of this request kai-ray does not allocate, in words (None: it is fully understood)."""
+        if self.admin_access:
+            return "asks for admin access"
+        if self.tolerations:
+            return "tolerates device taints"
+        if self.capacity:
+            return "asks for consumable capacity"
+        return None
 
 
 class DeviceRequest(KubeModel):
@@ -110,6 +126,9 @@ class DeviceRequest(KubeModel):
     selectors: list[DeviceSelector] | None = None
     allocation_mode: str | None = None
     count: int | None = None
+    admin_access: bool | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    capacity: dict[str, Any] | None = None
 
     def exact(self) -> ExactDeviceRequest:
         if self.exactly is not None:
@@ -119,7 +138,18 @@ class DeviceRequest(KubeModel):
             selectors=self.selectors or [],
             allocation_mode=self.allocation_mode,
             count=self.count,
+            admin_access=self.admin_access,
+            tolerations=self.tolerations,
+            capacity=self.capacity,
         )
+
+    def unsupported(self) -> str | None:
+        """Why kai-ray refuses this request (None: it allocates it): a prioritized list of alternatives, or a part
+        of an exact request it does not evaluate. A refused claim's pods stay pending with that reason in their
+        Unschedulable Event and condition, never scheduled as if the field were absent."""
+        if self.first_available:
+            return "lists firstAvailable alternatives"
+        return self.exact().unsupported()
 
 
 class DeviceClaim(KubeModel):
@@ -159,7 +189,7 @@ class ResourceClaimStatus(KubeModel):
 
 
 class ResourceClaim(KubeModel):
-    api_version: str = f"{GROUP}/v1beta1"
+    api_version: str = f"{GROUP}/v1"
     kind: str = "ResourceClaim"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
@@ -172,7 +202,7 @@ class ResourceClaimTemplateSpec(KubeModel):
 
 
 class ResourceClaimTemplate(KubeModel):
-    api_version: str = f"{GROUP}/v1beta1"
+    api_version: str = f"{GROUP}/v1"
     kind: str = "ResourceClaimTemplate"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ResourceClaimTemplateSpec = Field(default_factory=ResourceClaimTemplateSpec)

@@ -57,6 +57,7 @@ class Claim:
     queue: str | None = None
     consumers: int = 0  # reservedFor entries of pods outside the snapshot (a claim has at most MAX_CONSUMERS)
     exists: bool = True  # False: named by a pod but not created (yet): its pods wait
+    refused: str = ""  # why the adapters refuse the claim (a DRA feature kai-ray does not allocate): its pods wait
 
 
 MAX_CONSUMERS = 256  # resource.k8s.io ResourceClaimReservedForMaxSize
@@ -121,11 +122,14 @@ class DeviceLedger:
 
     def refusal(self, claims: tuple[str, ...], queue: str) -> str | None:
         """Why the pod may not use its claims wherever it goes (KAI's pre-filter): a shared GPU claim whose queue
-        label is missing or names another queue, or a claim whose consumers are at the API's limit."""
+        label is missing or names another queue, a claim whose consumers are at the API's limit, or a claim the adapters
+        refused."""
         for key in claims:
             claim = self.claims.get(key)
             if claim is None:
                 continue
+            if claim.refused:
+                return f"claim {key} {claim.refused}"
             if claim.queue is not None and claim.queue != queue:
                 if not claim.queue:
                     return f"claim {key} is a shared GPU claim without a queue label (kai.scheduler/queue)"

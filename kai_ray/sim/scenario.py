@@ -165,7 +165,7 @@ class NodeSpec(_Strict):
         return out
 
     def as_resource_slices(self) -> list[dict[str, Any]]:
-        """One ResourceSlice (resource.k8s.io/v1beta2 shape) per node and driver, as a DRA driver would publish."""
+        """One ResourceSlice (resource.k8s.io/v1 shape) per node and driver, as a DRA driver would publish."""
         out = []
         for node in self.node_names():
             by_driver: dict[str, list[dict[str, Any]]] = {}
@@ -175,7 +175,7 @@ class NodeSpec(_Strict):
             for driver, devices in by_driver.items():
                 out.append(
                     {
-                        "apiVersion": "resource.k8s.io/v1beta2",
+                        "apiVersion": "resource.k8s.io/v1",
                         "kind": "ResourceSlice",
                         "metadata": {"name": f"{node}-{driver}"},
                         "spec": {"driver": driver, "nodeName": node, "pool": {"name": node}, "devices": devices},

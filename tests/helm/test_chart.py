@@ -40,6 +40,8 @@ IMAGE = ("--set", "image.repository=registry.example.com/kai-ray")  # required: 
 
 def run_helm(helm: Path, *args: str, image: bool = True) -> subprocess.CompletedProcess[str]:
     extra = IMAGE if image and args and args[0] in ("template", "install", "upgrade") else ()
+    if args and args[0] == "template":  # offline, Helm assumes its own client's Kubernetes, older than kubeVersion
+        extra = (*extra, f"--kube-version={build.K8S_VERSION}")
     return subprocess.run([str(helm), *args, *extra], capture_output=True, text=True, timeout=120)
 
 

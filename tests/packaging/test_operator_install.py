@@ -128,6 +128,7 @@ def _render(ports: tuple[int, int]) -> dict[str, list[str]]:
             "template",
             "rel",
             str(CHART),
+            f"--kube-version={build.K8S_VERSION}",
             "--namespace",
             RELEASE_NS,
             "--set",

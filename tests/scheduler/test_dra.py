@@ -285,3 +285,77 @@ def test_a_claim_not_created_yet_keeps_its_pod_waiting() -> None:
     res = run_cycle(snap)
     assert res.binds == []
     assert "claim ns/a-0-gpu does not exist (yet)" in res.jobs["ns/a"].message
+
+
+def v1_template(name: str, request: dict[str, Any]) -> ResourceClaimTemplate:
+    """A template in the ``resource.k8s.io/v1`` shape: an exact request nests under ``exactly``."""
+    return ResourceClaimTemplate.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", **request}]}}},
+        }
+    )
+
+
+def v1_slice(node: str, n: int, taints: list[dict[str, str]] | None = None) -> ResourceSlice:
+    """GPUs in the v1 shape (attributes on the device, no ``basic``); ``taints`` on the first device."""
+    devices: list[dict[str, Any]] = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(n)]
+    if taints:
+        devices[0]["taints"] = taints
+    return ResourceSlice.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "metadata": {"name": f"{node}-gpus"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": {"name": node}, "devices": devices},
+        }
+    )
+
+
+EXACT_TWO = {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}
+
+
+def test_the_v1_shape_is_scheduled_like_v1beta1() -> None:
+    snap = snapshot({"a": ("q", [api_pod("a-0", "two")], 1)}, [v1_slice("n1", 4)], [v1_template("two", EXACT_TWO)])
+    (bind,) = run_cycle(snap).binds
+    assert [dev for _, dev in bind.claims[0].devices] == ["gpu.nvidia.com/n1/gpu-0", "gpu.nvidia.com/n1/gpu-1"]
+    assert bind.pod.endswith("a-0")
+
+
+@pytest.mark.parametrize(
+    ("request_", "words"),
+    [
+        (
+            {"firstAvailable": [{"name": "big", "deviceClassName": "gpu.nvidia.com", "count": 2}]},
+            "lists firstAvailable alternatives",
+        ),
+        (
+            {"exactly": {**EXACT_TWO["exactly"], "tolerations": [{"key": "bad", "operator": "Exists"}]}},
+            "tolerates device taints",
+        ),
+        (
+            {"exactly": {**EXACT_TWO["exactly"], "capacity": {"requests": {"memory": "10Gi"}}}},
+            "asks for consumable capacity",
+        ),
+        ({"exactly": {**EXACT_TWO["exactly"], "adminAccess": True}}, "asks for admin access"),
+    ],
+)
+def test_a_v1_request_kai_ray_does_not_allocate_is_refused_by_name(request_: dict[str, Any], words: str) -> None:
+    snap = snapshot({"a": ("q", [api_pod("a-0", "t")], 1)}, [v1_slice("n1", 4)], [v1_template("t", request_)])
+    res = run_cycle(snap)
+    assert res.binds == []
+    msg = res.jobs["ns/a"].message
+    assert f"claim ns/a-0-gpu request gpu {words}: kai-ray does not allocate that" in msg
+
+
+def test_a_device_tainted_noschedule_takes_no_claim() -> None:
+    taint = [{"key": "health", "value": "bad", "effect": "NoSchedule"}]
+    snap = snapshot(
+        {"a": ("q", [api_pod("a-0", "two")], 1)}, [v1_slice("n1", 3, taint)], [v1_template("two", EXACT_TWO)]
+    )
+    (bind,) = run_cycle(snap).binds
+    assert [dev for _, dev in bind.claims[0].devices] == ["gpu.nvidia.com/n1/gpu-1", "gpu.nvidia.com/n1/gpu-2"]
+    short = snapshot(
+        {"a": ("q", [api_pod("a-0", "two")], 1)}, [v1_slice("n1", 2, taint)], [v1_template("two", EXACT_TWO)]
+    )
+    assert run_cycle(short).binds == []

@@ -7,8 +7,9 @@ and reserved for the pod. So, as kube-scheduler's plugin does in its PreBind ste
 goes its entry leaves ``reservedFor`` (the allocation too, once nobody reserves the claim), so its devices come
 free.
 
-API version: ``resource.k8s.io/v1beta1``, which Kubernetes 1.32 and 1.33 serve when the API is enabled (and 1.34
-still serves); its objects are read by :mod:`kai_ray.api.dra`, which also accepts the v1beta2 / v1 shapes.
+API version: ``resource.k8s.io/v1`` (GA since Kubernetes 1.34, served by default). A server without v1 (an older
+release, or v1 turned off) is read through the newest version it serves, found by discovery when the informers start
+(one log line says which); :mod:`kai_ray.api.dra` reads the v1, v1beta2 and v1beta1 shapes alike.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from kai_ray.scheduler.dra import ClaimAllocation
 
 log = logging.getLogger(__name__)
 
-VERSION = "resource.k8s.io/v1beta1"
+GROUP = "resource.k8s.io"
+VERSION = f"{GROUP}/v1"
+VERSIONS = (VERSION, f"{GROUP}/v1beta2", f"{GROUP}/v1beta1")  # newest first
 KINDS = {
     "DeviceClass": "deviceclasses",
     "ResourceSlice": "resourceslices",
@@ -41,8 +44,21 @@ KINDS = {
 CLUSTER_SCOPED = ("DeviceClass", "ResourceSlice")
 
 
-def claim_path(namespace: str, name: str) -> str:
-    return f"/apis/{VERSION}/namespaces/{namespace}/resourceclaims/{name}"
+def claim_path(namespace: str, name: str, version: str = VERSION) -> str:
+    return f"/apis/{version}/namespaces/{namespace}/resourceclaims/{name}"
+
+
+def served_version(kube: Kube) -> str | None:
+    """The newest ``resource.k8s.io`` version the server serves (v1, else v1beta2, else v1beta1), by discovery;
+    None when it serves none of them (DRA is off: nothing is scheduled with it)."""
+    try:
+        group = kube.get(f"/apis/{GROUP}")
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+    served = {v.get("groupVersion") for v in (group or {}).get("versions") or [] if isinstance(v, dict)}
+    return next((v for v in VERSIONS if v in served), None)
 
 
 def slim_pod_claims(obj: dict[str, Any], slimmed: dict[str, Any]) -> dict[str, Any]:
@@ -69,14 +85,24 @@ class DraStore:
         self.generation = 0
         self._catalog: tuple[int, DraCatalog] | None = None
         self.release: Callable[[ApiPod], None] | None = None  # set by the operator: free a deleted pod's claims
+        self.version = VERSION  # the resource.k8s.io version read and written, set by discovery in informers()
 
     def informers(self, kube: Kube) -> list[Informer]:
+        served = served_version(kube)
+        if served is None:
+            log.info("DRA: the API server serves no resource.k8s.io version kai-ray reads (v1, v1beta2, v1beta1)")
+        else:
+            self.version = served
+            if served == VERSION:
+                log.info("DRA: reading and allocating claims through %s", served)
+            else:
+                log.info("DRA: the API server does not serve %s; falling back to %s", VERSION, served)
         out = []
         for kind, plural in KINDS.items():
             out.append(
                 Informer(
                     kube,
-                    f"/apis/{VERSION}/{plural}",
+                    f"/apis/{self.version}/{plural}",
                     name=plural,
                     handler=self._handler(kind),
                     missing_ok=True,  # the API is off in this cluster: nothing to schedule with it
@@ -152,12 +178,15 @@ def _results(alloc: ClaimAllocation) -> list[dict[str, str]]:
     return out
 
 
-def reserve(kube: Kube, namespace: str, pod_name: str, pod_uid: str, allocs: tuple[ClaimAllocation, ...]) -> None:
-    """Write each claim's allocation (when it has none yet) and add the pod to its ``reservedFor``, before binding.
-    Raises ApiError (e.g. a conflict: another writer changed the claim; the pod is scheduled again next cycle)."""
+def reserve(
+    kube: Kube, store: DraStore, namespace: str, pod_name: str, pod_uid: str, allocs: tuple[ClaimAllocation, ...]
+) -> None:
+    """Write each claim's allocation (when it has none yet) and add the pod to its ``reservedFor``, before binding,
+    through the version ``store`` reads. Raises ApiError (e.g. a conflict: another writer changed the claim; the pod
+    is scheduled again next cycle)."""
     for alloc in allocs:
         ns, _, name = alloc.claim.partition("/")
-        path = claim_path(ns or namespace, name)
+        path = claim_path(ns or namespace, name, store.version)
         for attempt in range(8):  # pods sharing a claim are bound in parallel: re-read on a conflict
             try:
                 _reserve_one(kube, path, alloc, pod_name, pod_uid)
@@ -187,7 +216,7 @@ def _reserve_one(kube: Kube, path: str, alloc: ClaimAllocation, pod_name: str, p
     kube.replace(f"{path}/status", claim)
 
 
-def release(kube: Kube, pod: ApiPod) -> None:
+def release(kube: Kube, store: DraStore, pod: ApiPod) -> None:
     """A pod is gone: drop it from its claims' ``reservedFor``; a claim nobody reserves loses its allocation (KAI's
     deallocate handler does the same), so its devices are free again."""
     ns = pod.metadata.namespace or ""
@@ -200,7 +229,7 @@ def release(kube: Kube, pod: ApiPod) -> None:
         name = prc.resource_claim_name or statuses.get(prc.name)
         if not name:
             continue
-        path = claim_path(ns, name)
+        path = claim_path(ns, name, store.version)
         for _ in range(5):
             try:
                 claim = kube.get(path)

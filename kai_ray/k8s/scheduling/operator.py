@@ -152,7 +152,7 @@ class SchedulerOperator:
         # Dynamic Resource Allocation: devices and claims join the snapshot; a deleted pod's claims are released
         self.dra = DraStore(self.wake)
         self.cache.dra = self.dra
-        self.dispatch.dra_reserve = partial(dra.reserve, self.kube)
+        self.dispatch.dra_reserve = partial(dra.reserve, self.kube, self.dra)
         self.dra.release = self._release_claims
         self.reclaimer: ElasticReclaimer | None = None
         if config.elastic_reclaim or config.suspend_kinds:
@@ -264,7 +264,7 @@ class SchedulerOperator:
     def _release_claims(self, pod: ApiPod) -> None:
         if self.is_leader():
             key = f"release-claims/{pod.metadata.namespace}/{pod.metadata.name}"
-            self.writer.submit(key, partial(dra.release, self.kube, pod), priority=STATUS_PRIORITY)
+            self.writer.submit(key, partial(dra.release, self.kube, self.dra, pod), priority=STATUS_PRIORITY)
 
     def start(self) -> SchedulerOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)

@@ -504,10 +504,6 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
-            # Dynamic Resource Allocation is beta (off by default) in 1.33: the gate keeps pods' spec.resourceClaims,
-            # the runtime config serves resource.k8s.io (v1beta1, read by kai-ray; v1beta2 for newer clients)
-            "--feature-gates=DynamicResourceAllocation=true",
-            "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
             *self.apiserver_extra_args,
         ]
         comp = self._spawn("kube-apiserver", argv)

@@ -1,7 +1,6 @@
-"""GPUs through Dynamic Resource Allocation, on the real kube-apiserver (``resource.k8s.io/v1beta1``) with KWOK nodes.
+"""GPUs through Dynamic Resource Allocation, on the real kube-apiserver (``resource.k8s.io/v1``) with KWOK nodes.
 
-Real: the API server serving the DRA API (the harness enables it: ``--feature-gates=DynamicResourceAllocation=true``,
-``--runtime-config=resource.k8s.io/v1beta1=true,...``), claims, their ``status`` subresource, pods' ``resourceClaims``,
+Real: the API server serving the DRA API (GA, on by default), claims, their ``status`` subresource, pods' ``resourceClaims``,
 bindings, evictions and watches. Stand-ins: the ResourceSlices are published by the test, as NVIDIA's DRA driver
 would publish a node's GPUs (no driver runs; KWOK nodes advertise no ``nvidia.com/gpu`` here), and the claims are
 created by the test under the names kube-controller-manager's resourceclaim controller would give them, so pods
@@ -17,12 +16,12 @@ from typing import Any
 import pytest
 
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
-from tests.k8s.helpers import bound, condition, pod_body, podgroup, podgroup_body, wait_until
+from tests.k8s.helpers import bound, condition, events, pod_body, podgroup, podgroup_body, wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.dra]
 
 NodePool = Callable[..., tuple[list[str], dict[str, str]]]
-API = "/apis/resource.k8s.io/v1beta1"
+API = "/apis/resource.k8s.io/v1"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -36,7 +35,7 @@ def slices(kube: Kube) -> Iterator[Callable[[str, int, str], None]]:
         kube.create(
             f"{API}/resourceslices",
             {
-                "apiVersion": "resource.k8s.io/v1beta1",
+                "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceSlice",
                 "metadata": {"name": name},
                 "spec": {
@@ -44,8 +43,7 @@ def slices(kube: Kube) -> Iterator[Callable[[str, int, str], None]]:
                     "nodeName": node,
                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                     "devices": [
-                        {"name": f"gpu-{i}", "basic": {"attributes": {"productName": {"string": product}}}}
-                        for i in range(n)
+                        {"name": f"gpu-{i}", "attributes": {"productName": {"string": product}}} for i in range(n)
                     ],
                 },
             },
@@ -56,7 +54,7 @@ def slices(kube: Kube) -> Iterator[Callable[[str, int, str], None]]:
         kube.create(
             f"{API}/deviceclasses",
             {
-                "apiVersion": "resource.k8s.io/v1beta1",
+                "apiVersion": "resource.k8s.io/v1",
                 "kind": "DeviceClass",
                 "metadata": {"name": "gpu.nvidia.com"},
                 "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
@@ -70,13 +68,14 @@ def slices(kube: Kube) -> Iterator[Callable[[str, int, str], None]]:
 
 def make_claim(kube: Kube, ns: str, name: str, count: int, queue: str, selector: str | None = None) -> None:
     """A named claim, so (as KAI requires of a shared GPU claim) labelled with the queue of the pods using it."""
-    request: dict[str, Any] = {"name": "gpu", "deviceClassName": "gpu.nvidia.com", "count": count}
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com", "count": count}
     if selector:
-        request["selectors"] = [{"cel": {"expression": selector}}]
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    request = {"name": "gpu", "exactly": exactly}
     kube.create(
         f"{API}/namespaces/{ns}/resourceclaims",
         {
-            "apiVersion": "resource.k8s.io/v1beta1",
+            "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {"name": name, "labels": {"kai.scheduler/queue": queue}},
             "spec": {"devices": {"requests": [request]}},
@@ -233,11 +232,11 @@ def test_a_template_claim_is_scheduled_once_its_claim_exists(
     slices(nodes[0], 4)
     team = queues("team", gpu_quota=4)
     run_scheduler(node_selector=selector)
-    spec = {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com", "count": 2}]}}
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}
     kube.create(
         f"{API}/namespaces/{namespace}/resourceclaimtemplates",
         {
-            "apiVersion": "resource.k8s.io/v1beta1",
+            "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",
             "metadata": {"name": "two"},
             "spec": {"spec": spec},
@@ -258,7 +257,7 @@ def test_a_template_claim_is_scheduled_once_its_claim_exists(
     kube.create(
         f"{API}/namespaces/{namespace}/resourceclaims",
         {
-            "apiVersion": "resource.k8s.io/v1beta1",
+            "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {
                 "name": "t-0-gpu-x7k2p",
@@ -282,3 +281,34 @@ def test_a_template_claim_is_scheduled_once_its_claim_exists(
     wait_until("the pod to be bound", lambda: bound(kube, namespace, ["t-0"]), 30)
     c = claim(kube, namespace, "t-0-gpu-x7k2p")
     assert len(devices(c)) == 2 and reserved(c) == ["t-0"]
+
+
+def test_a_first_available_claim_is_refused_with_an_event_and_stays_unallocated(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, slices: Any, run_scheduler: Any, priority_classes: Any
+) -> None:
+    """kai-ray does not allocate a v1 prioritized list (``firstAvailable``): the pod waits and says so, rather than
+    being scheduled as if the request asked for nothing."""
+    nodes, selector = node_pool(1, gpus=0)
+    slices(nodes[0], 4)
+    team = queues("team", gpu_quota=4)
+    run_scheduler(node_selector=selector)
+    alternatives = [{"name": "two", "deviceClassName": "gpu.nvidia.com", "count": 2}]
+    kube.create(
+        f"{API}/namespaces/{namespace}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "f-0-gpu", "labels": {"kai.scheduler/queue": team}},
+            "spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": alternatives}]}},
+        },
+    )
+    gang(kube, namespace, "f", ["f-0-gpu"], team)
+    want = "claim {}/f-0-gpu request gpu lists firstAvailable alternatives: kai-ray does not allocate that"
+    ev = wait_until(
+        "an Unschedulable event naming firstAvailable",
+        lambda: [e for e in events(kube, namespace, reason="Unschedulable") if want.format(namespace) in e["message"]],
+        60,
+    )
+    assert ev
+    assert bound(kube, namespace, ["f-0"]) == {}
+    assert devices(claim(kube, namespace, "f-0-gpu")) == []
