@@ -24,7 +24,7 @@ def test_the_two_setup_commands_stay_first_and_the_test_one_names_its_prerequisi
     assert "kai-ray demo" in demo and "pytest" in tests
     before_tests = README[: README.index(tests)]
     prose = before_tests[before_tests.index(demo) + len(demo) :]
-    assert "Go 1.24 or later" in prose and "GB of disk" in prose and re.search(r"\d+ min \d+ s", prose)
+    assert "Go 1.26 or later" in prose and "GB of disk" in prose and re.search(r"\d+ min \d+ s", prose)
 
 
 def test_the_cli_list_names_every_command() -> None:
