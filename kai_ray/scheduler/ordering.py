@@ -129,7 +129,7 @@ def job_request(ses: Session, job: JobInfo | None) -> tuple[float, float, float]
         return cached[1]
     g = c = m = 0.0
     for p in tasks_to_allocate(ses, job):
-        r = ses.p_req[p]
+        r = ses.charged(p)
         g += r[0]
         c += r[1]
         m += r[2]

@@ -281,7 +281,7 @@ def _topo(t: Any, w: str) -> TopologyConstraint | None:
 _POD_KEYS = {
     "name", "count", "gpu", "cpu", "memory", "state", "node", "subgroup", "task_priority", "ray_head", "gpu_fraction",
     "gpu_memory", "gpu_group", "gpu_groups", "node_selector", "affinity", "tolerations", "start_time", "created_at",
-    "gated",
+    "gated", "resources",
 }  # fmt: skip
 
 
@@ -376,6 +376,9 @@ def _pods(job: dict[str, Any], ns: str, jname: str, w: str, kai: bool, nominal: 
                     gpu_fraction=frac,
                     gpu_memory_mib=gpu_mem,
                     gpu_group=pod_group,
+                    extended={
+                        str(r): quantity(v, f"{pw}.resources.{r}") for r, v in _map(p.get("resources"), pw).items()
+                    },
                     node_selector={str(a): str(b) for a, b in _map(p.get("node_selector"), pw).items()},
                     required_affinity=affinity,
                     tolerations=tolerations,

@@ -69,6 +69,14 @@ ASSUME_TTL = 30.0  # seconds a binding the API server answered stays assumed unt
 EVICT_TTL = 60.0
 
 
+KEPT_CONDITIONS = ("Ready", "PodResizePending", "PodResizeInProgress")
+RESIZE_CONDITIONS = KEPT_CONDITIONS[1:]
+
+
+def _slim_status(cs: dict[str, Any]) -> dict[str, Any]:
+    return {k: cs[k] for k in ("name", "allocatedResources", "resources") if k in cs}
+
+
 def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     """Only what scheduling, grouping and explaining read: keeps thousands of pods small in memory."""
     meta = obj.get("metadata") or {}
@@ -80,8 +88,13 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     ]
     if spec.get("initContainers"):
         out_spec["initContainers"] = [
-            {"name": ctr.get("name", ""), "resources": ctr.get("resources") or {}} for ctr in spec["initContainers"]
+            {"name": ctr.get("name", ""), "resources": ctr.get("resources") or {}}
+            | ({"restartPolicy": ctr["restartPolicy"]} if ctr.get("restartPolicy") else {})
+            for ctr in spec["initContainers"]
         ]
+    for key in ("overhead", "resources"):  # what kube-scheduler adds to, or puts above, the containers' requests
+        if spec.get(key):
+            out_spec[key] = spec[key]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -90,7 +103,13 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
         "status": {
             **{k: status[k] for k in ("phase", "startTime") if k in status},
             # the Ready condition alone: kai-ray.io/ready-timeout (issue 25) reads it
-            **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") == "Ready"][:1]},
+            **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") in KEPT_CONDITIONS]},
+            # an in-place resize under way: what each container holds now counts (bridge.effective_requests)
+            **(
+                {"containerStatuses": [_slim_status(cs) for cs in status.get("containerStatuses") or []]}
+                if any(cd.get("type") in RESIZE_CONDITIONS for cd in status.get("conditions") or [])
+                else {}
+            ),
         },
     }
 
