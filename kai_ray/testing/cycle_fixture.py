@@ -23,7 +23,7 @@ Schema (every key optional unless noted)::
     now: float                      # snapshot clock, seconds
     config: {SchedulerConfig field: value}   # the simulator's config section (snake_case or camelCase)
     nodes: [{name (req), count, gpus, cpu, memory, max_pods, labels, taints: [{key, value, effect}],
-             gpu_memory (MiB per GPU), unschedulable, ready}]   # the simulator's node entry
+             gpu_memory (MiB per GPU), unschedulable, ready, resources: {name: quantity}}]  # as the simulator
     queues: [{name (req), parent, priority, created_at, gpu|cpu|memory: {quota, limit, weight},
               preempt_min_runtime, reclaim_min_runtime}]
     topologies: [{name, levels: [label keys]}]
@@ -34,7 +34,7 @@ Schema (every key optional unless noted)::
             pods: [{name, count, gpu, cpu, memory, state (Pending|Running|Releasing|Succeeded|Failed), node,
                     subgroup, task_priority, ray_head, gpu_fraction, gpu_memory, gpu_group, node_selector,
                     affinity: [[{key, operator, values}]], tolerations: [{key, operator, value, effect}],
-                    start_time, created_at, gated}]}]
+                    start_time, created_at, gated, resources: {name: quantity}}]}]   # resources: extended
     expect:
       jobs: {job name or ns/name: {scheduled: bool, reason: str, message_contains: str,
                                    details: {key: value}, status: TaskStatus, node: str}}
