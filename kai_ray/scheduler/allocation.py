@@ -72,7 +72,7 @@ def quota_request(ses: Session, tasks: list[int]) -> tuple[float, float, float]:
     """What the tasks charge against limits and quotas (gpu-memory pods as a fraction of the LARGEST GPU, as KAI)."""
     g = c = m = 0.0
     for p in tasks:
-        r = ses.charged(p)
+        r = ses.charged(p) if ses.p_mig else ses.p_req[p]
         if ses.p_gpumem[p]:
             g += ses.p_gpumem[p] / ses.max_gpu_mem if ses.max_gpu_mem > 0 else 0.0
         else:

@@ -424,7 +424,7 @@ class Session:
             if pset is None:
                 continue
             ps = pset
-            req = self.charged(p)
+            req = self.charged(p) if self.p_mig else self.p_req[p]
             if status in ACTIVE:
                 act[0] += req[0]
                 act[1] += req[1]
@@ -793,7 +793,7 @@ class Session:
         (unknown subgroup, unusable request) were never counted: only the job's version moves."""
         ps = self.p_set[p]
         if ps is not None:
-            self.charge(job, self.charged(p), sign)
+            self.charge(job, self.charged(p) if self.p_mig else self.p_req[p], sign)
             ps.n_active += sign
             job.n_active += sign
         job.version += 1
