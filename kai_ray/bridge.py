@@ -67,51 +67,62 @@ def _max(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: max(a.get(k, 0.0), b.get(k, 0.0)) for k in a.keys() | b.keys()}
 
 
-RESIZING = ("PodResizePending", "PodResizeInProgress")
 POD_LEVEL = ("cpu", "memory")  # what pod-level resources may set (and hugepages-*)
 
 
-def _resize_floor(pod: ApiPod, problems: list[str]) -> dict[str, dict[str, float]]:
-    """Per container, what the kubelet has already given it while an in-place resize is pending or in progress.
+def _status_floor(pod: ApiPod, problems: list[str]) -> tuple[dict[str, dict[str, float]], bool]:
+    """Per container, what its status says it holds (``allocatedResources``, ``resources``), and whether a resize
+    of the pod is infeasible.
 
-    Why: kube-scheduler counts such a container at the larger of its new spec and what it holds now, so that a
-    resize never lets the node be over-committed halfway (``resource.PodRequests`` with status resources)."""
+    Why: kube-scheduler (in-place pod resize) counts a container at the largest of its spec, its allocated and its
+    actual resources, so that a resize under way never over-commits the node; an infeasible resize is not counted
+    at all (its spec is ignored, what the container holds counts)."""
     status = pod.status
     if status is None:
-        return {}
+        return {}, False
     extra = status.model_extra or {}
-    conditions = extra.get("conditions") or []
-    if not any(cd.get("type") in RESIZING and cd.get("status") == "True" for cd in conditions if isinstance(cd, dict)):
-        return {}
     out: dict[str, dict[str, float]] = {}
-    for cs in extra.get("containerStatuses") or []:
+    for cs in (extra.get("containerStatuses") or []) + (extra.get("initContainerStatuses") or []):
         if not isinstance(cs, dict) or not cs.get("name"):
             continue
         where = f"Pod {pod.metadata.name} status.containerStatuses[{cs['name']}]"
         held = _requests({"requests": cs.get("allocatedResources")}, problems, f"{where}.allocatedResources")
         actual = _requests(cs.get("resources"), problems, f"{where}.resources")
-        out[cs["name"]] = _max(held, actual)
-    return out
+        if held or actual:
+            out[cs["name"]] = _max(held, actual)
+    infeasible = any(
+        isinstance(cd, dict) and cd.get("type") == "PodResizePending" and cd.get("reason") == "Infeasible"
+        for cd in extra.get("conditions") or []
+    )
+    return out, infeasible
+
+
+def _container_request(
+    ctr: Any, floor: tuple[dict[str, dict[str, float]], bool], problems: list[str], where: str
+) -> dict[str, float]:
+    held, infeasible = floor
+    req = _requests(ctr.resources, problems, where)
+    status = held.get(ctr.name)
+    if status is None:
+        return req
+    return status if infeasible else _max(req, status)
 
 
 def effective_requests(pod: ApiPod, problems: list[str] | None = None) -> dict[str, float]:
-    """What kube-scheduler counts for a pod, every resource: the regular containers summed (each at least what it
-    holds while an in-place resize is under way), sidecars (restartable init containers) added, at least each
+    """What kube-scheduler counts for a pod, every resource: the regular containers summed (each at least what its
+    status says it holds: an in-place resize), sidecars (restartable init containers) added, at least each
     plain init container plus the sidecars started before it; pod-level requests replace cpu, memory and
     hugepages where set; then the RuntimeClass overhead."""
     problems = problems if problems is not None else []
     name = pod.metadata.name
-    floor = _resize_floor(pod, problems)
+    floor = _status_floor(pod, problems)
     total: dict[str, float] = {}
     for i, ctr in enumerate(pod.spec.containers):
-        req = _requests(ctr.resources, problems, f"Pod {name} containers[{i}]")
-        if ctr.name in floor:
-            req = _max(req, floor[ctr.name])
-        total = _add(total, req)
+        total = _add(total, _container_request(ctr, floor, problems, f"Pod {name} containers[{i}]"))
     sidecars: dict[str, float] = {}
     init_peak: dict[str, float] = {}
     for i, ctr in enumerate(pod.spec.init_containers or []):
-        req = _requests(ctr.resources, problems, f"Pod {name} initContainers[{i}]")
+        req = _container_request(ctr, floor, problems, f"Pod {name} initContainers[{i}]")
         if ctr.restart_policy == "Always":
             total = _add(total, req)
             sidecars = _add(sidecars, req)

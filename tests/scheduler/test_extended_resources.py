@@ -94,14 +94,24 @@ def test_pod_level_resources_take_precedence_and_a_resize_counts_what_is_held() 
         }
     )
     assert effective_requests(pod) == {"cpu": 1.0, "memory": 4 * GI}
-    resizing = _api_pod(
+    growing = _api_pod(
         {"containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]},
         {
             "conditions": [{"type": "PodResizeInProgress", "status": "True"}],
             "containerStatuses": [{"name": "main", "allocatedResources": {"cpu": "3"}}],
         },
     )
-    assert effective_requests(resizing)["cpu"] == 3.0
+    assert effective_requests(growing)["cpu"] == 3.0  # shrinking from 3 to 1: the 3 still held count
+    refused = _api_pod(
+        {"containers": [{"name": "main", "resources": {"requests": {"cpu": "64"}}}]},
+        {
+            "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}],
+            "containerStatuses": [
+                {"name": "main", "allocatedResources": {"cpu": "2"}, "resources": {"requests": {"cpu": "2"}}}
+            ],
+        },
+    )
+    assert effective_requests(refused)["cpu"] == 2.0  # an infeasible resize is not counted
 
 
 def test_nodes_advertise_every_allocatable_resource() -> None:

@@ -70,7 +70,6 @@ EVICT_TTL = 60.0
 
 
 KEPT_CONDITIONS = ("Ready", "PodResizePending", "PodResizeInProgress")
-RESIZE_CONDITIONS = KEPT_CONDITIONS[1:]
 
 
 def _slim_status(cs: dict[str, Any]) -> dict[str, Any]:
@@ -104,12 +103,12 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
             **{k: status[k] for k in ("phase", "startTime") if k in status},
             # the Ready condition alone: kai-ray.io/ready-timeout (issue 25) reads it
             **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") in KEPT_CONDITIONS]},
-            # an in-place resize under way: what each container holds now counts (bridge.effective_requests)
-            **(
-                {"containerStatuses": [_slim_status(cs) for cs in status.get("containerStatuses") or []]}
-                if any(cd.get("type") in RESIZE_CONDITIONS for cd in status.get("conditions") or [])
-                else {}
-            ),
+            # in-place resize: what each container holds counts too (bridge.effective_requests)
+            **{
+                key: [_slim_status(cs) for cs in status[key]]
+                for key in ("containerStatuses", "initContainerStatuses")
+                if status.get(key)
+            },
         },
     }
 
