@@ -69,11 +69,22 @@ ASSUME_TTL = 30.0  # seconds a binding the API server answered stays assumed unt
 EVICT_TTL = 60.0
 
 
-KEPT_CONDITIONS = ("Ready", "PodResizePending", "PodResizeInProgress")
+RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
 
 
-def _slim_status(cs: dict[str, Any]) -> dict[str, Any]:
-    return {k: cs[k] for k in ("name", "allocatedResources", "resources") if k in cs}
+def _resize_status(status: dict[str, Any]) -> dict[str, Any]:
+    """What in-place resize adds to a slim pod's status: each container's allocated and actual resources, and the
+    resize conditions beside Ready (``bridge.effective_requests`` reads them as kube-scheduler does)."""
+    out: dict[str, Any] = {
+        key: [{k: cs[k] for k in ("name", "allocatedResources", "resources") if k in cs} for cs in status[key]]
+        for key in ("containerStatuses", "initContainerStatuses")
+        if status.get(key)
+    }
+    conditions = status.get("conditions") or []
+    resize = [cd for cd in conditions if cd.get("type") in RESIZE_CONDITIONS]
+    if resize:
+        out["conditions"] = [cd for cd in conditions if cd.get("type") == "Ready"][:1] + resize
+    return out
 
 
 def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
@@ -102,13 +113,8 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
         "status": {
             **{k: status[k] for k in ("phase", "startTime") if k in status},
             # the Ready condition alone: kai-ray.io/ready-timeout (issue 25) reads it
-            **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") in KEPT_CONDITIONS]},
-            # in-place resize: what each container holds counts too (bridge.effective_requests)
-            **{
-                key: [_slim_status(cs) for cs in status[key]]
-                for key in ("containerStatuses", "initContainerStatuses")
-                if status.get(key)
-            },
+            **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") == "Ready"][:1]},
+            **_resize_status(status),
         },
     }
 
