@@ -533,10 +533,6 @@ class Session:
             if mig:
                 self.p_mig[p] = mig
         if node >= 0:
-            if xreq is not None:
-                self.xfree[xreq[0], node] -= xreq[1]
-                if status == RELEASING:
-                    self.xrel[xreq[0], node] += xreq[1]
             if frac or gpumem:
                 if gpumem and self.gpu_mem[node] > 0:
                     g = min(1.0, gpumem / self.gpu_mem[node])
@@ -556,6 +552,10 @@ class Session:
                 self._init_nodes.append(node)
                 self._init_req.append((g, c, m))
                 self._init_rel.append(status == RELEASING)
+                if xreq is not None:  # the shared-GPU path above holds them through _occupy and _release
+                    self.xfree[xreq[0], node] -= xreq[1]
+                    if status == RELEASING:
+                        self.xrel[xreq[0], node] += xreq[1]
         return p, status, ps
 
     def _extended_request(self, pod: Pod) -> tuple[np.ndarray, np.ndarray] | None:

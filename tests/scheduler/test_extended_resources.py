@@ -148,3 +148,13 @@ def test_a_queue_limit_on_gpus_holds_back_mig_slices() -> None:
     result = run_cycle(snap)
     assert not result.binds
     assert result.jobs["ml/big"].details["resource"] == "gpu"
+
+
+def test_a_bound_shared_gpu_pod_holds_its_extended_resources_once() -> None:
+    node = Node("n", Resources(1, 64000, 256 * GI), extended={"example.com/nic": 2})
+    running = _job("old", 1, **{"example.com/nic": 1})
+    running.pods[0].phase = PodPhase.RUNNING
+    running.pods[0].node = "n"
+    running.pods[0].gpu_fraction = 0.5
+    result = run_cycle(_snapshot([node], [running, _job("new", 1, **{"example.com/nic": 1})]))
+    assert [b.pod for b in result.binds] == ["ml/new-0"]
