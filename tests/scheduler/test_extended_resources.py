@@ -158,3 +158,17 @@ def test_a_bound_shared_gpu_pod_holds_its_extended_resources_once() -> None:
     running.pods[0].gpu_fraction = 0.5
     result = run_cycle(_snapshot([node], [running, _job("new", 1, **{"example.com/nic": 1})]))
     assert [b.pod for b in result.binds] == ["ml/new-0"]
+
+
+def test_a_higher_priority_gang_preempts_for_an_extended_resource() -> None:
+    low = _job("low", 1, **{"google.com/tpu": 4})
+    low.pods[0].phase = PodPhase.RUNNING
+    low.pods[0].node = "tpu"
+    low.pods[0].start_time = 0.0
+    high = _job("high", 1, **{"google.com/tpu": 4})
+    high.priority = 125
+    snap = _snapshot([_node("tpu", **{"google.com/tpu": 4}), _node("cpu")], [low, high])
+    snap.now = 1000.0
+    result = run_cycle(snap)
+    assert [e.pod for e in result.evictions] == ["ml/low-0"]
+    assert [(b.pod, b.node) for b in result.binds] == [("ml/high-0", "tpu")]
