@@ -172,3 +172,12 @@ def test_a_higher_priority_gang_preempts_for_an_extended_resource() -> None:
     result = run_cycle(snap)
     assert [e.pod for e in result.evictions] == ["ml/low-0"]
     assert [(b.pod, b.node) for b in result.binds] == [("ml/high-0", "tpu")]
+
+
+def test_a_nodes_mig_slices_count_in_the_gpu_capacity_fair_shares_divide() -> None:
+    nodes = [_node("mig", **{"nvidia.com/mig-1g.10gb": 7})]
+    snap = _snapshot(nodes, [_job("a", 3, **{"nvidia.com/mig-1g.10gb": 1})])
+    snap.queues[0].quota = Resources(0, -1, -1)  # all of its GPUs come from the over-quota share of the capacity
+    result = run_cycle(snap)
+    assert len(result.binds) == 3
+    assert result.queues["ml"].fair_share["gpu"] == 3.0
