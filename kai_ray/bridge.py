@@ -40,26 +40,125 @@ def _q(value: Any, problems: list[str], where: str) -> float:
 
 def container_resources(resources: Any, problems: list[str], where: str) -> s.Resources:
     """Requests, falling back to limits per resource (Kubernetes defaults requests to limits)."""
+    return _as_resources(_requests(resources, problems, where))
+
+
+def _requests(resources: Any, problems: list[str], where: str) -> dict[str, float]:
+    """Every resource of one requests/limits pair, requests falling back to limits per resource (as the API
+    server defaults them); quantities as plain numbers (cpu in cores, memory and storage in bytes)."""
     if resources is None:
-        return s.ZERO
-    merged: dict[str, Any] = {**(resources.limits or {}), **(resources.requests or {})}
+        return {}
+    if isinstance(resources, dict):
+        limits, requests = resources.get("limits"), resources.get("requests")
+    else:
+        limits, requests = resources.limits, resources.requests
+    merged: dict[str, Any] = {**(limits or {}), **(requests or {})}
+    return {name: _q(v, problems, f"{where}[{name}]") for name, v in merged.items()}
+
+
+def _add(total: dict[str, float], more: dict[str, float]) -> dict[str, float]:
+    out = dict(total)
+    for k, v in more.items():
+        out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _max(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: max(a.get(k, 0.0), b.get(k, 0.0)) for k in a.keys() | b.keys()}
+
+
+POD_LEVEL = ("cpu", "memory")  # what pod-level resources may set (and hugepages-*)
+
+
+def _status_floor(pod: ApiPod, problems: list[str]) -> tuple[dict[str, dict[str, float]], bool]:
+    """Per container, what its status says it holds (``allocatedResources``, ``resources``), and whether a resize
+    of the pod is infeasible.
+
+    Why: kube-scheduler (in-place pod resize) counts a container at the largest of its spec, its allocated and its
+    actual resources, so that a resize under way never over-commits the node; an infeasible resize is not counted
+    at all (its spec is ignored, what the container holds counts)."""
+    status = pod.status
+    if status is None:
+        return {}, False
+    extra = status.model_extra or {}
+    out: dict[str, dict[str, float]] = {}
+    for cs in (extra.get("containerStatuses") or []) + (extra.get("initContainerStatuses") or []):
+        if not isinstance(cs, dict) or not cs.get("name"):
+            continue
+        where = f"Pod {pod.metadata.name} status.containerStatuses[{cs['name']}]"
+        held = _requests({"requests": cs.get("allocatedResources")}, problems, f"{where}.allocatedResources")
+        actual = _requests(cs.get("resources"), problems, f"{where}.resources")
+        if held or actual:
+            out[cs["name"]] = _max(held, actual)
+    infeasible = any(
+        isinstance(cd, dict) and cd.get("type") == "PodResizePending" and cd.get("reason") == "Infeasible"
+        for cd in extra.get("conditions") or []
+    )
+    return out, infeasible
+
+
+def _container_request(
+    ctr: Any, floor: tuple[dict[str, dict[str, float]], bool], problems: list[str], where: str
+) -> dict[str, float]:
+    held, infeasible = floor
+    req = _requests(ctr.resources, problems, where)
+    status = held.get(ctr.name)
+    if status is None:
+        return req
+    return status if infeasible else _max(req, status)
+
+
+def effective_requests(pod: ApiPod, problems: list[str] | None = None) -> dict[str, float]:
+    """What kube-scheduler counts for a pod, every resource: the regular containers summed (each at least what its
+    status says it holds: an in-place resize), sidecars (restartable init containers) added, at least each
+    plain init container plus the sidecars started before it; pod-level requests replace cpu, memory and
+    hugepages where set; then the RuntimeClass overhead."""
+    problems = problems if problems is not None else []
+    name = pod.metadata.name
+    floor = _status_floor(pod, problems)
+    total: dict[str, float] = {}
+    for i, ctr in enumerate(pod.spec.containers):
+        total = _add(total, _container_request(ctr, floor, problems, f"Pod {name} containers[{i}]"))
+    sidecars: dict[str, float] = {}
+    init_peak: dict[str, float] = {}
+    for i, ctr in enumerate(pod.spec.init_containers or []):
+        req = _container_request(ctr, floor, problems, f"Pod {name} initContainers[{i}]")
+        if ctr.restart_policy == "Always":
+            total = _add(total, req)
+            sidecars = _add(sidecars, req)
+            init_peak = _max(init_peak, sidecars)
+        else:
+            init_peak = _max(init_peak, _add(sidecars, req))
+    total = _max(total, init_peak)
+    pod_level = _requests(pod.spec.resources, problems, f"Pod {name} spec.resources")
+    for k, v in pod_level.items():
+        if k in POD_LEVEL or k.startswith("hugepages-"):
+            total[k] = v
+    if pod.spec.overhead:
+        total = _add(total, _requests({"requests": pod.spec.overhead}, problems, f"Pod {name} spec.overhead"))
+    return total
+
+
+def _as_resources(req: dict[str, float]) -> s.Resources:
     return s.Resources(
-        gpu=_q(merged.get(c.GPU_RESOURCE, 0), problems, f"{where}[{c.GPU_RESOURCE}]"),
-        cpu=_q(merged.get("cpu", 0), problems, f"{where}[cpu]") * 1000.0,
-        memory=_q(merged.get("memory", 0), problems, f"{where}[memory]"),
+        gpu=req.get(c.GPU_RESOURCE, 0.0), cpu=req.get("cpu", 0.0) * 1000.0, memory=req.get("memory", 0.0)
     )
 
 
+def extended_of(req: dict[str, float]) -> dict[str, float]:
+    """Every resource beyond the three KAI divides, by its Kubernetes name, zero amounts left out."""
+    return {k: v for k, v in req.items() if k not in BASE_RESOURCES and v != 0}
+
+
+BASE_RESOURCES = frozenset((c.GPU_RESOURCE, "cpu", "memory", "pods"))
+
+
 def pod_request(pod: ApiPod, problems: list[str] | None = None) -> s.Resources:
-    """Effective request: sum over containers, at least the largest init container; plus the gpu-fraction."""
-    problems = problems if problems is not None else []
-    name = pod.metadata.name
-    total = s.ZERO
-    for i, ctr in enumerate(pod.spec.containers):
-        total = total + container_resources(ctr.resources, problems, f"Pod {name} containers[{i}]")
-    for i, ctr in enumerate(pod.spec.init_containers or []):
-        init = container_resources(ctr.resources, problems, f"Pod {name} initContainers[{i}]")
-        total = s.Resources(max(total.gpu, init.gpu), max(total.cpu, init.cpu), max(total.memory, init.memory))
+    """Effective request of gpu, cpu and memory (``effective_requests``); the gpu-fraction replaces the GPUs."""
+    return _with_fraction(pod, _as_resources(effective_requests(pod, problems)), problems)
+
+
+def _with_fraction(pod: ApiPod, total: s.Resources, problems: list[str] | None) -> s.Resources:
     fraction = gpu_fraction(pod, problems)
     if fraction is not None:
         total = s.Resources(fraction, total.cpu, total.memory)
@@ -115,12 +214,14 @@ def pod_from_api(pod: ApiPod, job_key: str, problems: list[str] | None = None) -
     gpu_mem = meta.annotations.get(c.GPU_MEMORY)
     if gpu_mem is not None and not gpu_mem.isdigit() and problems is not None:
         problems.append(f"Pod {meta.name} annotations[{c.GPU_MEMORY}]: {gpu_mem!r} is not a whole number of MiB")
+    req = effective_requests(pod, problems)
     return s.Pod(
         uid=meta.uid or f"{meta.namespace}/{meta.name}",
         name=meta.name or "",
         namespace=meta.namespace or "",
         job=job_key,
-        request=pod_request(pod, problems),
+        request=_with_fraction(pod, _as_resources(req), problems),
+        extended=extended_of(req),
         phase=pod_phase(pod),
         node=pod.spec.node_name,
         subgroup=meta.labels.get(c.SUBGROUP_LABEL),
@@ -337,6 +438,9 @@ def node_from_api(node: dict[str, Any], problems: list[str] | None = None) -> s.
             memory=_q(alloc.get("memory", 0), problems, f"Node {name} allocatable[memory]"),
         ),
         max_pods=int(_q(alloc.get("pods", 110), problems, f"Node {name} allocatable[pods]")),
+        extended=extended_of(
+            {k: _q(v, problems, f"Node {name} allocatable[{k}]") for k, v in alloc.items() if k not in BASE_RESOURCES}
+        ),
         labels=labels,
         taints=[
             s.Taint(t.get("key", ""), t.get("value", "") or "", t.get("effect", "NoSchedule"))

@@ -61,6 +61,7 @@ class Container(KubeModel):
     name: str = ""
     image: str | None = None
     resources: ResourceRequirements | None = None
+    restart_policy: str | None = None  # "Always" on an init container: a sidecar
 
 
 class Toleration(KubeModel):
@@ -80,6 +81,8 @@ class PodSpec(KubeModel):
     tolerations: list[Toleration] | None = None
     affinity: dict[str, Any] | None = None
     scheduling_gates: list[dict[str, Any]] | None = None
+    overhead: dict[str, str | int | float] | None = None  # the RuntimeClass's pod overhead
+    resources: ResourceRequirements | None = None  # pod-level resources
 
 
 class PodTemplateSpec(KubeModel):

@@ -72,7 +72,7 @@ def quota_request(ses: Session, tasks: list[int]) -> tuple[float, float, float]:
     """What the tasks charge against limits and quotas (gpu-memory pods as a fraction of the LARGEST GPU, as KAI)."""
     g = c = m = 0.0
     for p in tasks:
-        r = ses.p_req[p]
+        r = ses.charged(p) if ses.p_mig else ses.p_req[p]
         if ses.p_gpumem[p]:
             g += ses.p_gpumem[p] / ses.max_gpu_mem if ses.max_gpu_mem > 0 else 0.0
         else:
@@ -189,6 +189,12 @@ def fit_mask(ses: Session, p: int, base: np.ndarray, future: bool) -> np.ndarray
         mask = mask & (free[CPU] + EPS * max(1.0, c) >= c)
     if m > 0:
         mask = mask & (free[MEM] + EPS * max(1.0, m) >= m)
+    x = ses.p_xreq[p]
+    if x is not None:
+        xfree = ses.xfree[x[0]]
+        if future:
+            xfree = xfree + ses.xrel[x[0]]
+        mask = mask & (xfree + EPS * np.maximum(1.0, x[1])[:, None] >= x[1][:, None]).all(axis=0)
     claims = ses.pods[p].claims
     if claims and ses.dra is not None and mask.any():
         mask = ses.dra.mask(claims, mask, future, ses.jobs[ses.p_job[p]].spec.queue)
@@ -328,8 +334,11 @@ def place_batch(ses: Session, tasks: list[int], allowed: np.ndarray | None) -> i
     if pods[p0].claims:
         return 0  # each pod's devices are chosen on its node (place_pod)
     sig0 = signature(pods[p0])
+    xreq = ses.p_xreq
+    if xreq[p0] is not None:
+        return 0  # extended resources: each pod is fitted on its own (fit_mask)
     for p in tasks[1:]:
-        if ses.p_req[p] != req or ses.p_frac[p] or ses.p_gpumem[p] or signature(pods[p]) != sig0:
+        if ses.p_req[p] != req or ses.p_frac[p] or ses.p_gpumem[p] or xreq[p] is not None or signature(pods[p]) != sig0:
             return 0
     g, c, m = req
     gpu_task = g > 0
@@ -595,6 +604,13 @@ def never_fits(ses: Session, p: int) -> str | None:
     ok = ok & (alloc[CPU] + EPS * max(1.0, c) >= c) & (alloc[MEM] + EPS * max(1.0, m) >= m)
     if not ok.any():
         return f"bigger than every eligible node (gpu={g:g} cpu={c:g}m memory={m:g})"
+    x = ses.p_xreq[p]
+    if x is not None:
+        for row, v in zip(x[0].tolist(), x[1].tolist(), strict=True):
+            has = ses.xalloc[row] + EPS * max(1.0, v) >= v
+            if not (ok & has).any():
+                return f"no node has {ses.xnames[row]} {v:g}"
+            ok = ok & has
     if pod.claims and ses.dra is not None:
         return ses.dra.unsatisfiable(pod.claims, base, ses.jobs[ses.p_job[p]].spec.queue)
     return None
@@ -614,9 +630,17 @@ def best_node_shortfall(ses: Session, p: int, allowed: np.ndarray | None) -> tup
     short = np.stack([np.maximum(0.0, g - free[GPU]), np.maximum(0.0, c - free[CPU]), np.maximum(0.0, m - free[MEM])])
     scale = np.array([max(1.0, float(np.max(ses.alloc[r]))) for r in range(3)])[:, None]
     cost = (short / scale).sum(axis=0) + (ses.pods_free <= 0) * 1.0
+    x = ses.p_xreq[p]
+    if x is not None:
+        xshort = np.maximum(0.0, x[1][:, None] - ses.xfree[x[0]])
+        xscale = np.maximum(1.0, ses.xalloc[x[0]].max(axis=1, initial=0.0))[:, None]
+        cost = cost + (xshort / xscale).sum(axis=0)
     cost = np.where(base, cost, INF)
     i = int(cost.argmin())
     out = {RES_NAMES[r]: float(short[r, i]) for r in range(3)}
+    if x is not None:
+        for k, row in enumerate(x[0].tolist()):
+            out[ses.xnames[row]] = float(xshort[k, i])
     if ses.pods_free[i] <= 0:
         out["pods"] = 1.0
     return ses.nodes[i].name, out

@@ -128,8 +128,9 @@ def job_request(ses: Session, job: JobInfo | None) -> tuple[float, float, float]
     if cached is not None and cached[0] == job.version:
         return cached[1]
     g = c = m = 0.0
+    mig = bool(ses.p_mig)
     for p in tasks_to_allocate(ses, job):
-        r = ses.p_req[p]
+        r = ses.charged(p) if mig else ses.p_req[p]
         g += r[0]
         c += r[1]
         m += r[2]

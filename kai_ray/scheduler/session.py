@@ -14,6 +14,7 @@ operations over all nodes rather than a Python loop.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,20 @@ _PHASES = {
     PodPhase.SUCCEEDED: DONE,
     PodPhase.FAILED: DONE,
 }
+
+
+MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+)g\.(\d+)gb$")
+
+
+def mig_gpus(extended: dict[str, float]) -> float:
+    """GPUs a request of MIG slices counts as in KAI: the profile's compute slices (the ``N`` of ``mig-Ng.Mgb``)
+    times the count; a 1g.10gb slice is one GPU, a 3g.40gb slice three."""
+    total = 0.0
+    for name, v in extended.items():
+        hit = MIG_RESOURCE.match(name)
+        if hit is not None and v > 0:
+            total += int(hit.group(1)) * v
+    return total
 
 
 def _pod_sort_key(p: Pod) -> tuple[str, str]:
@@ -187,6 +202,7 @@ class Session:
         self.findings.extend(self.tree.findings)
         self.topologies = {t.name: t for t in snapshot.topologies}
         self.topology_trees: dict[str, Any] = {}  # built on first use by topology.tree_of
+        self._name_extended(snapshot)
         self._build_nodes(snapshot.nodes)
         self._build_jobs(snapshot.jobs)
         self._build_queue_accounting()
@@ -205,6 +221,22 @@ class Session:
         self.p_risk_note: dict[int, str] = {}
 
     # ------------------------------------------------------------------ building
+    def _name_extended(self, snapshot: Snapshot) -> None:
+        """One row per resource beyond gpu, cpu and memory that some node has or some pod asks for.
+
+        Why dense rows over the names the cluster actually has, and not a mapping per pod: fitting stays one
+        vectorised comparison per pod, and a cluster without such resources pays nothing (zero rows)."""
+        names: set[str] = set()
+        for n in snapshot.nodes:
+            if n.extended:
+                names.update(n.extended)
+        for j in snapshot.jobs:
+            for pod in j.pods:
+                if pod.extended:
+                    names.update(pod.extended)
+        self.xnames: list[str] = sorted(names)
+        self.xindex: dict[str, int] = {k: i for i, k in enumerate(self.xnames)}
+
     def _build_nodes(self, nodes: list[Node]) -> None:
         seen: dict[str, Node] = {}
         for n in nodes:
@@ -255,6 +287,19 @@ class Session:
         self.max_gpu_mem = float(known.max()) if known.size else 0.0
         ready_alloc = alloc[:, self.ready] if nn else alloc
         self.capacity = [float(ready_alloc[r].sum()) for r in range(3)]
+        # KAI counts a node's MIG slices as GPUs of its capacity (what fair shares divide)
+        self.capacity[GPU] += sum(mig_gpus(n.extended) for n in self.nodes if n.extended and n.ready)
+        xalloc = np.zeros((len(self.xnames), nn))
+        for ni, n in enumerate(self.nodes):
+            for name, v in n.extended.items():
+                if v >= 0 and v < math.inf:
+                    xalloc[self.xindex[name], ni] = v
+                else:
+                    msg = f"negative, infinite or NaN allocatable {name} treated as 0"
+                    self.findings.append(Finding("Node", n.name, "allocatable", msg))
+        self.xalloc = xalloc
+        self.xfree = xalloc.copy()  # as free, for the extended resources (one row per name in xnames)
+        self.xrel = np.zeros_like(xalloc)  # as rel
 
     def _build_jobs(self, jobs: list[Job]) -> None:
         self._queues_seen: dict[str, tuple[int, tuple[Reason, str] | None]] = {}
@@ -270,6 +315,9 @@ class Session:
         self.p_frac: list[float] = []  # >0: shares one GPU with others
         self.p_gpumem: list[float] = []  # >0: gpu-memory request in MiB (fraction depends on node)
         self.p_start: list[float] = []
+        # extended request: (rows of xnames, amounts), None for a pod that asks for none (the common case)
+        self.p_xreq: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self.p_mig: dict[int, float] = {}  # pods asking for MIG slices: the GPUs KAI charges their queue for them
         # whole-GPU pods already on nodes: accounted in one vectorised step after the loop
         self._init_nodes: list[int] = []
         self._init_req: list[tuple[float, float, float]] = []
@@ -376,7 +424,7 @@ class Session:
             if pset is None:
                 continue
             ps = pset
-            req = self.p_req[p]
+            req = self.charged(p) if self.p_mig else self.p_req[p]
             if status in ACTIVE:
                 act[0] += req[0]
                 act[1] += req[1]
@@ -455,6 +503,10 @@ class Session:
             msg = f"whole-GPU request {g} is not an integer; using {math.ceil(g)}"
             findings.append(Finding("Pod", pod.uid, "nvidia.com/gpu", msg))
             g = float(math.ceil(g))
+        xreq = self._extended_request(pod) if pod.extended else None
+        if xreq is not None and xreq[1].size and math.inf in xreq[1]:
+            findings.append(Finding("Pod", pod.uid, "resources", "infinite request; the pod is never scheduled"))
+            ps = None
         if ps is None:
             if status == PENDING:
                 status = IGNORED
@@ -475,6 +527,11 @@ class Session:
         self.p_frac.append(frac)
         self.p_gpumem.append(gpumem)
         self.p_start.append(pod.start_time if pod.start_time is not None else self.now)
+        self.p_xreq.append(xreq)
+        if pod.extended:
+            mig = mig_gpus(pod.extended)
+            if mig:
+                self.p_mig[p] = mig
         if node >= 0:
             if frac or gpumem:
                 if gpumem and self.gpu_mem[node] > 0:
@@ -495,7 +552,34 @@ class Session:
                 self._init_nodes.append(node)
                 self._init_req.append((g, c, m))
                 self._init_rel.append(status == RELEASING)
+                if xreq is not None:  # the shared-GPU path above holds them through _occupy and _release
+                    self.xfree[xreq[0], node] -= xreq[1]
+                    if status == RELEASING:
+                        self.xrel[xreq[0], node] += xreq[1]
         return p, status, ps
+
+    def _extended_request(self, pod: Pod) -> tuple[np.ndarray, np.ndarray] | None:
+        rows: list[int] = []
+        amounts: list[float] = []
+        for name, v in pod.extended.items():
+            if not v >= 0:  # also catches NaN
+                self.findings.append(Finding("Pod", pod.uid, "resources", f"negative {name} request treated as 0"))
+                continue
+            if v > 0:
+                rows.append(self.xindex[name])
+                amounts.append(float(v))
+        if not rows:
+            return None
+        return np.asarray(rows, dtype=np.int64), np.asarray(amounts, dtype=np.float64)
+
+    def charged(self, p: int) -> tuple[float, float, float]:
+        """What pod ``p`` charges its queue: its request, plus the GPUs of its MIG slices (KAI's GetSumGPUs)."""
+        req = self.p_req[p]
+        if self.p_mig:
+            mig = self.p_mig.get(p)
+            if mig:
+                return (req[0] + mig, req[1], req[2])
+        return req
 
     def _build_queue_accounting(self) -> None:
         nq = len(self.tree.nodes)
@@ -594,6 +678,9 @@ class Session:
         free[CPU, node] -= c
         free[MEM, node] -= m
         self.pods_free[node] -= 1
+        x = self.p_xreq[p]
+        if x is not None:
+            self.xfree[x[0], node] -= x[1]
         self.p_node[p] = node
         self.p_group[p] = group
         return group, created
@@ -611,6 +698,9 @@ class Session:
         free[CPU, node] += c
         free[MEM, node] += m
         self.pods_free[node] += 1
+        x = self.p_xreq[p]
+        if x is not None:
+            self.xfree[x[0], node] += x[1]
         self.p_node[p] = -1
         self.p_group[p] = None
 
@@ -631,6 +721,9 @@ class Session:
         self.rel[CPU, node] += sign * c
         self.rel[MEM, node] += sign * m
         self.rel_pods[node] += 1 if sign > 0 else -1
+        x = self.p_xreq[p]
+        if x is not None:
+            self.xrel[x[0], node] += sign * x[1]
         self.any_releasing = True
 
     def p_frac_on_node(self, p: int) -> float:
@@ -700,7 +793,7 @@ class Session:
         (unknown subgroup, unusable request) were never counted: only the job's version moves."""
         ps = self.p_set[p]
         if ps is not None:
-            self.charge(job, self.p_req[p], sign)
+            self.charge(job, self.charged(p) if self.p_mig else self.p_req[p], sign)
             ps.n_active += sign
             job.n_active += sign
         job.version += 1
@@ -746,6 +839,9 @@ class Session:
         free[CPU, node] -= c
         free[MEM, node] -= m
         self.pods_free[node] -= 1
+        x = self.p_xreq[p]
+        if x is not None:
+            self.xfree[x[0], node] -= x[1]
         job = self.jobs[self.p_job[p]]
         self._count_active(job, p, 1)
         self.p_status[p] = MOVED
@@ -777,6 +873,9 @@ class Session:
         free[CPU, node] += c
         free[MEM, node] += m
         self.pods_free[node] += 1
+        x = self.p_xreq[p]
+        if x is not None:
+            self.xfree[x[0], node] += x[1]
 
     def convert_to_pipelined(self, job: JobInfo, since: int) -> None:
         """KAI: once one task of a job is pipelined, all its tasks allocated in the statement are pipelined."""

@@ -109,6 +109,9 @@ class Node:
     gpu_memory_mib: int = 0  # memory of one GPU (node label nvidia.com/gpu.memory); 0 = unknown
     unschedulable: bool = False  # cordoned
     ready: bool = True
+    # allocatable of every other resource, by its Kubernetes name (extended resources such as google.com/tpu,
+    # amd.com/gpu or nvidia.com/mig-1g.10gb; ephemeral-storage and hugepages-* in bytes); absent means none
+    extended: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -138,6 +141,9 @@ class Pod:
     # kai-ray Ray-native facts: what Ray says about this pod's Ray node; None unknown
     ray_activity: RayActivity | None = None
     ready: bool | None = None  # the pod's Ready condition; None unknown (ready-timeout ignores it)
+    # request of every resource beyond gpu, cpu and memory, by its Kubernetes name (as Node.extended); fitted
+    # against nodes, never charged to queues (KAI's quotas are on gpu, cpu and memory)
+    extended: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

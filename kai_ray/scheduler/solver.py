@@ -178,7 +178,7 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
 def _sum_req(ses: Session, pods: list[int]) -> Vec:
     g = c = m = 0.0
     for p in pods:
-        r = ses.p_req[p]
+        r = ses.charged(p)
         g, c, m = g + r[0], c + r[1], m + r[2]
     return (g, c, m)
 
@@ -570,7 +570,7 @@ class JobSolver:
             # KAI: a victim's virtually evicted pods are its pending step when the jobs are ordered
             back = tasks_to_replace(ses, vjob, {p for p in vjob.pods if p in pool})
             order.requests[vjob.idx] = (
-                sum(ses.p_req[p][0] for p in back),
+                sum(ses.charged(p)[0] for p in back),
                 sum(ses.p_req[p][1] for p in back),
                 sum(ses.p_req[p][2] for p in back),
             )
@@ -807,12 +807,12 @@ def split_victim_chunks(ses: Session, units: list[Unit], moved: set[int]) -> lis
             head, tail = (plist, []) if k >= len(plist) else (plist[:k], plist[k:])
             for p in tail:
                 if p not in moved:
-                    out.append((job.queue, ses.p_req[p]))
+                    out.append((job.queue, ses.charged(p)))
             for p in head:
                 if p in moved:
                     continue
                 core_any = True
-                r = ses.p_req[p]
+                r = ses.charged(p)
                 core[0] += r[0]
                 core[1] += r[1]
                 core[2] += r[2]

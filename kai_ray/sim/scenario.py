@@ -16,7 +16,16 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from kai_ray import constants as c
@@ -98,6 +107,10 @@ class DeviceSpec(_Strict):
         ]
 
 
+def _wire_quantity(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{round(v * 1000)}m"
+
+
 class NodeSpec(_Strict):
     """One node, or ``count`` identical nodes named ``<name>-0 .. <name>-<count-1>``.
 
@@ -115,6 +128,20 @@ class NodeSpec(_Strict):
     unschedulable: bool = False  # cordoned
     ready: bool = True  # False: the node's Ready condition is False
     devices: list[DeviceSpec] = Field(default_factory=list)  # DRA devices (ResourceSlices of the node)
+    # every other allocatable resource by its Kubernetes name: google.com/tpu, amd.com/gpu, nvidia.com/mig-1g.10gb,
+    # ephemeral-storage, hugepages-2Mi (quantities as Kubernetes writes them)
+    resources: dict[str, Quantity] = Field(default_factory=dict)
+
+    @field_validator("resources")
+    @classmethod
+    def _own_fields_first(cls, value: dict[str, float]) -> dict[str, float]:
+        own = {"cpu": "cpu", "memory": "memory", "pods": "maxPods", c.GPU_RESOURCE: "gpus"}
+        for name, amount in value.items():
+            if name in own:
+                raise ValueError(f"{name}: set it with the node's {own[name]} field")
+            if amount < 0:
+                raise ValueError(f"{name}: must not be negative")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -147,6 +174,7 @@ class NodeSpec(_Strict):
                 "memory": str(int(self.memory)),
                 "pods": str(self.max_pods),
                 c.GPU_RESOURCE: str(self.gpus),
+                **{name: _wire_quantity(v) for name, v in self.resources.items()},
             }
             node: dict[str, Any] = {
                 "apiVersion": "v1",
@@ -195,6 +223,7 @@ class NodeSpec(_Strict):
                 gpu_memory_mib=int(self.gpu_memory),
                 unschedulable=self.unschedulable,
                 ready=self.ready,
+                extended={k: float(v) for k, v in self.resources.items() if v},
             )
             for name in self.node_names()
         ]

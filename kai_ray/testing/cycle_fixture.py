@@ -23,7 +23,7 @@ Schema (every key optional unless noted)::
     now: float                      # snapshot clock, seconds
     config: {SchedulerConfig field: value}   # the simulator's config section (snake_case or camelCase)
     nodes: [{name (req), count, gpus, cpu, memory, max_pods, labels, taints: [{key, value, effect}],
-             gpu_memory (MiB per GPU), unschedulable, ready}]   # the simulator's node entry
+             gpu_memory (MiB per GPU), unschedulable, ready, resources: {name: quantity}}]  # as the simulator
     queues: [{name (req), parent, priority, created_at, gpu|cpu|memory: {quota, limit, weight},
               preempt_min_runtime, reclaim_min_runtime}]
     topologies: [{name, levels: [label keys]}]
@@ -34,7 +34,7 @@ Schema (every key optional unless noted)::
             pods: [{name, count, gpu, cpu, memory, state (Pending|Running|Releasing|Succeeded|Failed), node,
                     subgroup, task_priority, ray_head, gpu_fraction, gpu_memory, gpu_group, node_selector,
                     affinity: [[{key, operator, values}]], tolerations: [{key, operator, value, effect}],
-                    start_time, created_at, gated}]}]
+                    start_time, created_at, gated, resources: {name: quantity}}]}]   # resources: extended
     expect:
       jobs: {job name or ns/name: {scheduled: bool, reason: str, message_contains: str,
                                    details: {key: value}, status: TaskStatus, node: str}}
@@ -281,7 +281,7 @@ def _topo(t: Any, w: str) -> TopologyConstraint | None:
 _POD_KEYS = {
     "name", "count", "gpu", "cpu", "memory", "state", "node", "subgroup", "task_priority", "ray_head", "gpu_fraction",
     "gpu_memory", "gpu_group", "gpu_groups", "node_selector", "affinity", "tolerations", "start_time", "created_at",
-    "gated",
+    "gated", "resources",
 }  # fmt: skip
 
 
@@ -376,6 +376,9 @@ def _pods(job: dict[str, Any], ns: str, jname: str, w: str, kai: bool, nominal: 
                     gpu_fraction=frac,
                     gpu_memory_mib=gpu_mem,
                     gpu_group=pod_group,
+                    extended={
+                        str(r): quantity(v, f"{pw}.resources.{r}") for r, v in _map(p.get("resources"), pw).items()
+                    },
                     node_selector={str(a): str(b) for a, b in _map(p.get("node_selector"), pw).items()},
                     required_affinity=affinity,
                     tolerations=tolerations,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kai_ray.api.meta import Pod as ApiPod
+from kai_ray.bridge import effective_requests
 from kai_ray.k8s.base.informer import DELETE, UPSERT
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.scheduling.cache import SchedulerCache, slim_pod
@@ -188,3 +190,25 @@ def test_a_pod_that_is_its_own_top_owner_joins_its_podgroup_before_the_stamp() -
     other = _pod("solo", group="elsewhere")
     cache.on_pod(UPSERT, "ns/solo", other)
     assert cache.pods["ns/solo"].job_key == "ns/elsewhere", "an explicit pod-group-name wins"
+
+
+def test_the_slim_pod_keeps_every_field_the_request_rule_reads() -> None:
+    full = {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "containers": [{"name": "main", "image": "x", "resources": {"requests": {"cpu": "1", "amd.com/gpu": "2"}}}],
+            "initContainers": [
+                {"name": "side", "image": "x", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}}
+            ],
+            "overhead": {"cpu": "500m"},
+            "resources": {"requests": {"memory": "2Gi"}},
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "PodResizeInProgress", "status": "True"}],
+            "containerStatuses": [{"name": "main", "allocatedResources": {"cpu": "4"}, "image": "x", "ready": True}],
+        },
+    }
+    want = effective_requests(ApiPod.model_validate(full))
+    assert want == {"cpu": 5.5, "amd.com/gpu": 2.0, "memory": 2.0 * 2**30}
+    assert effective_requests(ApiPod.model_validate(slim_pod(full))) == want
