@@ -88,7 +88,14 @@ class DraStore:
         self.version = VERSION  # the resource.k8s.io version read and written, set by discovery in informers()
 
     def informers(self, kube: Kube) -> list[Informer]:
-        served = served_version(kube)
+        try:
+            served: str | None = served_version(kube)
+        except ApiError as exc:
+            if not exc.unreachable:
+                raise
+            # the informers wait for the server in the one retry loop; discovery cannot, so it assumes the GA API
+            log.info("DRA: the API server is not reachable yet; reading claims through %s", VERSION)
+            served = VERSION
         if served is None:
             log.info("DRA: the API server serves no resource.k8s.io version kai-ray reads (v1, v1beta2, v1beta1)")
         else:
