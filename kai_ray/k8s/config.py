@@ -22,7 +22,6 @@ from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, u
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
-RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
@@ -143,11 +142,11 @@ class OperatorConfig:
         if self.bind_workers < 1 or self.write_workers < 1:
             raise ConfigError("--bind-workers/--write-workers: must be at least 1")
         for kind in self.suspend_kinds:
-            if kind not in RAY_KINDS:
-                raise ConfigError(f"--suspend-kinds: {kind!r} is not one of {', '.join(RAY_KINDS)}")
+            if kind not in c.RAY_KINDS:
+                raise ConfigError(f"--suspend-kinds: {kind!r} is not one of {', '.join(c.RAY_KINDS)}")
         for kind, pclass in self.default_priority.items():
-            if kind not in RAY_KINDS:
-                raise ConfigError(f"--default-priority: {kind!r} is not one of {', '.join(RAY_KINDS)}")
+            if kind not in c.RAY_KINDS:
+                raise ConfigError(f"--default-priority: {kind!r} is not one of {', '.join(c.RAY_KINDS)}")
             if not pclass:
                 raise ConfigError(f"--default-priority: {kind}: the PriorityClass name must not be empty")
         if self.drain_deadline < 0:

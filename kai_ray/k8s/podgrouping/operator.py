@@ -56,7 +56,6 @@ from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.grouping import (
     GENERIC_OWNERS,
-    RAY_KINDS,
     controller_ref,
     differs,
     group_name_for_pod,
@@ -139,7 +138,7 @@ class PodgrouperOperator:
         self.pruned = PruneGuard()
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
-        self.ray: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
+        self.ray: dict[str, list[Informer]] = {k: [] for k in c.RAY_KINDS}
         self.jobs: list[Informer] = []
         for ns in config.namespaces or (None,):
             sel = f"spec.schedulerName={config.scheduler_name}"
@@ -166,7 +165,7 @@ class PodgrouperOperator:
                     transform=_slim_job,
                 )
             )
-            for kind in RAY_KINDS:
+            for kind in c.RAY_KINDS:
                 self.ray[kind].append(
                     Informer(
                         self.kube,
@@ -441,7 +440,7 @@ class PodgrouperOperator:
         """The owner object a reference points to (Ray kinds and KubeRay's Jobs from caches, a few built-in kinds by
         GET)."""
         kind, name, api = ref.get("kind", ""), ref.get("name", ""), ref.get("apiVersion", "")
-        if kind in RAY_KINDS and api.startswith("ray.io/"):
+        if kind in c.RAY_KINDS and api.startswith("ray.io/"):
             obj = self._get_cached(self.ray[kind], f"{ns}/{name}")
             if obj is None:
                 try:
@@ -510,7 +509,7 @@ class PodgrouperOperator:
         top = chain[-1]
         top_kind = top.get("kind") or ("Pod" if top is raw else "")
         submitter = False
-        if top_kind in RAY_KINDS:
+        if top_kind in c.RAY_KINDS:
             submitter = is_submitter(_owner_kinds(chain))
             desired = self._ray_group(top_kind, top, chain, pod)
             if desired is None:

@@ -25,11 +25,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.durations import rfc3339
 from kai_ray.headroom.compute import autoscaling_jobs, compute_headroom
 from kai_ray.headroom.contract import headroom_annotations
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
@@ -85,10 +85,6 @@ log = logging.getLogger(__name__)
 # Written on the PodGroup (JSON) so users and the scheduler see why a gang lost workers or was suspended.
 SHRINK_ANNOTATION = "kai-ray.io/last-shrink"
 SUSPEND_ANNOTATION = "kai-ray.io/suspended"
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- apply ------------------------------------------------------------------------------------------------------
@@ -214,7 +210,7 @@ def apply_shrink(
             return ShrinkOutcome(False, plan, drains, attempts, waited, plan.summary())
 
     record = {
-        "at": _now_iso(),
+        "at": rfc3339(),
         "reason": reason,
         "message": message,
         "cluster": cluster,
@@ -266,7 +262,7 @@ def _set_suspend(
         return SuspendOutcome(
             False, NOT_SUSPENDABLE, f"{owner_kind} {name}: spec.suspend is not part of the installed {owner_kind} CRD"
         )
-    record: dict[str, Any] = {"at": _now_iso(), "reason": reason, "message": message, "owner": f"{owner_kind}/{name}"}
+    record: dict[str, Any] = {"at": rfc3339(), "reason": reason, "message": message, "owner": f"{owner_kind}/{name}"}
     if plan.restored and value:
         record["shutdownAfterJobFinishes"] = f"set true for the suspension (was {plan.restored})"
     if podgroup:

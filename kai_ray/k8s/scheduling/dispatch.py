@@ -20,6 +20,7 @@ from functools import partial
 
 from kai_ray import constants as c
 from kai_ray.bridge import parse_time
+from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder
 from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import ApiError, Kube
@@ -28,7 +29,7 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import FALLBACK_CODES, ReclaimRecord
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PgEntry, PodEntry, SchedulerCache, SnapshotView
-from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, object_ref, pod_ref, rfc3339
+from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, object_ref, pod_ref
 from kai_ray.k8s.scheduling.resume import is_virtual
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
 from kai_ray.scheduler.dra import ClaimAllocation

@@ -21,14 +21,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
-from kai_ray.durations import span
+from kai_ray.durations import rfc3339, span
 from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder
 from kai_ray.k8s.base.isolate import Guard, Quarantine
 from kai_ray.k8s.base.metrics import SchedulerMetrics
@@ -48,10 +47,6 @@ log = logging.getLogger(__name__)
 STATUS_PRIORITY = 10
 PATCH_FAILED = "PatchFailed"  # apply_suspend's code for an API error (a conflict past its retries, a 5xx)
 PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
-
-
-def rfc3339(ts: float | None = None) -> str:
-    return datetime.fromtimestamp(time.time() if ts is None else ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -49,7 +49,6 @@ RESUME_HOLDOFF = 5.0  # seconds after a suspend before the gang may be resumed
 RESUME_RESERVE = 120.0  # seconds the room of a resumed gang stays reserved while KubeRay creates its pods
 RESUME_RETRY = 5.0  # seconds before a failed resume is tried again
 STALE_RECORD_AFTER = 30.0  # seconds after which a suspend record on a running owner is removed
-RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 
 
 def is_virtual(uid: str) -> bool:
@@ -159,9 +158,9 @@ class SuspendedGangs:
         self.submit = submit
         self.wake = wake
         self.is_leader = is_leader
-        self.owners: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
+        self.owners: dict[str, list[Informer]] = {k: [] for k in c.RAY_KINDS}
         for ns in namespaces or (None,):
-            for kind in RAY_KINDS:
+            for kind in c.RAY_KINDS:
                 self.owners[kind].append(
                     Informer(
                         kube,
