@@ -16,7 +16,7 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.durations import seconds
-from kai_ray.k8s.scheduling.usage import CLIENT_TYPES, PrometheusClient
+from kai_ray.k8s.usagedb import CLIENT_TYPES, PrometheusClient
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, usage_params_from
 
@@ -103,7 +103,7 @@ class OperatorConfig:
     ready_timeout_backoff: float = 60.0  # seconds a gang evicted for its ready-timeout waits before placement
     upgrade_surge: bool = True  # a RayService's pending cluster may go above quota, up to the limit
     ray_activity_interval: float = 30.0  # seconds between reads of Ray's idle/busy state from each GCS (0: off)
-    # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.scheduling.usage); off unless
+    # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.usagedb); off unless
     # usage_db is set
     k_value: float = 1.0
     usage_db: str = "none"  # none | internal (kai-ray's own, in Queue status) | prometheus (KAI's query)

@@ -21,7 +21,7 @@ Everything is level-triggered from informer caches through a keyed work queue, s
 harmless: an up-to-date PodGroup and stamp cost no write.
 
 A pod that is its own top owner is schedulable once its PodGroup exists (the scheduler knows the group's name from the
-pod, :func:`~kai_ray.k8s.podgrouping.grouping.own_group_name`), so its stamp is off the critical path: it is written by
+pod, :func:`~kai_ray.podgrouper.defaultgrouper.own_group_name`), so its stamp is off the critical path: it is written by
 a
 separate pool that waits while PodGroups are being created (the API server's CPU goes to creating groups and binding
 pods first), at most :data:`STAMP_MAX_DELAY` seconds. Ray pods, and every pod in KAI-coexistence mode (where KAI's
@@ -52,9 +52,21 @@ from kai_ray.k8s.base.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import PodgrouperMetrics
 from kai_ray.k8s.base.pruning import PruneGuard, strip
 from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path, resource_version
+from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.podgrouping.grouping import (
+from kai_ray.podgrouper import (
+    SUBMITTER_JOB,
+    GroupingError,
+    PodgrouperConfig,
+    PodStamp,
+    group,
+    is_submitter,
+    placeholder_group,
+    stamp,
+    suspend_blocker,
+)
+from kai_ray.podgrouper.defaultgrouper import (
     GENERIC_OWNERS,
     controller_ref,
     differs,
@@ -68,18 +80,6 @@ from kai_ray.k8s.podgrouping.grouping import (
     skip_requested,
     update_body,
     without_zero_min_member,
-)
-from kai_ray.k8s.scheduling.cache import slim_pod
-from kai_ray.podgrouper import (
-    SUBMITTER_JOB,
-    GroupingError,
-    PodgrouperConfig,
-    PodStamp,
-    group,
-    is_submitter,
-    placeholder_group,
-    stamp,
-    suspend_blocker,
 )
 from kai_ray.podgrouper.upgrade import own_podgroup_name, service_cluster_group
 

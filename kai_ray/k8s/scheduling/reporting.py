@@ -38,7 +38,7 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, SuspendOutcome, apply_suspend
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
-from kai_ray.k8s.scheduling.usage import LEDGER_FIELD, UsageSource
+from kai_ray.k8s.usagedb import LEDGER_FIELD, UsageSource
 from kai_ray.scheduler.decisions import CycleResult, JobStatus, Reason
 from kai_ray.scheduler.snapshot import PodPhase
 

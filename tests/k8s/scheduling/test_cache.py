@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from kai_ray.k8s.base.informer import DELETE, UPSERT
+from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.scheduling.cache import SchedulerCache, slim_pod
+from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.scheduler import snapshot as s
 
 
