@@ -12,7 +12,7 @@
   status, Events, metrics), ``status``, ``resume`` (suspended gangs weighed
   against the snapshot and resumed), ``visibility`` and ``explain`` (the CLI's read-only views).
 - ``ray``: Ray-aware reclaim — ``elastic`` (API calls and the eviction interceptor), ``rayplan`` (pure patch plans),
-  ``raygcs`` (draining Ray nodes).
+  ``raygcs`` (draining Ray nodes); and ``headroom_publisher`` (what Ray's autoscaler may still ask for).
 - ``kopf_app``: kopf as the operators' runtime; ``config``: their settings; ``usagedb``: time-based fair share's
   usage sources (KAI's usageDBConfig: none, internal, Prometheus).
 
