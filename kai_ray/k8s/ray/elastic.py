@@ -14,7 +14,7 @@ unchanged, the new pod sits Pending, and Ray sees a node die with no warning (ku
 Three modules, as Ray autoscaler v2 splits deciding, reconciling and the provider: :mod:`kai_ray.k8s.ray.rayplan` plans
 (pure: dicts in, JSON patch out), :mod:`kai_ray.k8s.ray.raygcs` drains Ray nodes, and this module does the few API calls
 (``apply_*``) and runs the scheduler's eviction interceptor. The PodGroup records what was done under
-:data:`SHRINK_ANNOTATION` / :data:`SUSPEND_ANNOTATION`. The plan and drain names are re-exported here.
+:data:`SHRINK_ANNOTATION` / :data:`SUSPEND_ANNOTATION`.
 """
 
 from __future__ import annotations
@@ -32,49 +32,25 @@ from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.ray.raygcs import (
     ACCEPTED,
-    AMBIGUOUS,
-    DEFAULT_GCS_PORT,
-    DRAIN_REASON_PREEMPTION,
-    ERROR,
-    NOT_FOUND,
-    REJECTED,
-    UNAVAILABLE,
     UNREACHABLE,
     DrainOutcome,
-    PodRef,
     drain_ray_nodes,
     gcs_address_for,
-    match_ray_nodes,
     wait_drained,
 )
 from kai_ray.k8s.ray.rayplan import (
     ALREADY_REQUESTED,
-    BELOW_MIN_REPLICAS,
     FALLBACK_CODES,
-    GKE_REPLICA_INDEX_LABEL,
-    NO_REPLICA_LABEL,
-    NO_RESOURCE_VERSION,
-    NOT_A_WORKER,
     NOT_SUSPENDABLE,
     NOTHING_TO_DO,
-    PENDING_DELETES,
-    REPLICA_NAME_LABEL,
-    SHUTDOWN_RESTORE,
     SUSPENDABLE_KINDS,
-    SUSPENDED,
-    UNKNOWN_GROUP,
-    GroupShrink,
     ShrinkPlan,
-    SuspendPlan,
-    _labels,
-    _meta,
-    _name,
-    _suspend_plan,
-    pending_deletes,
-    plan_resume,
+    labels_of,
+    meta_of,
+    name_of,
     plan_shrink,
-    plan_suspend,
     ray_owner,
+    suspend_plan_for,
 )
 
 log = logging.getLogger(__name__)
@@ -162,14 +138,14 @@ def apply_shrink(
     rc_path = ray_path("RayCluster", namespace, cluster)
     raycluster = kube.get(rc_path)
     pods = _list_cluster_pods(kube, namespace, cluster)
-    by_name = {_name(p): p for p in pods}
+    by_name = {name_of(p): p for p in pods}
     missing = [v for v in victims if v not in by_name]
     victim_pods = [by_name[v] for v in victims if v in by_name]
     plan = plan_shrink(raycluster, victim_pods, pods)
     if not plan.ok:
         return ShrinkOutcome(False, plan, message=plan.summary())
     if podgroup is None:
-        podgroup = next((_meta(p).get("annotations", {}).get(c.PODGROUP_ANNOTATION) for p in victim_pods), None)
+        podgroup = next((meta_of(p).get("annotations", {}).get(c.PODGROUP_ANNOTATION) for p in victim_pods), None)
 
     drains: list[DrainOutcome] = []
     waited = 0.0
@@ -177,7 +153,7 @@ def apply_shrink(
         address = gcs_address_for(raycluster, pods) if gcs_address == "auto" else gcs_address
         to_drain = [by_name[n] for g in plan.groups for n in g.workers_to_delete if n in by_name]
         if address is None:
-            drains = [DrainOutcome(_name(p), UNREACHABLE, None, "no running head pod with an IP") for p in to_drain]
+            drains = [DrainOutcome(name_of(p), UNREACHABLE, None, "no running head pod with an IP") for p in to_drain]
         else:
             drains = drain_ray_nodes(address, to_drain, message or reason, drain_deadline_s, timeout_s=drain_timeout_s)
             accepted = [d.node_id for d in drains if d.status == ACCEPTED and d.node_id]
@@ -200,7 +176,7 @@ def apply_shrink(
         sleep(0.05 * attempts)
         raycluster = kube.get(rc_path)
         pods = _list_cluster_pods(kube, namespace, cluster)
-        by_name = {_name(p): p for p in pods}
+        by_name = {name_of(p): p for p in pods}
         victim_pods = [by_name[v] for v in victims if v in by_name]
         plan = plan_shrink(raycluster, victim_pods, pods)
         if not plan.ok:
@@ -245,7 +221,7 @@ def _set_suspend(
     while True:
         attempts += 1
         owner = kube.get(path)
-        plan = _suspend_plan(owner_kind, owner, value)
+        plan = suspend_plan_for(owner_kind, owner, value)
         if not plan.ok:
             return SuspendOutcome(plan.code == NOTHING_TO_DO, plan.code, plan.reason)
         try:
@@ -412,7 +388,7 @@ class ElasticReclaimer:
     def _labels(self, p: Any) -> Mapping[str, str]:
         if self.labels_of is not None:
             return self.labels_of(p) or {}
-        return _labels(self.kube.get(pods_path(p.namespace, p.name)))
+        return labels_of(self.kube.get(pods_path(p.namespace, p.name)))
 
     def _owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
         if self.owner_of is not None:
@@ -519,55 +495,3 @@ class ElasticReclaimer:
             return
         log.info("cannot suspend %s %s/%s (%s); evicting its pods", kind, namespace, name, out.message)
         self._fall_back(items)
-
-
-__all__ = [
-    "ACCEPTED",
-    "ALREADY_REQUESTED",
-    "AMBIGUOUS",
-    "BELOW_MIN_REPLICAS",
-    "DEFAULT_GCS_PORT",
-    "DRAIN_REASON_PREEMPTION",
-    "ERROR",
-    "FALLBACK_CODES",
-    "GKE_REPLICA_INDEX_LABEL",
-    "NOTHING_TO_DO",
-    "NOT_A_WORKER",
-    "NOT_FOUND",
-    "NOT_SUSPENDABLE",
-    "NO_REPLICA_LABEL",
-    "NO_RESOURCE_VERSION",
-    "PENDING_DELETES",
-    "REJECTED",
-    "REPLICA_NAME_LABEL",
-    "SHRINK_ANNOTATION",
-    "SHUTDOWN_RESTORE",
-    "SUSPENDABLE_KINDS",
-    "SUSPENDED",
-    "SUSPEND_ANNOTATION",
-    "UNAVAILABLE",
-    "UNKNOWN_GROUP",
-    "UNREACHABLE",
-    "DrainOutcome",
-    "ElasticReclaimer",
-    "GroupShrink",
-    "PodRef",
-    "ReclaimRecord",
-    "ShrinkOutcome",
-    "ShrinkPlan",
-    "SuspendOutcome",
-    "SuspendPlan",
-    "apply_resume",
-    "apply_shrink",
-    "apply_suspend",
-    "drain_ray_nodes",
-    "gcs_address_for",
-    "match_ray_nodes",
-    "pending_deletes",
-    "plan_resume",
-    "plan_shrink",
-    "plan_suspend",
-    "ray_owner",
-    "record_on_podgroup",
-    "wait_drained",
-]

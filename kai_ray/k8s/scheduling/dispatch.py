@@ -26,7 +26,8 @@ from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import ApiError, Kube
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import FALLBACK_CODES, ReclaimRecord
+from kai_ray.k8s.ray.elastic import ReclaimRecord
+from kai_ray.k8s.ray.rayplan import FALLBACK_CODES
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PgEntry, PodEntry, SchedulerCache, SnapshotView
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, object_ref, pod_ref

@@ -46,8 +46,9 @@ from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import ElasticReclaimer, ray_owner
+from kai_ray.k8s.ray.elastic import ElasticReclaimer
 from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
+from kai_ray.k8s.ray.rayplan import ray_owner
 from kai_ray.k8s.scheduling import dra
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor

@@ -35,7 +35,8 @@ from kai_ray.k8s.base.pruning import PruneGuard
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, queues_path, resource_version
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, SuspendOutcome, apply_suspend
+from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION, SuspendOutcome, apply_suspend
+from kai_ray.k8s.ray.rayplan import NOTHING_TO_DO
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
 from kai_ray.k8s.usagedb import LEDGER_FIELD, UsageSource
