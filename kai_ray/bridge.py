@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from kai_ray import constants as c
@@ -17,7 +16,7 @@ from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.podgroup import PodGroup, TopologyConstraint, leaf_min_member
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue as ApiQueue
-from kai_ray.durations import parse_duration
+from kai_ray.durations import parse_duration, parse_rfc3339
 from kai_ray.scheduler import snapshot as s
 
 
@@ -25,7 +24,7 @@ def parse_time(text: str | None) -> float | None:
     if not text:
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(text)
     except ValueError:
         return None
 

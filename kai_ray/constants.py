@@ -57,6 +57,7 @@ RAY_NODE_TYPE = "ray.io/node-type"
 RAY_CLUSTER = "ray.io/cluster"
 RAY_HEAD_GROUP = "headgroup"
 RAY_SUBMITTER_GROUP = "submittergroup"
+RAY_KINDS = ("RayCluster", "RayJob", "RayService")  # the KubeRay owners kai-ray groups, suspends and reclaims
 
 DEFAULT_QUEUE = "default-queue"
 

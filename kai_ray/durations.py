@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -116,3 +118,13 @@ def span(seconds: float, *, exact: bool = False) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def rfc3339(ts: float | None = None) -> str:
+    """Epoch seconds (now when None) as Kubernetes writes a ``metav1.Time``: RFC 3339, UTC, whole seconds, ``Z``."""
+    return datetime.fromtimestamp(time.time() if ts is None else ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> float:
+    """An RFC 3339 stamp as epoch seconds; ``ValueError`` when it is none (callers decide what a bad stamp means)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

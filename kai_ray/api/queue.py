@@ -13,8 +13,6 @@ from pydantic import Field
 from kai_ray.api.errors import FieldError
 from kai_ray.api.meta import Condition, KubeModel, ObjectMeta
 
-DEFAULT_QUEUE = "default-queue"
-
 
 class QueueResource(KubeModel):
     quota: float = 0.0

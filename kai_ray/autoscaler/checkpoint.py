@@ -25,20 +25,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.rest import ApiError, Kube, pods_path, ray_path
 
 log = logging.getLogger(__name__)
 
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def rfc3339(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class CheckpointRecorder:
@@ -83,7 +80,7 @@ class CheckpointRecorder:
 
     def record(self, when: datetime | None = None) -> bool:
         """Mark a checkpoint taken ``when`` (default now). True when the owner was patched."""
-        stamp = rfc3339(when or datetime.now(UTC))
+        stamp = rfc3339(when.timestamp() if when else None)
         try:
             kind, name = self.target()
             self.kube.merge_patch(

@@ -24,10 +24,8 @@ from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.api.strict import refused_fields, unknown_fields
 from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_fail
 from kai_ray.cli.output import dump_yaml_all
-from kai_ray.constants import INVALID
+from kai_ray.constants import INVALID, RAY_KINDS
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group
-
-RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 
 
 def read_source(path: str) -> tuple[str, str]:

@@ -25,10 +25,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from kai_ray import constants as c
+from kai_ray.durations import parse_rfc3339, rfc3339
 from kai_ray.podgrouper.naming import subgroup_name
 
 log = logging.getLogger(__name__)
@@ -69,17 +69,9 @@ class Headroom:
     subgroups: dict[str, SubgroupHeadroom] = field(default_factory=dict)
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_iso(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def format_headroom(subgroups: Mapping[str, SubgroupHeadroom], now: float | None = None) -> str:
     body = {
-        "at": _iso(time.time() if now is None else now),
+        "at": rfc3339(now),
         "subgroups": {k: {"pods": v.pods, "headroom": v.headroom} for k, v in sorted(subgroups.items())},
     }
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -101,7 +93,7 @@ def parse_headroom(text: str) -> Headroom:
     at: float | None = None
     if body.get("at") is not None:
         try:
-            at = _parse_iso(str(body["at"]))
+            at = parse_rfc3339(str(body["at"]))
         except ValueError:
             raise HeadroomError(f"{where}.at: {body['at']!r} is not an RFC 3339 time") from None
     subs = body.get("subgroups", {})
@@ -176,7 +168,7 @@ class CapDecision:
 
     def event(self, involved: Mapping[str, Any], component: str = "kai-ray-autoscaler") -> dict[str, Any]:
         """A core/v1 Event body (Warning, reason ``ScaleUpCapped``) about ``involved`` (an object reference)."""
-        now = _iso(time.time())
+        now = rfc3339()
         ns = str(involved.get("namespace") or "default")
         return {
             "apiVersion": "v1",

@@ -2,16 +2,20 @@
 
 - ``base``: the plumbing both operators stand on — ``rest`` (raw-JSON client over the official client's connection
   pool), ``informer`` (list-then-watch caches), ``workqueue``, ``leader`` (Lease election), ``events``
-  (de-duplicated core/v1 Events), ``metrics``, ``isolate`` (per-object guards), ``pruning``, ``rbac``.
-- ``podgrouping``: the podgrouper operator (``operator``: pods and Ray CRs -> PodGroups, pod stamps) and its rules
-  around the pure grouper (``grouping``).
+  (de-duplicated core/v1 Events), ``metrics``, ``isolate`` (per-object guards), ``pruning``, ``rbac``, ``slim``
+  (pods kept as both operators read them).
+- ``podgrouping``: the podgrouper operator (``operator``: pods and Ray CRs -> PodGroups, pod stamps); its pure rules
+  (owners followed, the ownerless-pod grouper, the PodGroup merge rules) are
+  :mod:`kai_ray.podgrouper.defaultgrouper`.
 - ``scheduling``: the scheduler/binder operator — ``cache`` (watches -> snapshot, assume/sent/forget), ``operator``
   (wiring and leadership, the cycle loop), ``dispatch`` (bindings and evictions), ``reporting`` (PodGroup/Queue
-  status, Events, metrics), ``status``, ``usage`` (time-based fair share), ``resume`` (suspended gangs weighed
+  status, Events, metrics), ``status``, ``resume`` (suspended gangs weighed
   against the snapshot and resumed), ``visibility`` and ``explain`` (the CLI's read-only views).
 - ``ray``: Ray-aware reclaim — ``elastic`` (API calls and the eviction interceptor), ``rayplan`` (pure patch plans),
-  ``raygcs`` (draining Ray nodes).
-- ``kopf_app``: kopf as the operators' runtime; ``config``: their settings.
+  ``raygcs`` (draining Ray nodes); and ``headroom_publisher`` (what Ray's autoscaler may still ask for).
+- ``kopf_app``: kopf as the operators' runtime; ``config``: their settings; ``usagedb``: time-based fair share's
+  usage sources (KAI's usageDBConfig: none, internal, Prometheus).
 
-Floors: ``base`` imports nothing else of ``k8s``; ``ray`` stands on ``base``; the two operators on both.
+Floors (import-linter holds them): ``base`` imports nothing else of ``k8s``; ``ray`` and ``usagedb`` sit above it,
+``config`` above those, and the two operators above ``config``, never importing each other.
 """

@@ -16,13 +16,12 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.durations import seconds
-from kai_ray.k8s.scheduling.usage import CLIENT_TYPES, PrometheusClient
+from kai_ray.k8s.usagedb import CLIENT_TYPES, PrometheusClient
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, usage_params_from
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
-RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
@@ -104,7 +103,7 @@ class OperatorConfig:
     ready_timeout_backoff: float = 60.0  # seconds a gang evicted for its ready-timeout waits before placement
     upgrade_surge: bool = True  # a RayService's pending cluster may go above quota, up to the limit
     ray_activity_interval: float = 30.0  # seconds between reads of Ray's idle/busy state from each GCS (0: off)
-    # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.scheduling.usage); off unless
+    # scheduler: time-based fair share, KAI's kValue and usageDBConfig (kai_ray.k8s.usagedb); off unless
     # usage_db is set
     k_value: float = 1.0
     usage_db: str = "none"  # none | internal (kai-ray's own, in Queue status) | prometheus (KAI's query)
@@ -143,11 +142,11 @@ class OperatorConfig:
         if self.bind_workers < 1 or self.write_workers < 1:
             raise ConfigError("--bind-workers/--write-workers: must be at least 1")
         for kind in self.suspend_kinds:
-            if kind not in RAY_KINDS:
-                raise ConfigError(f"--suspend-kinds: {kind!r} is not one of {', '.join(RAY_KINDS)}")
+            if kind not in c.RAY_KINDS:
+                raise ConfigError(f"--suspend-kinds: {kind!r} is not one of {', '.join(c.RAY_KINDS)}")
         for kind, pclass in self.default_priority.items():
-            if kind not in RAY_KINDS:
-                raise ConfigError(f"--default-priority: {kind!r} is not one of {', '.join(RAY_KINDS)}")
+            if kind not in c.RAY_KINDS:
+                raise ConfigError(f"--default-priority: {kind!r} is not one of {', '.join(c.RAY_KINDS)}")
             if not pclass:
                 raise ConfigError(f"--default-priority: {kind}: the PriorityClass name must not be empty")
         if self.drain_deadline < 0:

@@ -30,7 +30,9 @@ class PlotsUnavailable(RuntimeError):
     """matplotlib is not installed; the message says how to get it."""
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files, no display), shared by the report and the sweep; without the
+    'plots' extra, :class:`PlotsUnavailable` naming it."""
     try:
         import matplotlib
     except ImportError:
@@ -45,7 +47,7 @@ def _plt() -> Any:
 
 def require_plots() -> None:
     """Raise :class:`PlotsUnavailable` now, so a command asked for plots fails before a long simulation, not after."""
-    _plt()
+    pyplot()
 
 
 def _unit(span: float) -> tuple[float, str]:
@@ -72,7 +74,7 @@ def _queues(res: SimResult) -> list[str]:
 
 
 def write_report(res: SimResult, out_dir: str | Path, title: str = "kai-ray simulation") -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     queues = _queues(res)
@@ -456,7 +458,7 @@ def write_comparison(
     """One panel per policy, same axes: GPUs per workload (hatched: held without doing work), evictions marked.
 
     ``runs``: (policy title, result, a one-line caption with its key numbers)."""
-    plt = _plt()
+    plt = pyplot()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     keys: list[str] = []

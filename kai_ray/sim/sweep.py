@@ -209,9 +209,9 @@ def plot_sweep(doc: dict[str, Any], path: str | Path) -> Path:
     diagonal (every pod placed) or just above it."""
     import warnings
 
-    from kai_ray.sim.report import _plt
+    from kai_ray.sim.report import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     runs = doc["runs"]
     lists = list(dict.fromkeys(r["pods"] for r in runs))
     placements = list(dict.fromkeys(r["placement"] for r in runs))

@@ -1,5 +1,6 @@
-"""Fixtures for the autoscaler-hook and elastic-reclaim tests: a raw-JSON client on the real test control plane, and
-isolated Ray environments (token auth off, RAY_TMPDIR in a temporary directory)."""
+"""Fixtures for the autoscaler-hook tests (and, through tests/k8s/ray/conftest.py, the Ray-aware reclaim tests): a
+raw-JSON client on the real test control plane, and isolated Ray environments (token auth off, RAY_TMPDIR in a
+temporary directory)."""
 
 from __future__ import annotations
 

@@ -206,7 +206,7 @@ def test_admits_tells_when_a_suspended_gang_fits_again() -> None:
 def test_operator_publisher_is_rate_limited_and_writes_only_changes() -> None:
     """The scheduler operator's HeadroomPublisher: at most once per interval, one write per changed PodGroup, and
     unchanged numbers rewritten only when they would grow old."""
-    from kai_ray.k8s.ray.elastic import HeadroomPublisher
+    from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
 
     clock = [100.0]
     writes: list[str] = []

@@ -27,7 +27,7 @@ from kai_ray.headroom import contract as hr
 from kai_ray.k8s.base.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
-from kai_ray.k8s.ray import elastic
+from kai_ray.k8s.ray import elastic, raygcs
 from kai_ray.k8s.scheduling.operator import SchedulerOperator
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
 from tests.autoscaler.conftest import OBJECT_STORE
@@ -274,7 +274,7 @@ def test_reclaim_shrinks_without_recreation_and_scale_up_stays_within_headroom(
             lambda: [r for r in stack["reclaimer"].records if r.kind == "shrink" and r.ok],
             30,
         )
-        assert {d.status for d in records[0].drains} == {elastic.ACCEPTED}
+        assert {d.status for d in records[0].drains} == {raygcs.ACCEPTED}
         wait_until("KubeRay to delete the victims", lambda: victims <= set(kubelet.sync().stopped), 60, 0.3)
         for pod in victims:
             with pytest.raises(ray.exceptions.RayActorError) as err:

@@ -55,13 +55,13 @@ def test_pending_plot_legend_shows_the_queue_colours_and_a_readable_axis(tmp_pat
     """The time-based fair-share example pends for days: the axis was minutes up to ~10,000; the legend showed grey
     patches while the bars are coloured by queue."""
     from kai_ray.sim.policy import POLICIES
-    from kai_ray.sim.report import _colors, _pending, _plt, _queues
+    from kai_ray.sim.report import _colors, _pending, _queues, pyplot
     from kai_ray.sim.run import simulate
     from kai_ray.sim.scenario import load_scenario
 
     root = Path(__file__).resolve().parents[2]
     res = simulate(load_scenario(root / "examples" / "time-based-fairshare" / "two-queues.yaml"), POLICIES["kai-ray"])
-    plt = _plt()
+    plt = pyplot()
     figures: list[Any] = []
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr(plt, "close", figures.append)

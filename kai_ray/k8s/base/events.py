@@ -12,9 +12,9 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from datetime import UTC, datetime
 from typing import Any
 
+from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.rest import ApiError, Kube, events_path
 from kai_ray.k8s.base.workqueue import Dispatcher
 
@@ -24,10 +24,6 @@ NORMAL = "Normal"
 WARNING = "Warning"
 EVENT_PRIORITY = 30
 MAX_MESSAGE = 1024
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def object_ref(obj: dict[str, Any], api_version: str | None = None, kind: str | None = None) -> dict[str, Any]:
@@ -98,13 +94,13 @@ class EventRecorder:
                 "source": {"component": self.component},
                 "reportingComponent": self.component,
                 "reportingInstance": self.instance,
-                "firstTimestamp": now_rfc3339(),
-                "lastTimestamp": now_rfc3339(),
+                "firstTimestamp": rfc3339(),
+                "lastTimestamp": rfc3339(),
                 "count": 1,
             }
             self.dispatcher.submit(f"event/{ns}/{name}", lambda: self._create(ns, body), priority=EVENT_PRIORITY)
         else:
-            patch = {"count": count, "lastTimestamp": now_rfc3339()}
+            patch = {"count": count, "lastTimestamp": rfc3339()}
             self.dispatcher.submit(f"event/{ns}/{name}", lambda: self._patch(ns, name, patch), priority=EVENT_PRIORITY)
 
     def _create(self, ns: str, body: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ Everything is level-triggered from informer caches through a keyed work queue, s
 harmless: an up-to-date PodGroup and stamp cost no write.
 
 A pod that is its own top owner is schedulable once its PodGroup exists (the scheduler knows the group's name from the
-pod, :func:`~kai_ray.k8s.podgrouping.grouping.own_group_name`), so its stamp is off the critical path: it is written by
+pod, :func:`~kai_ray.podgrouper.defaultgrouper.own_group_name`), so its stamp is off the critical path: it is written by
 a
 separate pool that waits while PodGroups are being created (the API server's CPU goes to creating groups and binding
 pods first), at most :data:`STAMP_MAX_DELAY` seconds. Ray pods, and every pod in KAI-coexistence mode (where KAI's
@@ -52,11 +52,22 @@ from kai_ray.k8s.base.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import PodgrouperMetrics
 from kai_ray.k8s.base.pruning import PruneGuard, strip
 from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path, resource_version
+from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.podgrouping.grouping import (
+from kai_ray.podgrouper import (
+    SUBMITTER_JOB,
+    GroupingError,
+    PodgrouperConfig,
+    PodStamp,
+    group,
+    is_submitter,
+    placeholder_group,
+    stamp,
+    suspend_blocker,
+)
+from kai_ray.podgrouper.defaultgrouper import (
     GENERIC_OWNERS,
-    RAY_KINDS,
     controller_ref,
     differs,
     group_name_for_pod,
@@ -69,18 +80,6 @@ from kai_ray.k8s.podgrouping.grouping import (
     skip_requested,
     update_body,
     without_zero_min_member,
-)
-from kai_ray.k8s.scheduling.cache import slim_pod
-from kai_ray.podgrouper import (
-    SUBMITTER_JOB,
-    GroupingError,
-    PodgrouperConfig,
-    PodStamp,
-    group,
-    is_submitter,
-    placeholder_group,
-    stamp,
-    suspend_blocker,
 )
 from kai_ray.podgrouper.upgrade import own_podgroup_name, service_cluster_group
 
@@ -139,7 +138,7 @@ class PodgrouperOperator:
         self.pruned = PruneGuard()
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
-        self.ray: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
+        self.ray: dict[str, list[Informer]] = {k: [] for k in c.RAY_KINDS}
         self.jobs: list[Informer] = []
         for ns in config.namespaces or (None,):
             sel = f"spec.schedulerName={config.scheduler_name}"
@@ -166,7 +165,7 @@ class PodgrouperOperator:
                     transform=_slim_job,
                 )
             )
-            for kind in RAY_KINDS:
+            for kind in c.RAY_KINDS:
                 self.ray[kind].append(
                     Informer(
                         self.kube,
@@ -441,7 +440,7 @@ class PodgrouperOperator:
         """The owner object a reference points to (Ray kinds and KubeRay's Jobs from caches, a few built-in kinds by
         GET)."""
         kind, name, api = ref.get("kind", ""), ref.get("name", ""), ref.get("apiVersion", "")
-        if kind in RAY_KINDS and api.startswith("ray.io/"):
+        if kind in c.RAY_KINDS and api.startswith("ray.io/"):
             obj = self._get_cached(self.ray[kind], f"{ns}/{name}")
             if obj is None:
                 try:
@@ -510,7 +509,7 @@ class PodgrouperOperator:
         top = chain[-1]
         top_kind = top.get("kind") or ("Pod" if top is raw else "")
         submitter = False
-        if top_kind in RAY_KINDS:
+        if top_kind in c.RAY_KINDS:
             submitter = is_submitter(_owner_kinds(chain))
             desired = self._ray_group(top_kind, top, chain, pod)
             if desired is None:

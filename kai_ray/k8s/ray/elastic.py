@@ -14,7 +14,7 @@ unchanged, the new pod sits Pending, and Ray sees a node die with no warning (ku
 Three modules, as Ray autoscaler v2 splits deciding, reconciling and the provider: :mod:`kai_ray.k8s.ray.rayplan` plans
 (pure: dicts in, JSON patch out), :mod:`kai_ray.k8s.ray.raygcs` drains Ray nodes, and this module does the few API calls
 (``apply_*``) and runs the scheduler's eviction interceptor. The PodGroup records what was done under
-:data:`SHRINK_ANNOTATION` / :data:`SUSPEND_ANNOTATION`. The plan and drain names are re-exported here.
+:data:`SHRINK_ANNOTATION` / :data:`SUSPEND_ANNOTATION`.
 """
 
 from __future__ import annotations
@@ -25,59 +25,32 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.headroom.compute import autoscaling_jobs, compute_headroom
-from kai_ray.headroom.contract import headroom_annotations
+from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
 from kai_ray.k8s.ray.raygcs import (
     ACCEPTED,
-    AMBIGUOUS,
-    DEFAULT_GCS_PORT,
-    DRAIN_REASON_PREEMPTION,
-    ERROR,
-    NOT_FOUND,
-    REJECTED,
-    UNAVAILABLE,
     UNREACHABLE,
     DrainOutcome,
-    PodRef,
     drain_ray_nodes,
     gcs_address_for,
-    match_ray_nodes,
     wait_drained,
 )
 from kai_ray.k8s.ray.rayplan import (
     ALREADY_REQUESTED,
-    BELOW_MIN_REPLICAS,
     FALLBACK_CODES,
-    GKE_REPLICA_INDEX_LABEL,
-    NO_REPLICA_LABEL,
-    NO_RESOURCE_VERSION,
-    NOT_A_WORKER,
     NOT_SUSPENDABLE,
     NOTHING_TO_DO,
-    PENDING_DELETES,
-    REPLICA_NAME_LABEL,
-    SHUTDOWN_RESTORE,
     SUSPENDABLE_KINDS,
-    SUSPENDED,
-    UNKNOWN_GROUP,
-    GroupShrink,
     ShrinkPlan,
-    SuspendPlan,
-    _labels,
-    _meta,
-    _name,
-    _suspend_plan,
-    pending_deletes,
-    plan_resume,
+    labels_of,
+    meta_of,
+    name_of,
     plan_shrink,
-    plan_suspend,
     ray_owner,
+    suspend_plan_for,
 )
 
 log = logging.getLogger(__name__)
@@ -85,10 +58,6 @@ log = logging.getLogger(__name__)
 # Written on the PodGroup (JSON) so users and the scheduler see why a gang lost workers or was suspended.
 SHRINK_ANNOTATION = "kai-ray.io/last-shrink"
 SUSPEND_ANNOTATION = "kai-ray.io/suspended"
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- apply ------------------------------------------------------------------------------------------------------
@@ -169,14 +138,14 @@ def apply_shrink(
     rc_path = ray_path("RayCluster", namespace, cluster)
     raycluster = kube.get(rc_path)
     pods = _list_cluster_pods(kube, namespace, cluster)
-    by_name = {_name(p): p for p in pods}
+    by_name = {name_of(p): p for p in pods}
     missing = [v for v in victims if v not in by_name]
     victim_pods = [by_name[v] for v in victims if v in by_name]
     plan = plan_shrink(raycluster, victim_pods, pods)
     if not plan.ok:
         return ShrinkOutcome(False, plan, message=plan.summary())
     if podgroup is None:
-        podgroup = next((_meta(p).get("annotations", {}).get(c.PODGROUP_ANNOTATION) for p in victim_pods), None)
+        podgroup = next((meta_of(p).get("annotations", {}).get(c.PODGROUP_ANNOTATION) for p in victim_pods), None)
 
     drains: list[DrainOutcome] = []
     waited = 0.0
@@ -184,7 +153,7 @@ def apply_shrink(
         address = gcs_address_for(raycluster, pods) if gcs_address == "auto" else gcs_address
         to_drain = [by_name[n] for g in plan.groups for n in g.workers_to_delete if n in by_name]
         if address is None:
-            drains = [DrainOutcome(_name(p), UNREACHABLE, None, "no running head pod with an IP") for p in to_drain]
+            drains = [DrainOutcome(name_of(p), UNREACHABLE, None, "no running head pod with an IP") for p in to_drain]
         else:
             drains = drain_ray_nodes(address, to_drain, message or reason, drain_deadline_s, timeout_s=drain_timeout_s)
             accepted = [d.node_id for d in drains if d.status == ACCEPTED and d.node_id]
@@ -207,14 +176,14 @@ def apply_shrink(
         sleep(0.05 * attempts)
         raycluster = kube.get(rc_path)
         pods = _list_cluster_pods(kube, namespace, cluster)
-        by_name = {_name(p): p for p in pods}
+        by_name = {name_of(p): p for p in pods}
         victim_pods = [by_name[v] for v in victims if v in by_name]
         plan = plan_shrink(raycluster, victim_pods, pods)
         if not plan.ok:
             return ShrinkOutcome(False, plan, drains, attempts, waited, plan.summary())
 
     record = {
-        "at": _now_iso(),
+        "at": rfc3339(),
         "reason": reason,
         "message": message,
         "cluster": cluster,
@@ -252,7 +221,7 @@ def _set_suspend(
     while True:
         attempts += 1
         owner = kube.get(path)
-        plan = _suspend_plan(owner_kind, owner, value)
+        plan = suspend_plan_for(owner_kind, owner, value)
         if not plan.ok:
             return SuspendOutcome(plan.code == NOTHING_TO_DO, plan.code, plan.reason)
         try:
@@ -266,7 +235,7 @@ def _set_suspend(
         return SuspendOutcome(
             False, NOT_SUSPENDABLE, f"{owner_kind} {name}: spec.suspend is not part of the installed {owner_kind} CRD"
         )
-    record: dict[str, Any] = {"at": _now_iso(), "reason": reason, "message": message, "owner": f"{owner_kind}/{name}"}
+    record: dict[str, Any] = {"at": rfc3339(), "reason": reason, "message": message, "owner": f"{owner_kind}/{name}"}
     if plan.restored and value:
         record["shutdownAfterJobFinishes"] = f"set true for the suspension (was {plan.restored})"
     if podgroup:
@@ -419,7 +388,7 @@ class ElasticReclaimer:
     def _labels(self, p: Any) -> Mapping[str, str]:
         if self.labels_of is not None:
             return self.labels_of(p) or {}
-        return _labels(self.kube.get(pods_path(p.namespace, p.name)))
+        return labels_of(self.kube.get(pods_path(p.namespace, p.name)))
 
     def _owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
         if self.owner_of is not None:
@@ -526,128 +495,3 @@ class ElasticReclaimer:
             return
         log.info("cannot suspend %s %s/%s (%s); evicting its pods", kind, namespace, name, out.message)
         self._fall_back(items)
-
-
-def write_headroom(kube: Kube, job: str, subgroups: Mapping[str, Any], now: float | None = None) -> None:
-    """Merge-patch one PodGroup's ``kai-ray.io/headroom`` annotation (a vanished PodGroup is not an error)."""
-    ns, _, name = job.partition("/")
-    try:
-        kube.merge_patch(podgroups_path(ns, name), {"metadata": {"annotations": headroom_annotations(subgroups, now)}})
-    except ApiError as exc:
-        if not exc.not_found:
-            log.info("publishing headroom on PodGroup %s: %s", job, exc)
-
-
-class HeadroomPublisher:
-    """The scheduler operator's headroom publication for the autoscaler hook.
-
-    At most every ``interval`` seconds, it computes the headroom of every job that may still grow with the core
-    (:func:`kai_ray.headroom.compute.compute_headroom`) and hands a write to ``submit`` only for PodGroups whose
-    numbers changed, or whose last write is older than ``refresh_s`` (the hook treats old numbers as unknown).
-    ``templates(job_keys)`` supplies probe pods for subgroups scaled to zero.
-    """
-
-    def __init__(
-        self,
-        kube: Kube,
-        interval: float,
-        submit: Callable[[str, Callable[[], None]], None],
-        *,
-        refresh_s: float = 60.0,
-        templates: Callable[[list[str]], Mapping[str, Mapping[str, Any]]] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.kube = kube
-        self.interval = interval
-        self.submit = submit
-        self.refresh_s = refresh_s
-        self.templates = templates
-        self.clock = clock
-        self._last_run = float("-inf")
-        self._written: dict[str, tuple[dict[str, tuple[int, int]], float]] = {}
-        self.writes = 0
-
-    def due(self) -> bool:
-        return self.interval > 0 and self.clock() - self._last_run >= self.interval
-
-    def maybe_publish(self, snapshot: Any) -> dict[str, Any] | None:
-        """Publish if due; returns what was computed (None when not due or nothing may grow)."""
-        if not self.due():
-            return None
-        now = self.clock()
-        self._last_run = now
-        jobs = autoscaling_jobs(snapshot)
-        for key in [k for k in self._written if k not in jobs]:
-            del self._written[key]
-        if not jobs:
-            return None
-        templates = dict(self.templates(jobs)) if self.templates is not None else None
-        result = compute_headroom(snapshot, jobs, templates=templates)
-        wall = time.time()
-        for key, subgroups in result.items():
-            numbers = {sg: (h.pods, h.headroom) for sg, h in subgroups.items()}
-            last = self._written.get(key)
-            if last is not None and last[0] == numbers and now - last[1] < self.refresh_s:
-                continue
-            self._written[key] = (numbers, now)
-            self.writes += 1
-            self.submit(f"headroom/{key}", partial(write_headroom, self.kube, key, subgroups, wall))
-        return result
-
-    def forget(self) -> None:
-        self._written.clear()
-        self._last_run = float("-inf")
-
-
-__all__ = [
-    "ACCEPTED",
-    "ALREADY_REQUESTED",
-    "AMBIGUOUS",
-    "BELOW_MIN_REPLICAS",
-    "DEFAULT_GCS_PORT",
-    "DRAIN_REASON_PREEMPTION",
-    "ERROR",
-    "FALLBACK_CODES",
-    "GKE_REPLICA_INDEX_LABEL",
-    "NOTHING_TO_DO",
-    "NOT_A_WORKER",
-    "NOT_FOUND",
-    "NOT_SUSPENDABLE",
-    "NO_REPLICA_LABEL",
-    "NO_RESOURCE_VERSION",
-    "PENDING_DELETES",
-    "REJECTED",
-    "REPLICA_NAME_LABEL",
-    "SHRINK_ANNOTATION",
-    "SHUTDOWN_RESTORE",
-    "SUSPENDABLE_KINDS",
-    "SUSPENDED",
-    "SUSPEND_ANNOTATION",
-    "UNAVAILABLE",
-    "UNKNOWN_GROUP",
-    "UNREACHABLE",
-    "DrainOutcome",
-    "ElasticReclaimer",
-    "GroupShrink",
-    "HeadroomPublisher",
-    "PodRef",
-    "ReclaimRecord",
-    "ShrinkOutcome",
-    "ShrinkPlan",
-    "SuspendOutcome",
-    "SuspendPlan",
-    "apply_resume",
-    "apply_shrink",
-    "apply_suspend",
-    "drain_ray_nodes",
-    "gcs_address_for",
-    "match_ray_nodes",
-    "pending_deletes",
-    "plan_resume",
-    "plan_shrink",
-    "plan_suspend",
-    "ray_owner",
-    "record_on_podgroup",
-    "wait_drained",
-    "write_headroom",
-]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.k8s.ray.rayplan import _labels, _name, _terminating
+from kai_ray.k8s.ray.rayplan import is_terminating, labels_of, name_of
 from kai_ray.scheduler.snapshot import RayActivity
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def _pod_keys(ref: PodRef) -> tuple[str, str | None]:
     """(name-or-ip, ip) of a pod reference: a pod dict gives its name and status.podIP; a string is either."""
     if isinstance(ref, str):
         return ref, None
-    return _name(ref), (ref.get("status") or {}).get("podIP")
+    return name_of(ref), (ref.get("status") or {}).get("podIP")
 
 
 def match_ray_nodes(nodes: Sequence[Mapping[str, Any]], refs: Sequence[PodRef]) -> dict[str, tuple[str | None, str]]:
@@ -235,7 +235,7 @@ def gcs_address_for(raycluster: Mapping[str, Any], pods: Sequence[Mapping[str, A
     params = ((raycluster.get("spec") or {}).get("headGroupSpec") or {}).get("rayStartParams") or {}
     port = int(params.get("port") or DEFAULT_GCS_PORT)
     for p in pods:
-        if _labels(p).get(c.RAY_NODE_TYPE) == "head" and not _terminating(p):
+        if labels_of(p).get(c.RAY_NODE_TYPE) == "head" and not is_terminating(p):
             ip = (p.get("status") or {}).get("podIP")
             if ip:
                 return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"

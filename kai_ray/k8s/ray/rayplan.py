@@ -33,20 +33,20 @@ NOT_SUSPENDABLE = "NotSuspendable"
 NOTHING_TO_DO = "NothingToDo"
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("labels") or {}
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta_of(obj).get("labels") or {}
 
 
-def _name(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("name") or "")
+def name_of(obj: Mapping[str, Any]) -> str:
+    return str(meta_of(obj).get("name") or "")
 
 
-def _terminating(pod: Mapping[str, Any]) -> bool:
-    return bool(_meta(pod).get("deletionTimestamp"))
+def is_terminating(pod: Mapping[str, Any]) -> bool:
+    return bool(meta_of(pod).get("deletionTimestamp"))
 
 
 # --- shrink -----------------------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def _int(value: Any, default: int) -> int:
 
 
 def _replica_key(pod: Mapping[str, Any]) -> str | None:
-    labels = _labels(pod)
+    labels = labels_of(pod)
     return labels.get(REPLICA_NAME_LABEL) or labels.get(GKE_REPLICA_INDEX_LABEL)
 
 
@@ -125,9 +125,9 @@ def plan_shrink(
     would go below ``minReplicas`` (then suspend the owner instead: KubeRay would clamp ``replicas`` back up and
     recreate the pods).
     """
-    cluster = _name(raycluster)
+    cluster = name_of(raycluster)
     spec = raycluster.get("spec") or {}
-    rv = _meta(raycluster).get("resourceVersion")
+    rv = meta_of(raycluster).get("resourceVersion")
     if not rv:
         return _refuse(NO_RESOURCE_VERSION, f"RayCluster {cluster}: metadata.resourceVersion: missing (read it first)")
     if spec.get("suspend"):
@@ -135,12 +135,12 @@ def plan_shrink(
     if not victim_pods:
         return _refuse(NOTHING_TO_DO, "no victim pods")
     pods = list(existing_pods) if existing_pods is not None else list(victim_pods)
-    live = [p for p in pods if not _terminating(p)]
+    live = [p for p in pods if not is_terminating(p)]
     groups = list(spec.get("workerGroupSpecs") or [])
     index = {str(wg.get("groupName", "")): i for i, wg in enumerate(groups)}
 
-    pending = pending_deletes(raycluster, (_name(p) for p in live))
-    victim_names = {_name(v) for v in victim_pods}
+    pending = pending_deletes(raycluster, (name_of(p) for p in live))
+    victim_names = {name_of(v) for v in victim_pods}
     listed = {
         n
         for wg in groups
@@ -160,8 +160,8 @@ def plan_shrink(
     by_group: dict[str, set[str]] = {}  # group -> replica keys
     deletes: dict[str, set[str]] = {}
     for v in victim_pods:
-        name = _name(v)
-        labels = _labels(v)
+        name = name_of(v)
+        labels = labels_of(v)
         if labels.get(c.RAY_CLUSTER) and labels.get(c.RAY_CLUSTER) != cluster:
             return _refuse(
                 NOT_A_WORKER, f"pod {name}: labels[{c.RAY_CLUSTER}]={labels.get(c.RAY_CLUSTER)!r}, not {cluster}"
@@ -190,7 +190,7 @@ def plan_shrink(
                 "so its replica cannot be deleted whole",
             )
         by_group.setdefault(group, set()).add(key)
-        mates = {_name(p) for p in live if _labels(p).get(c.RAY_GROUP) == group and _replica_key(p) == key}
+        mates = {name_of(p) for p in live if labels_of(p).get(c.RAY_GROUP) == group and _replica_key(p) == key}
         deletes.setdefault(group, set()).update(mates | {name})
 
     ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
@@ -253,7 +253,7 @@ class SuspendPlan:
 
 def _annotation_ops(owner: Mapping[str, Any], key: str, value: str | None) -> list[dict[str, Any]]:
     """JSON-patch operations setting (or, for ``None``, removing) one annotation."""
-    annotations = _meta(owner).get("annotations")
+    annotations = meta_of(owner).get("annotations")
     path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
     if value is None:
         return [{"op": "remove", "path": path}] if annotations and key in annotations else []
@@ -262,8 +262,8 @@ def _annotation_ops(owner: Mapping[str, Any], key: str, value: str | None) -> li
     return [{"op": "add", "path": path, "value": value}]
 
 
-def _suspend_plan(owner_kind: str, owner: Mapping[str, Any], value: bool) -> SuspendPlan:
-    name = _name(owner)
+def suspend_plan_for(owner_kind: str, owner: Mapping[str, Any], value: bool) -> SuspendPlan:
+    name = name_of(owner)
     if owner_kind not in SUSPENDABLE_KINDS:
         return SuspendPlan(None, NOT_SUSPENDABLE, f"{owner_kind} {name}: only {', '.join(SUSPENDABLE_KINDS)} suspend")
     spec = owner.get("spec") or {}
@@ -272,11 +272,11 @@ def _suspend_plan(owner_kind: str, owner: Mapping[str, Any], value: bool) -> Sus
         if blocker is not None:
             return SuspendPlan(None, NOT_SUSPENDABLE, blocker)
     already = bool(spec.get("suspend")) == value
-    annotations = _meta(owner).get("annotations") or {}
+    annotations = meta_of(owner).get("annotations") or {}
     if already and not (owner_kind == "RayJob" and not value and SHUTDOWN_RESTORE in annotations):
         return SuspendPlan(None, NOTHING_TO_DO, f"{owner_kind} {name}: spec.suspend is already {str(value).lower()}")
     ops: list[dict[str, Any]] = []
-    rv = _meta(owner).get("resourceVersion")
+    rv = meta_of(owner).get("resourceVersion")
     if rv:
         ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
     restored = ""
@@ -306,18 +306,18 @@ def plan_suspend(owner_kind: str, owner: Mapping[str, Any]) -> SuspendPlan:
     """JSON patch setting ``spec.suspend: true`` on a RayJob/RayCluster/RayService, or a refusal with its reason. A
     RayJob without ``shutdownAfterJobFinishes: true`` gets it in the same patch (KubeRay refuses to suspend it
     otherwise), its own value kept in :data:`SHUTDOWN_RESTORE` for :func:`plan_resume`."""
-    return _suspend_plan(owner_kind, owner, True)
+    return suspend_plan_for(owner_kind, owner, True)
 
 
 def plan_resume(owner_kind: str, owner: Mapping[str, Any]) -> SuspendPlan:
     """JSON patch lifting ``spec.suspend`` (the scheduler admitted the gang again) and putting back a RayJob's own
     ``shutdownAfterJobFinishes`` (also when someone else lifted the suspend)."""
-    return _suspend_plan(owner_kind, owner, False)
+    return suspend_plan_for(owner_kind, owner, False)
 
 
 def ray_owner(podgroup: Mapping[str, Any]) -> tuple[str, str] | None:
     """(kind, name) of the Ray object that owns a PodGroup (its ``ray.io`` owner reference), or None."""
-    for ref in _meta(podgroup).get("ownerReferences") or []:
+    for ref in meta_of(podgroup).get("ownerReferences") or []:
         if str(ref.get("apiVersion", "")).startswith("ray.io/"):
             return str(ref.get("kind")), str(ref.get("name"))
     return None

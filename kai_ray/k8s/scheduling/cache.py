@@ -11,7 +11,7 @@ Pods of other schedulers, and ours that are not (yet) in a PodGroup we schedule,
 requests are subtracted from the node's allocatable instead of becoming jobs.
 
 A pod's PodGroup is its ``pod-group-name`` annotation or, for a pod that is its own top owner, the one the
-podgrouper always gives it (:func:`~kai_ray.k8s.podgrouping.grouping.own_group_name`): such a pod is schedulable as
+podgrouper always gives it (:func:`~kai_ray.podgrouper.defaultgrouper.own_group_name`): such a pod is schedulable as
 soon as that
 PodGroup exists, without waiting for the podgrouper's stamp - never before, since jobs come only from PodGroups.
 """
@@ -37,86 +37,16 @@ from kai_ray.api.queue import Queue as ApiQueue
 from kai_ray.bridge import job_from_podgroup, node_from_api, parse_time, pod_from_api, pod_request, queue_from_api
 from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.podgrouping.grouping import own_group_name
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.k8s.scheduling.dra import DraStore
+from kai_ray.podgrouper.defaultgrouper import own_group_name
 from kai_ray.scheduler import snapshot as s
 
 log = logging.getLogger(__name__)
 
-POD_META = (
-    "name",
-    "namespace",
-    "uid",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "resourceVersion",
-)
-POD_SPEC = (
-    "nodeName",
-    "schedulerName",
-    "priorityClassName",
-    "priority",
-    "nodeSelector",
-    "tolerations",
-    "affinity",
-    "schedulingGates",
-)
+
 ASSUME_TTL = 30.0  # seconds a binding the API server answered stays assumed until the watch confirms it
 EVICT_TTL = 60.0
-
-
-RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
-
-
-def _resize_status(status: dict[str, Any]) -> dict[str, Any]:
-    """What in-place resize adds to a slim pod's status: each container's allocated and actual resources, and the
-    resize conditions beside Ready (``bridge.effective_requests`` reads them as kube-scheduler does)."""
-    out: dict[str, Any] = {
-        key: [{k: cs[k] for k in ("name", "allocatedResources", "resources") if k in cs} for cs in status[key]]
-        for key in ("containerStatuses", "initContainerStatuses")
-        if status.get(key)
-    }
-    conditions = status.get("conditions") or []
-    resize = [cd for cd in conditions if cd.get("type") in RESIZE_CONDITIONS]
-    if resize:
-        out["conditions"] = [cd for cd in conditions if cd.get("type") == "Ready"][:1] + resize
-    return out
-
-
-def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    """Only what scheduling, grouping and explaining read: keeps thousands of pods small in memory."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    out_spec: dict[str, Any] = {k: spec[k] for k in POD_SPEC if k in spec}
-    out_spec["containers"] = [
-        {"name": ctr.get("name", ""), "resources": ctr.get("resources") or {}} for ctr in spec.get("containers") or []
-    ]
-    if spec.get("initContainers"):
-        out_spec["initContainers"] = [
-            {"name": ctr.get("name", ""), "resources": ctr.get("resources") or {}}
-            | ({"restartPolicy": ctr["restartPolicy"]} if ctr.get("restartPolicy") else {})
-            for ctr in spec["initContainers"]
-        ]
-    for key in ("overhead", "resources"):  # what kube-scheduler adds to, or puts above, the containers' requests
-        if spec.get(key):
-            out_spec[key] = spec[key]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {k: meta[k] for k in POD_META if k in meta},
-        "spec": out_spec,
-        "status": {
-            **{k: status[k] for k in ("phase", "startTime") if k in status},
-            # the Ready condition alone: kai-ray.io/ready-timeout reads it
-            **{"conditions": [cd for cd in status.get("conditions") or [] if cd.get("type") == "Ready"][:1]},
-            **_resize_status(status),
-        },
-    }
 
 
 @dataclass(slots=True)

@@ -20,15 +20,17 @@ from functools import partial
 
 from kai_ray import constants as c
 from kai_ray.bridge import parse_time
+from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder
 from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import ApiError, Kube
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import FALLBACK_CODES, ReclaimRecord
+from kai_ray.k8s.ray.elastic import ReclaimRecord
+from kai_ray.k8s.ray.rayplan import FALLBACK_CODES
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PgEntry, PodEntry, SchedulerCache, SnapshotView
-from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, object_ref, pod_ref, rfc3339
+from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, kai_object_ref, pod_ref
 from kai_ray.k8s.scheduling.resume import is_virtual
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
 from kai_ray.scheduler.dra import ClaimAllocation
@@ -193,7 +195,7 @@ class Dispatch:
         now = rfc3339()
         for job, evs in by_job.items():
             pg = self.cache.pgs.get(job)
-            ref = object_ref("PodGroup", pg.raw) if pg is not None else None
+            ref = kai_object_ref("PodGroup", pg.raw) if pg is not None else None
             if pg is not None and ref is not None:
                 self.reporter.write_pg_status(job, st.evicted_status(evs, now))
                 self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))

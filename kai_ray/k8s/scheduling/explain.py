@@ -11,7 +11,7 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path
-from kai_ray.k8s.podgrouping.grouping import own_group_name
+from kai_ray.podgrouper.defaultgrouper import own_group_name
 
 
 class ExplainError(LookupError):

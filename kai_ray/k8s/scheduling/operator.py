@@ -43,17 +43,20 @@ from kai_ray.k8s.base.isolate import Quarantine
 from kai_ray.k8s.base.leader import HANDOVER_PREFIX, LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import ElasticReclaimer, HeadroomPublisher, ray_owner
+from kai_ray.k8s.ray.elastic import ElasticReclaimer
+from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
+from kai_ray.k8s.ray.rayplan import ray_owner
 from kai_ray.k8s.scheduling import dra
-from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, slim_pod
+from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
 from kai_ray.k8s.scheduling.dra import DraStore, slim_pod_claims
 from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
-from kai_ray.k8s.scheduling.usage import capacity_of, make_source
+from kai_ray.k8s.usagedb import capacity_of, make_source
 from kai_ray.podgrouper import PodgrouperConfig
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult

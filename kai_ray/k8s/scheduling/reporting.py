@@ -21,25 +21,25 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
-from kai_ray.durations import span
-from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder
+from kai_ray.durations import rfc3339, span
+from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder, object_ref
 from kai_ray.k8s.base.isolate import Guard, Quarantine
 from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.pruning import PruneGuard
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, queues_path, resource_version
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, SuspendOutcome, apply_suspend
+from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION, SuspendOutcome, apply_suspend
+from kai_ray.k8s.ray.rayplan import NOTHING_TO_DO
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
-from kai_ray.k8s.scheduling.usage import LEDGER_FIELD, UsageSource
+from kai_ray.k8s.usagedb import LEDGER_FIELD, UsageSource
 from kai_ray.scheduler.decisions import CycleResult, JobStatus, Reason
 from kai_ray.scheduler.snapshot import PodPhase
 
@@ -48,10 +48,6 @@ log = logging.getLogger(__name__)
 STATUS_PRIORITY = 10
 PATCH_FAILED = "PatchFailed"  # apply_suspend's code for an API error (a conflict past its retries, a 5xx)
 PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
-
-
-def rfc3339(ts: float | None = None) -> str:
-    return datetime.fromtimestamp(time.time() if ts is None else ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -219,7 +215,7 @@ class Reporter:
         self.write_pg_status(key, st.podgroup_status(current, v, iso, node_pool=self.config.node_pool or st.NODE_POOL))
         if written:
             return  # a message refresh: Events are for transitions
-        ref = object_ref("PodGroup", pg.raw)
+        ref = kai_object_ref("PodGroup", pg.raw)
         if v.scheduled:
             if v.reason is not Reason.SCHEDULED or len(members(key)) > 1:
                 self.events.emit(ref, NORMAL, v.reason.value, v.message)
@@ -295,7 +291,7 @@ class Reporter:
             cond = {"type": "Suspended", "status": "False", "reason": "MaxPendingActionRefused"}
             text = f"{beyond}: cannot suspend: {why}; reporting only"
         self.write_pg_status(key, {"conditions": [{**cond, "message": text, "lastTransitionTime": rfc3339()}]})
-        target = ref if ref is not None else object_ref("PodGroup", raw)
+        target = ref if ref is not None else kai_object_ref("PodGroup", raw)
         self.events.emit(target, WARNING, cond["reason"], text)
         log.info("%s: %s", key, text)
 
@@ -318,7 +314,7 @@ class Reporter:
                 continue  # in the Queue's Valid condition, with an Event when it changes (_report_queues)
             if f.kind == "PodGroup":
                 pg = self.cache.pgs.get(f.name)
-                ref = object_ref("PodGroup", pg.raw) if pg is not None else None
+                ref = kai_object_ref("PodGroup", pg.raw) if pg is not None else None
             text = f"{f.field}: {f.message}" if f.field else f.message
             if ref is not None:
                 self.events.emit(ref, WARNING, f"Invalid{f.kind}", text)
@@ -362,7 +358,7 @@ class Reporter:
             self._queue_written[name] = (compare, now + delay)
             self.writer.submit(f"qstatus/{name}", partial(self._write_queue_status, name, body), STATUS_PRIORITY, delay)
             if invalid_now:
-                self.events.emit(object_ref("Queue", q.raw), WARNING, "InvalidQueue", "; ".join(bad[name]))
+                self.events.emit(kai_object_ref("Queue", q.raw), WARNING, "InvalidQueue", "; ".join(bad[name]))
                 self.metrics.findings.labels("Queue").inc()
 
     def _check_queue_fields(self, name: str, raw: dict[str, Any]) -> None:
@@ -377,7 +373,7 @@ class Reporter:
         if unknown:
             self.metrics.findings.labels("Queue").inc()
             text = f"{'; '.join(map(str, unknown))}; ignored by kai-ray"
-            self.events.emit(object_ref("Queue", raw), WARNING, "UnknownField", text)
+            self.events.emit(kai_object_ref("Queue", raw), WARNING, "UnknownField", text)
 
     def _write_queue_status(self, name: str, body: dict[str, Any]) -> None:
         self._patch_status("Queue", queues_path(name), name, {"status": body})
@@ -394,7 +390,7 @@ class Reporter:
                 log.info("status of %s %s: %s", kind, name, exc)
             return None
         if self.pruned.check(kind, sent, stored, f"{kind} {name}"):
-            self._report_pruned(object_ref(kind, stored), kind)
+            self._report_pruned(kai_object_ref(kind, stored), kind)
         return stored
 
     def _report_pruned(self, ref: dict[str, Any], kind: str) -> None:
@@ -555,11 +551,6 @@ def pod_ref(p: PodEntry) -> dict[str, Any]:
 API_VERSIONS = {"PodGroup": "scheduling.run.ai/v2alpha2", "Queue": "scheduling.run.ai/v2"}
 
 
-def object_ref(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
-    """An Event's ``involvedObject`` for a PodGroup or a Queue (cluster-scoped: no namespace)."""
-    meta = raw.get("metadata") or {}
-    ref = {"apiVersion": API_VERSIONS[kind], "kind": kind, "name": meta.get("name", "")}
-    if kind == "PodGroup":
-        ref["namespace"] = meta.get("namespace", "")
-    ref["uid"] = meta.get("uid", "")
-    return ref
+def kai_object_ref(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """An Event's ``involvedObject`` for a PodGroup or a Queue (the Queue is cluster-scoped: no namespace)."""
+    return object_ref(raw, API_VERSIONS[kind], kind)

@@ -35,7 +35,8 @@ from kai_ray.bridge import parse_time, pod_from_api
 from kai_ray.k8s.base.informer import DELETE, Informer
 from kai_ray.k8s.base.isolate import Guard
 from kai_ray.k8s.base.rest import RAY_PLURALS, Kube, ray_path, resource_version
-from kai_ray.k8s.ray.elastic import NOTHING_TO_DO, SUSPEND_ANNOTATION, apply_resume, ray_owner, record_on_podgroup
+from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION, apply_resume, record_on_podgroup
+from kai_ray.k8s.ray.rayplan import NOTHING_TO_DO, ray_owner
 from kai_ray.k8s.scheduling.cache import PgEntry, SchedulerCache
 from kai_ray.podgrouper import PodgrouperConfig, effective_cluster_spec, gang_too_large, pod_templates, stamp
 from kai_ray.podgrouper.pods import SUBMITTER_RESOURCES
@@ -49,7 +50,6 @@ RESUME_HOLDOFF = 5.0  # seconds after a suspend before the gang may be resumed
 RESUME_RESERVE = 120.0  # seconds the room of a resumed gang stays reserved while KubeRay creates its pods
 RESUME_RETRY = 5.0  # seconds before a failed resume is tried again
 STALE_RECORD_AFTER = 30.0  # seconds after which a suspend record on a running owner is removed
-RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 
 
 def is_virtual(uid: str) -> bool:
@@ -159,9 +159,9 @@ class SuspendedGangs:
         self.submit = submit
         self.wake = wake
         self.is_leader = is_leader
-        self.owners: dict[str, list[Informer]] = {k: [] for k in RAY_KINDS}
+        self.owners: dict[str, list[Informer]] = {k: [] for k in c.RAY_KINDS}
         for ns in namespaces or (None,):
-            for kind in RAY_KINDS:
+            for kind in c.RAY_KINDS:
                 self.owners[kind].append(
                     Informer(
                         kube,

@@ -17,8 +17,9 @@ from kai_ray import constants as c
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.k8s.base.informer import UPSERT, object_key, slim
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.scheduling.cache import SchedulerCache, slim_pod
+from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.scheduler.decisions import QueueStatus
 from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
 from kai_ray.scheduler.visibility import LastCycle, Verdict

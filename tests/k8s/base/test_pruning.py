@@ -9,7 +9,7 @@ import pytest
 from kai_ray.api.podgroup import PodGroup, SubGroup, leaf_min_member
 from kai_ray.k8s.base.pruning import PruneGuard, pruned_paths, strip
 from kai_ray.k8s.base.rest import ApiError
-from kai_ray.k8s.podgrouping.grouping import refuses_zero_min_member, without_zero_min_member
+from kai_ray.podgrouper.defaultgrouper import refuses_zero_min_member, without_zero_min_member
 
 SENT = {
     "status": {

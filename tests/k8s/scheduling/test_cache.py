@@ -7,8 +7,9 @@ from typing import Any
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.bridge import effective_requests
 from kai_ray.k8s.base.informer import DELETE, UPSERT
+from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.scheduling.cache import SchedulerCache, slim_pod
+from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.scheduler import snapshot as s
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from kai_ray.cli import CliError
 from kai_ray.cli.operator import parse_args
-from kai_ray.k8s.scheduling.usage import PrometheusClient, PrometheusUsage, UsageSourceError, make_source
+from kai_ray.k8s.usagedb import PrometheusClient, PrometheusUsage, UsageSourceError, make_source
 from kai_ray.scheduler.snapshot import Resources
 from kai_ray.scheduler.usage import UsageParams
 

@@ -23,14 +23,13 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec
-from kai_ray.podgrouper import PodgrouperConfig
+from kai_ray.podgrouper.config import PodgrouperConfig
 
 NODE_POOL_LABEL = "runai/node-pool"
 SKIP_MARKED_BY = "kai-ray.io/skip-podgrouper-by"  # annotation: who wrote kai.scheduler/skip-podgrouper
 SKIP_MARKER = "kai-ray-podgrouper"
 PROJECT_LABEL = "project"
 DEFAULT_POD_PRIORITY = "train"
-RAY_KINDS = ("RayCluster", "RayJob", "RayService")
 # Owners that are not Ray objects but may sit between a pod and a Ray top owner (the RayJob submitter's Job).
 GENERIC_OWNERS = {
     ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs/{name}",
@@ -51,7 +50,7 @@ def controller_ref(meta: dict[str, Any]) -> dict[str, Any] | None:
 def followed_owner(ref: dict[str, Any]) -> bool:
     """Whether the podgrouper looks an owner reference up (a Ray object, or a built-in kind one may sit under)."""
     api, kind = ref.get("apiVersion", ""), ref.get("kind", "")
-    return (kind in RAY_KINDS and api.startswith("ray.io/")) or (api, kind) in GENERIC_OWNERS
+    return (kind in c.RAY_KINDS and api.startswith("ray.io/")) or (api, kind) in GENERIC_OWNERS
 
 
 def group_name_for_pod(name: str | None, uid: str | None) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
-from kai_ray.k8s.ray import elastic
+from kai_ray.k8s.ray import elastic, rayplan
 from tests.autoscaler.helpers import podgroup, ray_pod, raycluster, rayjob, rayservice, worker_group
 
 pytestmark = pytest.mark.controlplane
@@ -51,7 +51,7 @@ def test_shrink_lowers_replicas_and_lists_exactly_the_victims(kube: Kube, namesp
 
     # A second shrink while w1 still exists is refused (safe_to_scale) and changes nothing.
     again = elastic.apply_shrink(kube, ns, "rc", ["w2"], reason="Reclaimed", gcs_address=None)
-    assert not again.applied and again.plan.code == elastic.PENDING_DELETES
+    assert not again.applied and again.plan.code == rayplan.PENDING_DELETES
     assert "w1" in again.message
     assert _group(kube, ns, "rc")["replicas"] == 2
 
@@ -74,7 +74,7 @@ def test_shrink_below_min_replicas_is_refused(kube: Kube, namespace: str) -> Non
 
     out = elastic.apply_shrink(kube, ns, "rc", ["w0"], reason="Reclaimed", gcs_address=None)
 
-    assert not out.applied and out.plan.code == elastic.BELOW_MIN_REPLICAS
+    assert not out.applied and out.plan.code == rayplan.BELOW_MIN_REPLICAS
     assert "minReplicas=2" in out.message and "suspend" in out.message
     after = kube.get(ray_path("RayCluster", ns, "rc"))
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
@@ -84,7 +84,7 @@ def test_head_and_foreign_pods_are_refused(kube: Kube, namespace: str) -> None:
     ns = namespace
     _cluster(kube, ns, "rc", worker_group("cpu", 3, 1, 5), pods={"cpu": ["w0", "w1", "w2"]})
     out = elastic.apply_shrink(kube, ns, "rc", ["rc-head"], reason="Reclaimed", gcs_address=None)
-    assert not out.applied and out.plan.code == elastic.NOT_A_WORKER and "rc-head" in out.message
+    assert not out.applied and out.plan.code == rayplan.NOT_A_WORKER and "rc-head" in out.message
     assert _group(kube, ns, "rc")["replicas"] == 3
 
 
@@ -109,7 +109,7 @@ def test_resource_version_test_op_rejects_a_stale_plan_and_apply_retries(kube: K
     rc = _cluster(kube, ns, "rc", worker_group("cpu", 3, 1, 5), pods={"cpu": ["w0", "w1", "w2"]})
     pods = kube.get(pods_path(ns), labelSelector="ray.io/cluster=rc")["items"]
     victim = [p for p in pods if p["metadata"]["name"] == "w0"]
-    stale = elastic.plan_shrink(rc, victim, pods)
+    stale = rayplan.plan_shrink(rc, victim, pods)
     assert stale.ok
     # Another writer (the autoscaler) changes the cluster after we read it.
     kube.json_patch(
@@ -173,14 +173,14 @@ def test_a_rayjob_without_shutdown_after_job_finishes_is_suspended_and_gets_its_
     assert out.applied, out.message
     job = kube.get(ray_path("RayJob", ns, "keep"))
     assert job["spec"]["suspend"] is True and job["spec"]["shutdownAfterJobFinishes"] is True
-    assert job["metadata"]["annotations"][elastic.SHUTDOWN_RESTORE] == "false"
+    assert job["metadata"]["annotations"][rayplan.SHUTDOWN_RESTORE] == "false"
     record = json.loads(kube.get(podgroups_path(ns, "pg-keep"))["metadata"]["annotations"][elastic.SUSPEND_ANNOTATION])
     assert "was false" in record["shutdownAfterJobFinishes"]
     back = elastic.apply_resume(kube, "RayJob", ns, "keep", podgroup="pg-keep")
     assert back.applied, back.message
     job = kube.get(ray_path("RayJob", ns, "keep"))
     assert job["spec"]["suspend"] is False and job["spec"]["shutdownAfterJobFinishes"] is False
-    assert elastic.SHUTDOWN_RESTORE not in (job["metadata"].get("annotations") or {})
+    assert rayplan.SHUTDOWN_RESTORE not in (job["metadata"].get("annotations") or {})
 
 
 def test_suspend_refusals_change_nothing(kube: Kube, namespace: str) -> None:
@@ -192,14 +192,14 @@ def test_suspend_refusals_change_nothing(kube: Kube, namespace: str) -> None:
     kube.create(ray_path("RayJob", ns), body)
     before = kube.get(ray_path("RayJob", ns, "keep"))
     out = elastic.apply_suspend(kube, "RayJob", ns, "keep", reason="Preempted")
-    assert not out.applied and out.code == elastic.NOT_SUSPENDABLE and "spec.deletionStrategy" in out.message
+    assert not out.applied and out.code == rayplan.NOT_SUSPENDABLE and "spec.deletionStrategy" in out.message
     after = kube.get(ray_path("RayJob", ns, "keep"))
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 
     # KubeRay v1.6's RayService CRD has no spec.suspend: the API server prunes it and we say so.
     kube.create(ray_path("RayService", ns), rayservice("serve", worker_group("gpu", 1, 1, 1)))
     svc = elastic.apply_suspend(kube, "RayService", ns, "serve", reason="Preempted")
-    assert not svc.applied and svc.code == elastic.NOT_SUSPENDABLE
+    assert not svc.applied and svc.code == rayplan.NOT_SUSPENDABLE
     assert "suspend" not in kube.get(ray_path("RayService", ns, "serve"))["spec"]
 
 
@@ -212,4 +212,4 @@ def test_suspend_a_raycluster(kube: Kube, namespace: str) -> None:
     # suspended clusters are not shrunk
     kube.create(pods_path(ns), ray_pod("w0", "rc", "cpu"))
     shrink = elastic.apply_shrink(kube, ns, "rc", ["w0"], reason="Reclaimed", gcs_address=None)
-    assert not shrink.applied and shrink.plan.code == elastic.SUSPENDED
+    assert not shrink.applied and shrink.plan.code == rayplan.SUSPENDED

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.k8s.ray import elastic
+from kai_ray.k8s.ray import raygcs
 from tests.autoscaler.conftest import OBJECT_STORE
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -69,11 +69,11 @@ def test_preemption_drain_moves_work_and_reports_actors_preempted(ray_cluster: A
 
     grace = 4.0
     t0 = time.monotonic()
-    out = elastic.drain_ray_nodes(cluster.gcs_address, ["pod-a", "pod-b", "pod-idle"], "kai-ray: reclaimed", grace)
+    out = raygcs.drain_ray_nodes(cluster.gcs_address, ["pod-a", "pod-b", "pod-idle"], "kai-ray: reclaimed", grace)
     drain_latency = time.monotonic() - t0
     drain_at = time.time()
     by_pod = {o.pod: o for o in out}
-    assert {o.status for o in out} == {elastic.ACCEPTED}, out
+    assert {o.status for o in out} == {raygcs.ACCEPTED}, out
     assert by_pod["pod-a"].node_id == actor_node
     draining = ray._private.state.state.get_draining_nodes()
     assert {by_pod["pod-a"].node_id, by_pod["pod-b"].node_id} <= set(draining)  # the idle one may be gone already
@@ -85,11 +85,11 @@ def test_preemption_drain_moves_work_and_reports_actors_preempted(ray_cluster: A
 
     # The idle node exits by itself (usually well before the deadline: the figure is printed, not asserted, since a
     # loaded machine may take longer); the busy ones do not exit by themselves, even past the deadline.
-    left = elastic.wait_drained(cluster.gcs_address, [by_pod["pod-idle"].node_id], drain_at + 120)
+    left = raygcs.wait_drained(cluster.gcs_address, [by_pod["pod-idle"].node_id], drain_at + 120)
     idle_exit = time.time() - drain_at
     assert not left, "the idle drained node never exited"
     busy = [by_pod["pod-a"].node_id, by_pod["pod-b"].node_id]
-    left = elastic.wait_drained(cluster.gcs_address, busy, max(time.time(), drain_at + grace) + 0.5)
+    left = raygcs.wait_drained(cluster.gcs_address, busy, max(time.time(), drain_at + grace) + 0.5)
     assert set(left) == set(busy)  # an actor and a running task keep them up until KubeRay deletes the pods
     print(f"idle drained node exited after {idle_exit:.1f} s; busy ones held past the {grace:.0f} s deadline")
 
@@ -111,8 +111,8 @@ def test_pods_without_a_ray_node_are_reported_not_drained(ray_cluster: Any) -> N
     cluster = ray_cluster()
     _node(cluster, "pod-a", actor=1)
     cluster.wait_for_nodes()
-    out = elastic.drain_ray_nodes(cluster.gcs_address, ["pod-a", "no-such-pod"], "kai-ray: test", 1.0)
-    assert [(o.pod, o.status) for o in out] == [("pod-a", elastic.ACCEPTED), ("no-such-pod", elastic.NOT_FOUND)]
+    out = raygcs.drain_ray_nodes(cluster.gcs_address, ["pod-a", "no-such-pod"], "kai-ray: test", 1.0)
+    assert [(o.pod, o.status) for o in out] == [("pod-a", raygcs.ACCEPTED), ("no-such-pod", raygcs.NOT_FOUND)]
 
 
 def _free_port() -> int:
@@ -123,9 +123,9 @@ def _free_port() -> int:
 
 def test_unreachable_gcs_returns_fast(ray_env: Path) -> None:
     t0 = time.monotonic()
-    out = elastic.drain_ray_nodes(f"127.0.0.1:{_free_port()}", ["p1", "p2"], "kai-ray: test", 30, timeout_s=2)
+    out = raygcs.drain_ray_nodes(f"127.0.0.1:{_free_port()}", ["p1", "p2"], "kai-ray: test", 30, timeout_s=2)
     took = time.monotonic() - t0
-    assert [o.status for o in out] == [elastic.UNREACHABLE] * 2
+    assert [o.status for o in out] == [raygcs.UNREACHABLE] * 2
     assert "unreachable" in out[0].message and took < 3, took
 
     # Something listens but never answers (a hung GCS): bounded by the timeout too.
@@ -133,8 +133,8 @@ def test_unreachable_gcs_returns_fast(ray_env: Path) -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
         t0 = time.monotonic()
-        out = elastic.drain_ray_nodes(f"127.0.0.1:{silent.getsockname()[1]}", ["p1"], "kai-ray: test", 30, timeout_s=1)
+        out = raygcs.drain_ray_nodes(f"127.0.0.1:{silent.getsockname()[1]}", ["p1"], "kai-ray: test", 30, timeout_s=1)
         took = time.monotonic() - t0
-    assert [o.status for o in out] == [elastic.UNREACHABLE]
+    assert [o.status for o in out] == [raygcs.UNREACHABLE]
     assert took < 4, took
     print(f"\nunreachable GCS: answered in {took:.1f} s")
