@@ -33,6 +33,8 @@ GPU_MEMORY_NODE_LABEL = "nvidia.com/gpu.memory"
 MAX_MEMBER = "kai-ray.io/max-member"
 SUBGROUP_MAX = "kai-ray.io/subgroup-max"
 SUBGROUP_NAMES = "kai-ray.io/subgroup-names"
+# JSON {subgroup: {Ray resource: amount}}: what each pod tells Ray beyond CPU/GPU/memory (TPU, custom resources)
+RAY_RESOURCES = "kai-ray.io/ray-resources"
 SUBMITTER_SUBGROUP = "submitter"
 # Why the gang cannot be scheduled, written by the podgrouper on the PodGroup (the scheduler reports it as a condition)
 INVALID = "kai-ray.io/invalid"

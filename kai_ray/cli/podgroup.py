@@ -25,7 +25,7 @@ from kai_ray.api.strict import refused_fields, unknown_fields
 from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_fail
 from kai_ray.cli.output import dump_yaml_all
 from kai_ray.constants import INVALID, RAY_KINDS
-from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group
+from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group, ray_resource_warnings
 
 
 def read_source(path: str) -> tuple[str, str]:
@@ -76,6 +76,8 @@ def podgroups_from_text(
             problem = pg.metadata.annotations.get(INVALID)
             if problem:  # the operator would still write this PodGroup, to explain on it why nothing is scheduled
                 raise CliError(located(label, problem, doc))
+            for mismatch in ray_resource_warnings(obj):
+                warn_or_fail(f"{label}: {mismatch}", strict)
             out.append(pg.to_dict())
             if isinstance(obj, RayJob) and (doc.get("spec") or {}).get("suspend") is True:
                 suspended.append(label)
