@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, StrictOpt, app, output, warn_or_fail
+from kai_ray.cli import CliError, StrictOpt, app, note, output, warn_or_fail
 from kai_ray.cli.fragmentation import simulate_inflation
 from kai_ray.sim.engine import EngineOptions, SimResult
 from kai_ray.sim.inflation import InflationError, check_placement
@@ -43,6 +43,8 @@ def load_scenario_or_fail(path: str | Path, strict: bool = False) -> Scenario:
         raise CliError(str(exc)) from None
     for text in scn.warnings:
         warn_or_fail(text, strict)
+    for text in scn.notes:
+        note(text)
     return scn
 
 

@@ -45,7 +45,13 @@ from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
 from kai_ray.api.strict import did_you_mean, refused_fields, unknown_fields
 from kai_ray.durations import seconds
-from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
+from kai_ray.podgrouper import (
+    GroupingError,
+    PodgrouperConfig,
+    effective_cluster_spec,
+    group,
+    ray_resource_warnings,
+)
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.snapshot import Node, Resources, SchedulerConfig, Taint
 from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
@@ -433,6 +439,7 @@ class Scenario:
     description: str | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)  # unknown fields, ignored: "<where>: <field>: ..."
     dra: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # DRA manifests and the nodes' ResourceSlices
+    notes: list[str] = dataclasses.field(default_factory=list)  # what was skipped or kept as written, on purpose
 
 
 def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
@@ -563,6 +570,7 @@ def _load_workload(
     pg_config: PodgrouperConfig,
     warnings: list[str],
     dra_out: list[dict[str, Any]] | None = None,
+    notes: list[str] | None = None,
 ) -> Workload:
     where = f"{source}: workloads[{i}]"
     if spec.path is not None:
@@ -575,6 +583,11 @@ def _load_workload(
         docs = [d for d in docs if not (isinstance(d[1], dict) and d[1].get("kind") in DRA_KINDS)]
         if dra_out is not None:
             dra_out.extend(dra_docs)
+        others = [d for d in docs if isinstance(d[1], dict) and d[1].get("kind") and d[1]["kind"] not in c.RAY_KINDS]
+        if len(others) < len(docs):  # a file of a Role, a ConfigMap and the RayJob: the RayJob is the workload
+            docs = [d for d in docs if d not in others]
+            if notes is not None:
+                notes += [f"{where}.path: {label} ({describe(doc)}): not a Ray CR; skipped" for label, doc in others]
         if len(docs) != 1:
             raise ScenarioError(f"{where}.path: {spec.path} holds {len(docs)} documents; a workload is one Ray CR")
         label, doc = docs[0]
@@ -602,6 +615,7 @@ def _load_workload(
         raise ScenarioError(located(named, str(exc), doc)) from None
     if c.INVALID in pg.metadata.annotations:
         raise ScenarioError(located(named, pg.metadata.annotations[c.INVALID], doc))
+    warnings += [f"{named}: {mismatch}" for mismatch in ray_resource_warnings(obj)]
     cluster_spec = effective_cluster_spec(obj)
     groups = {wg.group_name or f"worker-group-{k}": wg for k, wg in enumerate(cluster_spec.worker_group_specs)}
     for k, step in enumerate(spec.scale):
@@ -618,6 +632,8 @@ def _load_workload(
                 f"{where}.scale[{k}].replicas: {step.replicas} x numOfHosts {wg.hosts} pods; at most "
                 f"{pg_config.max_gang_pods} pods per gang"
             )
+    if not isinstance(obj, RayService) and obj.spec.suspend is True and notes is not None:
+        notes.append(f"{named}: spec.suspend is true: KubeRay creates no pods until it is resumed; it stays suspended")
     if spec.upgrade_at is not None and not isinstance(obj, RayService):
         raise ScenarioError(f"{where}.upgradeAt: only a RayService upgrades (this is a {obj.kind})")
     return Workload(
@@ -661,7 +677,10 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         if doc.get("kind") not in DRA_KINDS:
             raise ScenarioError(f"{source}: dra[{i}].kind: {doc.get('kind')!r} is not one of {', '.join(DRA_KINDS)}")
         dra.append(doc)
-    workloads = [_load_workload(w, i, base, source, pg_config, warnings, dra) for i, w in enumerate(raw.workloads)]
+    notes: list[str] = []
+    workloads = [
+        _load_workload(w, i, base, source, pg_config, warnings, dra, notes) for i, w in enumerate(raw.workloads)
+    ]
     dra.extend(sl for ns in raw.nodes for sl in ns.as_resource_slices())
     keys: set[str] = set()
     leaves = {q.name for q in queues} - {q.spec.parent_queue for q in queues if q.spec.parent_queue}
@@ -686,6 +705,7 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         description=raw.description,
         warnings=warnings,
         dra=dra,
+        notes=notes,
     )
 
 
