@@ -20,6 +20,7 @@ from kai_ray.api.loader import (
     read_text,
     what_is,
 )
+from kai_ray.api.names import key_problems, priority_problems
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.api.strict import refused_fields, unknown_fields
 from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_fail
@@ -63,10 +64,14 @@ def podgroups_from_text(
                 skipped.append(f"{where} ({describe(doc)})")
                 continue
             label = f"{where} ({describe(doc)})"
-            for unknown in unknown_fields(doc):
-                warn_or_fail(f"{label}: {unknown.located()}", strict)
             for bad in refused_fields(doc):
                 raise CliError(f"{label}: {bad}")
+            for unknown in unknown_fields(doc):
+                warn_or_fail(f"{label}: {unknown.located()}", strict)
+            for key in key_problems(doc):
+                warn_or_fail(f"{label}: {key}", strict)
+            for priority in priority_problems(doc, config.priority_classes, every=False):
+                warn_or_fail(f"{label}: {priority}", strict, ignored=False)
             obj = parse_object(doc, where)
             assert isinstance(obj, RayCluster | RayJob | RayService)
             try:

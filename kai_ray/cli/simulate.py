@@ -43,6 +43,8 @@ def load_scenario_or_fail(path: str | Path, strict: bool = False) -> Scenario:
         raise CliError(str(exc)) from None
     for text in scn.warnings:
         warn_or_fail(text, strict)
+    for text in scn.advice:
+        warn_or_fail(text, strict, ignored=False)
     for text in scn.notes:
         note(text)
     return scn

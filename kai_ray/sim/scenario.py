@@ -40,6 +40,7 @@ from kai_ray.api.loader import (
     what_is,
 )
 from kai_ray.api.meta import ObjectMeta
+from kai_ray.api.names import key_problems, priority_problems
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
@@ -440,6 +441,7 @@ class Scenario:
     warnings: list[str] = dataclasses.field(default_factory=list)  # unknown fields, ignored: "<where>: <field>: ..."
     dra: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # DRA manifests and the nodes' ResourceSlices
     notes: list[str] = dataclasses.field(default_factory=list)  # what was skipped or kept as written, on purpose
+    advice: list[str] = dataclasses.field(default_factory=list)  # used as written, likely not as meant (a typo'd class)
 
 
 def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
@@ -571,6 +573,7 @@ def _load_workload(
     warnings: list[str],
     dra_out: list[dict[str, Any]] | None = None,
     notes: list[str] | None = None,
+    advice: list[str] | None = None,
 ) -> Workload:
     where = f"{source}: workloads[{i}]"
     if spec.path is not None:
@@ -596,10 +599,13 @@ def _load_workload(
         label, doc, field = f"{where}.manifest", spec.manifest, f"{where}.manifest"
     named = f"{field} ({describe(doc)})" if isinstance(doc, dict) else field
     if isinstance(doc, dict) and doc.get("kind") in ("RayCluster", "RayJob", "RayService"):
-        for unknown in unknown_fields(doc):
-            warnings.append(f"{named}: {unknown.located()}")
         for bad in refused_fields(doc):
             raise ScenarioError(f"{named}: {bad}")
+        for unknown in unknown_fields(doc):
+            warnings.append(f"{named}: {unknown.located()}")
+        warnings += [f"{named}: {key}" for key in key_problems(doc)]
+        if advice is not None:
+            advice += [f"{named}: {p}" for p in priority_problems(doc, pg_config.priority_classes, every=True)]
     try:
         obj = parse_object(doc, label)
     except ManifestError as exc:
@@ -678,8 +684,9 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
             raise ScenarioError(f"{source}: dra[{i}].kind: {doc.get('kind')!r} is not one of {', '.join(DRA_KINDS)}")
         dra.append(doc)
     notes: list[str] = []
+    advice: list[str] = []
     workloads = [
-        _load_workload(w, i, base, source, pg_config, warnings, dra, notes) for i, w in enumerate(raw.workloads)
+        _load_workload(w, i, base, source, pg_config, warnings, dra, notes, advice) for i, w in enumerate(raw.workloads)
     ]
     dra.extend(sl for ns in raw.nodes for sl in ns.as_resource_slices())
     keys: set[str] = set()
@@ -706,6 +713,7 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         warnings=warnings,
         dra=dra,
         notes=notes,
+        advice=advice,
     )
 
 

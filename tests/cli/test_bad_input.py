@@ -368,7 +368,7 @@ def bad_manifests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         out[name] = str(d / f"{name}.yaml")
         out[f"{name}-scenario"] = str(d / f"{name}-scenario.yaml")
     typo = _rayjob()
-    typo["spec"]["rayClusterSpec"]["workerGroupSpec"] = typo["spec"]["rayClusterSpec"].pop("workerGroupSpecs")
+    typo["spec"]["rayClusterSpec"]["rayVerison"] = typo["spec"]["rayClusterSpec"].pop("rayVersion", "2.52.0")
     files: dict[str, bytes] = {
         "latin1": LATIN1,
         "binary": BINARY,
@@ -397,7 +397,7 @@ FILE_PROBLEMS = {
     "merged": "line {line}: duplicate key 'apiVersion' (first on line 3); two objects in one document: a '---' line "
     "between them is probably missing",
 }
-TYPO = "spec.rayClusterSpec.workerGroupSpec: unknown field (did you mean workerGroupSpecs?) (--strict)"
+TYPO = "spec.rayClusterSpec.rayVerison: unknown field (did you mean rayVersion?) (--strict)"
 SCENARIO_READERS = ("simulate", "queues", "pending", "demo")
 BAD_MANIFEST_CASES = (
     [(name, entry) for name in BAD_RESOURCES for entry in ("podgroup", *SCENARIO_READERS)]
@@ -536,6 +536,6 @@ def test_warnings_say_strict_makes_them_errors(
     code, err = _run(capsys, ["podgroup", "-f", bad_manifests["typo"]])
     assert code == 0
     assert err.strip() == (
-        f"kai-ray: warning: {bad_manifests['typo']} document 1 (RayJob job): spec.rayClusterSpec.workerGroupSpec: unknown "
-        "field (did you mean workerGroupSpecs?); ignored (--strict makes this an error)"
+        f"kai-ray: warning: {bad_manifests['typo']} document 1 (RayJob job): spec.rayClusterSpec.rayVerison: unknown "
+        "field (did you mean rayVersion?); ignored (--strict makes this an error)"
     )
