@@ -62,6 +62,8 @@ PODGROUPER_RULES: list[Rule] = [
     # controllers' pods
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["replicasets", "deployments", "statefulsets"], "verbs": ["get"]},
+    # a Ray object's priority class: a Warning Event when the cluster does not define it
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]},
     *EVENT_RULES,
 ]
 

@@ -55,6 +55,7 @@ from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, p
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.podgrouper import (
     SUBMITTER_JOB,
     GroupingError,
@@ -81,6 +82,7 @@ from kai_ray.podgrouper.defaultgrouper import (
     update_body,
     without_zero_min_member,
 )
+from kai_ray.podgrouper.explain import explain
 from kai_ray.podgrouper.upgrade import own_podgroup_name, service_cluster_group
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,7 @@ class PodgrouperOperator:
         self.owner_grace = OWNER_GRACE
         self._warned: dict[str, str] = {}  # Ray CR key -> admission warning given (once per distinct warning)
         self._fields_checked: dict[str, tuple[Any, ...]] = {}  # Ray CR key -> the version whose fields were checked
+        self._explained: dict[str, tuple[Any, ...]] = {}  # Ray CR key -> the version whose gang was explained
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self._omit_zero_min = False  # the installed PodGroup CRD refuses minMember 0 (KAI v0.12): omit it
         self.pruned = PruneGuard()
@@ -298,6 +301,7 @@ class PodgrouperOperator:
                 self._warned.pop(f"{kind}/{key}", None)
                 self._orphans.pop(f"ray/{kind}/{key}", None)
                 self._fields_checked.pop(f"{kind}/{key}", None)
+                self._explained.pop(f"{kind}/{key}", None)
                 return
             self._enqueue(f"ray/{kind}/{key}")
 
@@ -686,6 +690,43 @@ class PodgrouperOperator:
             self.metrics.findings.labels(kind).inc()
             self.events.emit(ref, WARNING, "UnknownField", f"{'; '.join(map(str, unknown))}; ignored by kai-ray")
 
+    def _explain(self, kind: str, raw: dict[str, Any], pg: PodGroup, existing: dict[str, Any] | None) -> None:
+        """Events on a Ray object saying what its gang became where that is likely not what its author expects
+        (:mod:`kai_ray.podgrouper.explain`), and a priority class the cluster does not define. Once per version."""
+        meta = raw.get("metadata") or {}
+        by_kai = bool(
+            {SUSPEND_ANNOTATION, c.MAX_PENDING_ACTED}
+            & set(((existing or {}).get("metadata") or {}).get("annotations") or {})
+        )
+        annotations = meta.get("annotations") or {}
+        version = (meta.get("uid"), meta.get("generation"), annotations.get(c.STALENESS_GRACE), by_kai)
+        ckey = f"{kind}/{meta.get('namespace')}/{meta.get('name')}"
+        if self._explained.get(ckey) == version:
+            return
+        self._explained[ckey] = version
+        obj = parse_object({**raw, "kind": kind}, f"{kind} {meta.get('name')}")
+        assert isinstance(obj, RayCluster | RayJob | RayService)
+        ref = object_ref(raw, kind=kind)
+        for finding in explain(obj, pg, suspended_by_kai=by_kai):
+            self.events.emit(ref, finding.type, finding.reason, finding.message)
+        pclass = pg.spec.priority_class_name
+        if pclass and not self._priority_class_exists(pclass):
+            self.events.emit(
+                ref,
+                WARNING,
+                "PriorityClassNotFound",
+                f"priority class {pclass!r}: no such PriorityClass in the cluster; the gang gets the default "
+                f"priority {c.DEFAULT_PRIORITY_VALUE}",
+            )
+
+    def _priority_class_exists(self, name: str) -> bool:
+        """Whether the cluster defines the PriorityClass (True when the API server cannot say)."""
+        try:
+            self.kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+        except ApiError as exc:
+            return exc.status != 404
+        return True
+
     def reconcile_ray(self, kind: str, key: str) -> None:
         raw = self._get_cached(self.ray[kind], key)
         if raw is None:
@@ -712,6 +753,8 @@ class PodgrouperOperator:
         pg_key = f"{ns}/{desired.metadata.name}"
         existing = self._get_pg(pg_key)
         self.apply(desired, existing_raw=existing)
+        if c.INVALID not in desired.metadata.annotations:
+            self._explain(kind, raw, desired, existing)
         if self._orphans:
             self._adopted(f"ray/{kind}/{key}", raw, desired.metadata.name)
         # pods may need a new subgroup label after a spec change
