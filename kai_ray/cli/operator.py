@@ -243,7 +243,7 @@ def _define(kind: str) -> None:
         write_workers: int = o(8, "concurrent status/Event writes", panel="scheduling", metavar="N"),
         kai_compatible_priorities: bool = o(
             False,
-            "every Ray kind defaults to `train` (KAI's default)",
+            "every Ray kind defaults to 'train' (KAI's default)",
             "--kai-compatible-priorities",
             panel="podgrouper",
         ),

@@ -17,7 +17,8 @@ from kai_ray.sim.inflation import DATA_ENV, DEFAULT_NODES, DEFAULT_PODS, Inflati
 from kai_ray.sim.trace import TraceError
 
 DataOpt = Annotated[
-    str | None, typer.Option("--data", help=f"Directory of the Alibaba files (default ${DATA_ENV} or ../shared/...)")
+    str | None,
+    typer.Option("--data", help=f"Directory of the Alibaba files (default: ${DATA_ENV}; see docs/fragmentation.md)"),
 ]
 NodesOpt = Annotated[str, typer.Option("--nodes", help="Node list: a path or a name in --data")]
 PodsOpt = Annotated[str, typer.Option("--pods", help="Pod lists, comma-separated: paths or names (default, ...)")]
