@@ -37,7 +37,7 @@ def pyplot() -> Any:
         import matplotlib
     except ImportError:
         raise PlotsUnavailable(
-            "plots need matplotlib, which comes with the 'plots' extra: pip install 'kai-ray[plots]'"
+            "plots need matplotlib, which comes with the 'plots' extra: in a kai-ray checkout, pip install '.[plots]'"
         ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

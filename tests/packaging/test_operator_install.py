@@ -228,7 +228,7 @@ def test_what_the_operator_install_lacks_is_named_in_one_line(venv: Path, tmp_pa
     kai_ray = str(venv / "bin" / "kai-ray")
     demo = subprocess.run([kai_ray, "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
-    assert "pip install 'kai-ray[plots]'" in demo.stdout + demo.stderr, "the story is told; the plots are skipped"
+    assert "pip install '.[plots]'" in demo.stdout + demo.stderr, "the story is told; the plots are skipped"
     bench = subprocess.run(
         [kai_ray, "bench", "e2e", "--nodes", "1", "--pods", "1"], capture_output=True, text=True, timeout=120
     )

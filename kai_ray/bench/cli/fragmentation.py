@@ -81,7 +81,7 @@ def sweep_cmd(
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise CliError("sweep: needs Ray: pip install 'kai-ray[ray]'") from None
+        raise CliError("sweep: needs Ray: in a kai-ray checkout, pip install '.[ray]'") from None
     if cpus is not None and cpus < 1:
         raise CliError(f"--cpus: must be at least 1, got {cpus}")
     if cpus is not None and address:
