@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 from typing import IO, Any, TextIO, cast
 
@@ -148,3 +149,34 @@ class _HelpTable(Table):
 
 
 setattr(typer.rich_utils, "Table", _HelpTable)  # noqa: B010
+
+
+# pydantic's wording (typer 0.29 converts values with pydantic) -> the house's
+_PHRASES = (
+    (re.compile(r"Input should be a valid integer.*"), "not a whole number"),
+    (re.compile(r"Input should be a valid number.*"), "not a number"),
+    (re.compile(r"Input should be a valid boolean.*"), "not true or false"),
+    (re.compile(r"Input should be "), "should be "),
+)
+
+
+def usage_error_line(message: str, command_path: str | None) -> str:
+    """A usage error (an unknown option, a value of the wrong kind) as the one ``kai-ray: error:`` line every other
+    error is, with where the help is; typer draws a box around it, and words it in pydantic's phrases."""
+    message = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", message.strip())
+    for pattern, plain in _PHRASES:
+        message = pattern.sub(plain, message)
+    if message[:2].istitle():  # "No such option" -> "no such option", as every other error line
+        message = message[0].lower() + message[1:]
+    hint = f" (see '{command_path} --help')" if command_path else ""
+    return f"kai-ray: error: {message.rstrip('.')}{hint}"
+
+
+def _format_error(self: Any) -> None:
+    if type(self).__name__ == "NoArgsIsHelpError":
+        return
+    ctx = getattr(self, "ctx", None)
+    print(usage_error_line(self.format_message(), ctx.command_path if ctx is not None else None), file=sys.stderr)
+
+
+setattr(typer.rich_utils, "rich_format_error", _format_error)  # noqa: B010

@@ -36,8 +36,10 @@ from kai_ray.api.loader import (
     load_documents,
     located,
     parse_object,
+    pydantic_message,
     read_text,
     what_is,
+    yaml_kind,
 )
 from kai_ray.api.meta import ObjectMeta
 from kai_ray.api.names import key_problems, priority_problems
@@ -372,7 +374,7 @@ def node_spec(raw: Any, where: str, defaults: dict[str, Any] | None = None) -> N
     """One node entry -> NodeSpec, or ScenarioError naming the field (``nodes[2].maxPods: ...``). ``defaults`` fill
     the keys (snake_case) the entry gives in neither spelling: a test harness's own node defaults."""
     if not isinstance(raw, dict):
-        raise ScenarioError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        raise ScenarioError(f"{where}: expected a mapping, got {yaml_kind(raw)}")
     data = dict(raw)
     for key, value in (defaults or {}).items():
         if key not in data and to_camel(key) not in data:
@@ -386,7 +388,7 @@ def node_spec(raw: Any, where: str, defaults: dict[str, Any] | None = None) -> N
 def config_from(raw: Any) -> SchedulerConfig:
     """A ``config:`` section -> SchedulerConfig, or ScenarioError naming the field (``config.kValue: ...``)."""
     if raw is not None and not isinstance(raw, dict):
-        raise ScenarioError(f"config: expected a mapping, got {type(raw).__name__}")
+        raise ScenarioError(f"config: expected a mapping, got {yaml_kind(raw)}")
     try:
         return scheduler_config(raw)
     except ValidationError as exc:
@@ -447,7 +449,7 @@ class Scenario:
 def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     err = exc.errors()[0]
     loc = field_path(tuple(err["loc"]))
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    msg = pydantic_message(err)
     if err["type"] == "extra_forbidden":
         known = _known_keys(model, tuple(err["loc"])[:-1]) if model is not None else set()
         hint = did_you_mean(str(err["loc"][-1]), known) if known else None

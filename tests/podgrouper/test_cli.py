@@ -70,7 +70,7 @@ def test_errors_are_one_line_naming_document_and_field():
     assert "apiVersion: 'ray.io/v9' is not a KubeRay API version" in _err("apiVersion: ray.io/v9\nkind: RayJob\n")
     assert "invalid YAML" in _err("a: [\n")
     line = _err(yaml.safe_dump_all([ray_doc("RayCluster", cluster_spec()), "just a string"]))
-    assert "document 2 is a YAML str" in line
+    assert "document 2 is a YAML string" in line
     assert "no Ray CR" in _err("")
 
 
