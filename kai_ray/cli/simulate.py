@@ -242,6 +242,8 @@ def simulate_cmd(
         res = simulate(scn, POLICIES[policy])
         extra = {"description": scn.description} if scn.description else {}
         extra["policy"] = policy
+        if scn.simulation.ray_facts:
+            extra["ray_facts"] = True  # the scheduler was told what Ray knows: print_metrics shows its figures
         source = scenario
         title = POLICIES[policy].title
     doc = result_document(res, source, extra)

@@ -197,6 +197,17 @@ def print_metrics(doc: dict[str, Any], console: Console) -> None:
         ("GPU-hours lost to evictions", _fmt(m["lost_gpu_hours"])),
         ("GPU-hours held by partial gangs", _fmt(m["partial_gang_gpu_hours"])),
     ]
+    if doc.get("ray_facts"):
+        rows += [
+            ("Ray-native: work lost since checkpoint or busy phase (GPU-h)", _fmt(m["work_lost_gpu_hours"])),
+            ("Ray-native: GPU-hours held by half-started gangs", _fmt(m["half_started_gpu_hours"])),
+        ]
+        for key, w in doc["workloads"].items():
+            if "upgrade_of" in w:
+                served = w.get("time_to_serve_seconds")
+                rows.append(
+                    (f"Ray-native: {key} upgrade serves after", _fmt(served, "s") if served is not None else "never")
+                )
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)
