@@ -27,6 +27,7 @@ from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_f
 from kai_ray.cli.output import dump_yaml_all
 from kai_ray.constants import INVALID, RAY_KINDS
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group, ray_resource_warnings
+from kai_ray.podgrouper.explain import explain
 
 
 def read_source(path: str) -> tuple[str, str]:
@@ -83,6 +84,13 @@ def podgroups_from_text(
                 raise CliError(located(label, problem, doc))
             for mismatch in ray_resource_warnings(obj):
                 warn_or_fail(f"{label}: {mismatch}", strict)
+            for finding in explain(obj, pg):
+                if finding.reason == "Suspended":
+                    continue  # noted below, with what podgroup shows for it
+                if finding.type == "Warning":
+                    warn_or_fail(f"{label}: {finding.message}", strict, ignored=False)
+                else:
+                    note(f"{label}: {finding.message}")
             out.append(pg.to_dict())
             if isinstance(obj, RayJob) and (doc.get("spec") or {}).get("suspend") is True:
                 suspended.append(label)

@@ -55,6 +55,7 @@ from kai_ray.podgrouper import (
     group,
     ray_resource_warnings,
 )
+from kai_ray.podgrouper.explain import explain
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.snapshot import Node, Resources, SchedulerConfig, Taint
 from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
@@ -624,6 +625,13 @@ def _load_workload(
     if c.INVALID in pg.metadata.annotations:
         raise ScenarioError(located(named, pg.metadata.annotations[c.INVALID], doc))
     warnings += [f"{named}: {mismatch}" for mismatch in ray_resource_warnings(obj)]
+    for finding in explain(obj, pg):
+        if finding.reason == "Suspended":
+            continue  # noted below, with what the simulator does with it
+        if finding.type == "Warning" and advice is not None:
+            advice.append(f"{named}: {finding.message}")
+        elif finding.type != "Warning" and notes is not None:
+            notes.append(f"{named}: {finding.message}")
     cluster_spec = effective_cluster_spec(obj)
     groups = {wg.group_name or f"worker-group-{k}": wg for k, wg in enumerate(cluster_spec.worker_group_specs)}
     for k, step in enumerate(spec.scale):

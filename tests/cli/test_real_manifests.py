@@ -174,3 +174,36 @@ def test_a_scenario_knows_every_class(tmp_path: Path, capsys: pytest.CaptureFixt
     code, _, err = _run(["simulate", str(path), "--json"], capsys)
     assert code == 0
     assert "metadata.labels[priorityClassName]: 'team-critical' is not a PriorityClass (known: train, " in err
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        (
+            lambda d: _worker(d).update(replicas=0, minReplicas=0),
+            "note: {label}: spec.rayClusterSpec.workerGroupSpecs: no group has replicas (gpu-workers); the gang is "
+            "the head pod alone",
+        ),
+        (
+            lambda d: _worker(d).update(groupName="GPU_Workers"),
+            "note: {label}: spec.rayClusterSpec.workerGroupSpecs[0].groupName: 'GPU_Workers' is not a DNS label; "
+            "its subgroup is 'gpu-workers-",
+        ),
+        (
+            lambda d: d["metadata"].update(annotations={"kai.scheduler/staleness-grace-period": ""}),
+            "warning: {label}: metadata.annotations[kai.scheduler/staleness-grace-period]: is empty",
+        ),
+        (
+            lambda d: _worker(d)["template"].update(metadata={"annotations": {"gpu-fraction": "1e-9"}}),
+            "warning: {label}: spec.rayClusterSpec.workerGroupSpecs[0].template.metadata.annotations[gpu-fraction]: "
+            "'1e-9' is less than 1 MiB",
+        ),
+    ],
+)
+def test_podgroup_says_what_a_legal_but_surprising_gang_became(
+    change: object, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _variant(tmp_path, change)
+    code, out, err = _run(["podgroup", "-f", str(path)], capsys)
+    assert code == 0 and "kind: PodGroup" in out
+    assert f"kai-ray: {line.format(label=f'{path} document 1 (RayJob llm-finetune)')}" in err, err
