@@ -54,6 +54,7 @@ def podgroups_from_text(
     out: list[dict[str, object]] = []
     skipped: list[str] = []
     suspended: list[str] = []
+    shapes: list[str] = []  # what a legal gang became, noted once every document is read
     try:
         for where, doc in load_documents(text, source):
             kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -90,7 +91,7 @@ def podgroups_from_text(
                 if finding.type == "Warning":
                     warn_or_fail(f"{label}: {finding.message}", strict, ignored=False)
                 else:
-                    note(f"{label}: {finding.message}")
+                    shapes.append(f"{label}: {finding.message}")
             out.append(pg.to_dict())
             if isinstance(obj, RayJob) and (doc.get("spec") or {}).get("suspend") is True:
                 suspended.append(label)
@@ -104,6 +105,8 @@ def podgroups_from_text(
         raise CliError(f"{source}: no Ray CR found")
     for label in skipped:
         note(f"{label}: not a Ray CR; skipped")
+    for text in shapes:
+        note(text)
     for label in suspended:
         note(f"{label}: spec.suspend is true: KubeRay creates no pods until it is resumed; its PodGroup is shown")
     return out
