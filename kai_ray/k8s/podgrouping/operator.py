@@ -64,6 +64,7 @@ from kai_ray.podgrouper import (
     group,
     is_submitter,
     placeholder_group,
+    ray_resource_warnings,
     stamp,
     suspend_blocker,
 )
@@ -707,8 +708,15 @@ class PodgrouperOperator:
         obj = parse_object({**raw, "kind": kind}, f"{kind} {meta.get('name')}")
         assert isinstance(obj, RayCluster | RayJob | RayService)
         ref = object_ref(raw, kind=kind)
-        for finding in explain(obj, pg, suspended_by_kai=by_kai):
+        try:
+            findings = explain(obj, pg, suspended_by_kai=by_kai)
+            mismatches = ray_resource_warnings(obj)
+        except GroupingError:  # no embedded cluster spec (a clusterSelector RayJob): nothing of its own to explain
+            findings, mismatches = [], []
+        for finding in findings:
             self.events.emit(ref, finding.type, finding.reason, finding.message)
+        for problem in mismatches:
+            self.events.emit(ref, WARNING, "RayResourceMismatch", problem)
         pclass = pg.spec.priority_class_name
         if pclass and not self._priority_class_exists(pclass):
             self.events.emit(

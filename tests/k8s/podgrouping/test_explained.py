@@ -1,7 +1,7 @@
 """Every accepted Ray object explained, on the real API server: the podgrouper operator writes an Event with its own
 reason on each legal Ray object whose gang is likely not what its author expects (a user-suspended RayJob, no worker
 groups, no replicas, dozens of groups, non-DNS group names, a PriorityClass the cluster lacks, an empty
-staleness-grace-period, a gpu-fraction too small to get anything)."""
+staleness-grace-period, a gpu-fraction too small to get anything, TPUs Ray is told of but the pod does not get)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ def test_each_legal_surprise_gets_its_own_event(
         ),
         ("tiny", "RayCluster", _spec(_worker("gpu", annotations={"gpu-fraction": "1e-9"})), {}),
         ("held", "RayJob", {"entrypoint": "python x.py", "suspend": True, "rayClusterSpec": _spec(_worker("gpu"))}, {}),
+        ("told", "RayCluster", _spec({**_worker("tpu"), "rayStartParams": {"resources": '{"TPU": 4}'}}), {}),
     ]
     for name, kind, spec, meta in cases:
         body = {"apiVersion": "ray.io/v1", "kind": kind, "metadata": {"name": name, **meta}, "spec": spec}
@@ -61,6 +62,7 @@ def test_each_legal_surprise_gets_its_own_event(
         ("stale", "BadAnnotation"): ("Warning", "staleness-grace-period]: is empty"),
         ("tiny", "GPUFractionTooSmall"): ("Warning", "'1e-9' is less than 1 MiB of even a 141 GiB GPU"),
         ("held", "Suspended"): ("Normal", "spec.suspend is true: KubeRay creates no pods until it is resumed"),
+        ("told", "RayResourceMismatch"): ("Warning", "Ray is told TPU 4 but the Ray container has no google.com/tpu"),
     }
     events = wait_until(
         "an Event of its own on each Ray object",
