@@ -290,7 +290,7 @@ def pending_cmd(
     for r in rows:
         why = f"{r.reason}: {r.message}" if used_compact else r.message
         if why:
-            console.print(f"[bold]{r.position or '-'}[/bold] {r.namespace}/{r.name}: {why}", soft_wrap=not used_compact)
+            console.print(f"[bold]{r.position or '-'}[/bold] {r.namespace}/{r.name}: {why}", soft_wrap=False)
     _elastic_note(console, elastic)
 
 
