@@ -49,8 +49,8 @@ from kai_ray.scheduler.session import (
     JobInfo,
     Session,
 )
-from kai_ray.scheduler.tasks import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
 from kai_ray.scheduler.snapshot import Disruption
+from kai_ray.scheduler.tasks import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
 
 Vec = tuple[float, float, float]
 
