@@ -180,6 +180,8 @@ class Reporter:
     ) -> None:
         pg = self.cache.pgs.get(key)
         if pg is None:
+            if key in self.cache.upstream:
+                self._report_upstream(key, v, members, now)
             return
         if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
             self._persist_stale_since(key, pg.model, v)
@@ -228,6 +230,22 @@ class Reporter:
                 for p in members(key):
                     if not p.node:
                         self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+
+    def _report_upstream(self, key: str, v: JobStatus, members: Callable[[str], list[PodEntry]], now: float) -> None:
+        """An upstream Kubernetes PodGroup: kai-ray writes nothing on it (its conditions are kube-scheduler's gang
+        plugin's), so a pending verdict is a Warning Event on each waiting pod, once per change of reason."""
+        prev = self._verdicts.get(key)
+        reason = v.reason.value
+        if prev is None or prev.scheduled != v.scheduled or prev.reason != reason:
+            self._verdicts[key] = prev = _Verdict(v.scheduled, reason, v.message, 0.0, now)
+        if v.scheduled or prev.written_at > 0:
+            return
+        if v.reason is not Reason.INVALID and now - prev.first_seen < PENDING_REPORT_DELAY:
+            return  # transient, as for KAI PodGroups
+        prev.written_at = now
+        for p in members(key):
+            if not p.node:
+                self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{reason}: {v.message}")
 
     def _ray_owner_event(self, raw: dict[str, Any], v: JobStatus) -> None:
         """What the Ray object's owner must see on the object itself (a RayService whose upgrade surge cannot
