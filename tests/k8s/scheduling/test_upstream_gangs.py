@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from kai_ray import constants as c
-from kai_ray.k8s.base.rest import ApiError, Kube, pods_path, queues_path
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.scheduling import upstream
 from kai_ray.k8s.scheduling.explain import explain_data, render
 from kai_ray.k8s.scheduling.operator import SchedulerOperator
@@ -64,7 +65,7 @@ class Cluster:
         self.ns = plane.new_namespace(prefix=name)
         self.nodes: list[str] = []
         self.queues: list[str] = []
-        self.ops: list[SchedulerOperator] = []
+        self.ops: list[SchedulerOperator | PodgrouperOperator] = []
         self.selector: dict[str, str] = {}
 
     def add_nodes(self, n: int, gpus: int = 8) -> list[str]:
@@ -260,10 +261,14 @@ def test_the_disruption_mode_sets_the_victims(cluster: Cluster, mode: str | None
 def test_a_job_controller_gang_gets_kai_ray_queues(cluster: Cluster) -> None:
     """The Job controller (``WorkloadWithJob``) writes the Workload and the PodGroup and names it in the pods; no
     podgrouper runs. The queue is the pods' label (the Job controller copies no labels to either object): its limit
-    holds the 6-GPU gang back whole until it is raised."""
+    holds the 6-GPU gang back whole until it is raised. kai-ray's podgrouper, running too, makes no PodGroup of its
+    own for these pods."""
     cluster.add_nodes(1)
     team = cluster.queue("team", gpu_quota=4, gpu_limit=4)
     cluster.scheduler()
+    grouper = PodgrouperOperator(op_config(cluster.plane, cluster.ns)).start()  # it must leave these pods alone
+    cluster.ops.append(grouper)
+    wait_until("the podgrouper to lead and sync", lambda: grouper.is_leader() and grouper.synced(), 60)
     template = pod_body("unused", 2, labels={c.QUEUE_LABEL: team})
     job = {
         "apiVersion": "batch/v1",
@@ -297,3 +302,4 @@ def test_a_job_controller_gang_gets_kai_ray_queues(cluster: Cluster) -> None:
     assert team in message and bound(cluster.kube, cluster.ns, names) == {}
     cluster.kube.merge_patch(queues_path(team), {"spec": {"resources": {"gpu": {"quota": 8, "limit": 8}}}})
     wait_until("kai-ray to bind the Job's gang", _all_bound(cluster.kube, cluster.ns, names), WAIT)
+    assert cluster.kube.get(podgroups_path(cluster.ns))["items"] == [], "no KAI PodGroup beside the upstream one"
