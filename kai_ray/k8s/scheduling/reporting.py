@@ -181,7 +181,7 @@ class Reporter:
         pg = self.cache.pgs.get(key)
         if pg is None:
             if key in self.cache.upstream:
-                self._report_upstream(key, v, members, now)
+                self._report_upstream(key, v, now)
             return
         if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
             self._persist_stale_since(key, pg.model, v)
@@ -231,7 +231,7 @@ class Reporter:
                     if not p.node:
                         self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
 
-    def _report_upstream(self, key: str, v: JobStatus, members: Callable[[str], list[PodEntry]], now: float) -> None:
+    def _report_upstream(self, key: str, v: JobStatus, now: float) -> None:
         """An upstream Kubernetes PodGroup: kai-ray writes nothing on it (its conditions are kube-scheduler's gang
         plugin's), so a pending verdict is a Warning Event on each waiting pod, once per change of reason."""
         prev = self._verdicts.get(key)
@@ -243,7 +243,9 @@ class Reporter:
         if v.reason is not Reason.INVALID and now - prev.first_seen < PENDING_REPORT_DELAY:
             return  # transient, as for KAI PodGroups
         prev.written_at = now
-        for p in members(key):
+        with self.cache.lock:  # the cache's members: an invalid gang is in no snapshot
+            pods = list((self.cache.members.get(key) or {}).values())
+        for p in pods:
             if not p.node:
                 self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{reason}: {v.message}")
 

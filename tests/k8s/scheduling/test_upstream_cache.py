@@ -95,3 +95,13 @@ def test_a_podgroup_kai_ray_cannot_schedule_is_reported_and_its_pods_wait() -> N
     assert [p.name for p in jobs["ns/g"].pods] == ["a"] and not invalid
     cache.on_upstream_podgroup(DELETE, "ns/g", {})
     assert "ns/g" not in _jobs(cache)[0]
+
+
+def test_a_basic_podgroup_is_a_gang_of_one() -> None:
+    """``schedulingPolicy.basic`` (a Job's default under ``WorkloadWithJob``): each pod is placed as it fits."""
+    cache = _cache()
+    cache.on_upstream_podgroup(UPSERT, "ns/g", _pg(schedulingPolicy={"basic": {}}))
+    cache.on_pod(UPSERT, "ns/a", _pod("a"))
+    cache.on_pod(UPSERT, "ns/b", _pod("b"))
+    job = _jobs(cache)[0]["ns/g"]
+    assert job.min_member == 1 and len(job.pods) == 2

@@ -85,8 +85,8 @@ class Cluster:
         self.queues.append(full)
         return full
 
-    def scheduler(self) -> SchedulerOperator:
-        op = SchedulerOperator(op_config(self.plane, self.ns, node_selector=self.selector)).start()
+    def scheduler(self, **config: Any) -> SchedulerOperator:
+        op = SchedulerOperator(op_config(self.plane, self.ns, node_selector=self.selector, **config)).start()
         self.ops.append(op)
         wait_until("the scheduler to lead and sync", lambda: op.is_leader() and op.synced(), 60)
         return op
@@ -173,6 +173,18 @@ def test_a_gang_that_does_not_fit_waits_whole_then_is_bound_together(cluster: Cl
     cluster.add_nodes(1)
     placed = wait_until("the whole gang to be bound", _all_bound(cluster.kube, cluster.ns, names), WAIT)
     assert sorted(set(placed.values())) == sorted(cluster.nodes)
+
+
+def test_a_gang_beyond_max_gang_pods_is_refused_on_its_pods(cluster: Cluster) -> None:
+    cluster.add_nodes(1)
+    team = cluster.queue("team", gpu_quota=-1)
+    cluster.scheduler(max_gang_pods=2)
+    cluster.podgroup("g", 3, queue=team)
+    names = cluster.pods("g", 3, 1)
+
+    message = wait_until("the pods to be told why", _unschedulable(cluster.kube, cluster.ns, "g-2"), WAIT)
+    assert "spec.schedulingPolicy.gang.minCount: 3 pods" in message and "max-gang-pods" in message
+    assert bound(cluster.kube, cluster.ns, names) == {}
 
 
 def test_the_queue_comes_from_the_podgroup_label(cluster: Cluster) -> None:
