@@ -580,6 +580,12 @@ class SchedulerCache:
                 job.priority = max(values)
         return job, tmpl.job, active, pending
 
+    def upstream_queue(self, key: str) -> str | None:
+        """The queue an upstream gang was last built with (its PodGroup, Workload or pods decide); None if unknown."""
+        with self.lock:
+            built = self._jobs.get(key) if key in self.upstream else None
+            return built[0].queue if built is not None else None
+
     def set_ray_activity(self, facts: Mapping[str, s.RayActivity]) -> None:
         """Ray's latest idle/busy answer per pod key; pods left out have none."""
         with self.lock:

@@ -247,7 +247,7 @@ def test_the_disruption_mode_sets_the_victims(cluster: Cluster, mode: str | None
     pod: a 2-GPU pod needs room on a node the 4-pod gang fills."""
     cluster.add_nodes(1)
     team = cluster.queue("team", gpu_quota=-1)
-    cluster.scheduler()
+    op = cluster.scheduler()
     cluster.podgroup("victim", 4, queue=team, mode=mode)
     victim = cluster.pods("victim", 4, 2)
     wait_until("the victim gang to run", _all_bound(cluster.kube, cluster.ns, victim), WAIT)
@@ -268,6 +268,8 @@ def test_the_disruption_mode_sets_the_victims(cluster: Cluster, mode: str | None
         WAIT,
     )
     assert set(preempted).isdisjoint(bound(cluster.kube, cluster.ns, victim))
+    labels = {"queue_name": team, "action": "preempt"}
+    assert op.metrics.value("kai_ray_queue_evictions_total", labels) == 4 - left, "counted in the victim's queue"
 
 
 def test_a_job_controller_gang_gets_kai_ray_queues(cluster: Cluster) -> None:
@@ -312,6 +314,9 @@ def test_a_job_controller_gang_gets_kai_ray_queues(cluster: Cluster) -> None:
     names = [p["metadata"]["name"] for p in pods]
     message = wait_until("the gang to be held by its queue", _unschedulable(cluster.kube, cluster.ns, names[0]), WAIT)
     assert team in message and bound(cluster.kube, cluster.ns, names) == {}
+    view = cluster_view(cluster.kube)
+    (row,) = [r for r in pending_rows(view.snapshot, view.last, owners=view.owners) if r.namespace == cluster.ns]
+    assert (row.name, row.owner, row.queue, row.min_member) == (group, "Job/train", team, 3)
     cluster.kube.merge_patch(queues_path(team), {"spec": {"resources": {"gpu": {"quota": 8, "limit": 8}}}})
     wait_until("kai-ray to bind the Job's gang", _all_bound(cluster.kube, cluster.ns, names), WAIT)
     assert cluster.kube.get(podgroups_path(cluster.ns))["items"] == [], "no KAI PodGroup beside the upstream one"
