@@ -320,3 +320,36 @@ def test_a_job_controller_gang_gets_kai_ray_queues(cluster: Cluster) -> None:
     cluster.kube.merge_patch(queues_path(team), {"spec": {"resources": {"gpu": {"quota": 8, "limit": 8}}}})
     wait_until("kai-ray to bind the Job's gang", _all_bound(cluster.kube, cluster.ns, names), WAIT)
     assert cluster.kube.get(podgroups_path(cluster.ns))["items"] == [], "no KAI PodGroup beside the upstream one"
+
+
+def test_a_job_whose_template_names_a_podgroup_is_scheduled_as_that_gang(cluster: Cluster) -> None:
+    """The way without ``WorkloadWithJob`` (and with it: the Job controller then manages no scheduling objects): the
+    user writes the PodGroup and the Job's pod template names it."""
+    cluster.add_nodes(1)
+    team = cluster.queue("team", gpu_quota=-1)
+    cluster.scheduler()
+    cluster.podgroup("mine", 2, queue=team)
+    template = pod_body("unused", 4)
+    template["spec"]["schedulingGroup"] = {"podGroupName": "mine"}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "own"},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "template": {"spec": {**template["spec"], "restartPolicy": "Never"}},
+        },
+    }
+    cluster.kube.create(f"/apis/batch/v1/namespaces/{cluster.ns}/jobs", job)
+
+    pods = wait_until(
+        "the Job's two pods",
+        lambda: (lambda ps: ps if len(ps) == 2 else None)(cluster.kube.get(pods_path(cluster.ns))["items"]),
+        WAIT,
+    )
+    assert {upstream.pod_group_name(p["spec"]) for p in pods} == {"mine"}
+    names = [p["metadata"]["name"] for p in pods]
+    wait_until("kai-ray to bind the gang", _all_bound(cluster.kube, cluster.ns, names), WAIT)
+    assert cluster.kube.get(upstream.workloads_path(cluster.ns))["items"] == [], "the Job controller made none"
+    assert [g["metadata"]["name"] for g in cluster.kube.get(upstream.podgroups_path(cluster.ns))["items"]] == ["mine"]
