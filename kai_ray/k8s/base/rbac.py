@@ -27,6 +27,8 @@ SCHEDULER_RULES: list[Rule] = [
     {"apiGroups": [""], "resources": ["pods/binding", "pods/eviction"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]},
+    # upstream gangs: Kubernetes PodGroups and their Workloads (read only)
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups", "workloads"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups", "queues"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups"], "verbs": ["patch"]},  # kai.scheduler/* stamps
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups/status", "queues/status"], "verbs": ["get", "patch"]},

@@ -501,8 +501,11 @@ class PodgrouperOperator:
         meta = raw.get("metadata") or {}
         if meta.get("deletionTimestamp") or (raw.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return
-        if (raw.get("spec") or {}).get("schedulerName") != self.config.scheduler_name:
+        spec = raw.get("spec") or {}
+        if spec.get("schedulerName") != self.config.scheduler_name:
             return
+        if (spec.get("schedulingGroup") or {}).get("podGroupName"):
+            return  # an upstream gang: the Kubernetes PodGroup the pod names is its gang (scheduling/upstream.py)
         chain = self.owner_chain(raw)
         if any(skip_requested(o.get("metadata") or {}) for o in chain):
             return

@@ -258,7 +258,9 @@ class Dispatch:
 
     def _queue_of(self, job: str) -> str:
         pg = self.cache.pgs.get(job)
-        return (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg is not None and pg.model is not None else ""
+        if pg is None:
+            return self.cache.upstream_queue(job) or ""
+        return (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg.model is not None else ""
 
     def _gang_starting(self, job: str, binds: int) -> None:
         """A gang with no pod running got its bindings: count it (KAI's scheduled-by-action) and, the first time

@@ -49,7 +49,7 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import ElasticReclaimer
 from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
 from kai_ray.k8s.ray.rayplan import ray_owner
-from kai_ray.k8s.scheduling import dra
+from kai_ray.k8s.scheduling import dra, upstream
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
 from kai_ray.k8s.scheduling.dra import DraStore, slim_pod_claims
@@ -256,6 +256,11 @@ class SchedulerOperator:
                     label_selector=pool,
                 )
             )
+        infs.extend(
+            upstream.informers(
+                self.kube, cfg.namespaces, self.cache.on_upstream_podgroup, self.cache.on_workload, pool or None
+            )
+        )
         if self.gangs is not None:
             infs.extend(self.gangs.informers)
         return infs
