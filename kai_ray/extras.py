@@ -15,7 +15,7 @@ EXTRA_OF = {
     "prometheus_client": "operator",
     "matplotlib": "plots",
     "ray": "ray",
-    "cryptography": "testing",
+    "cryptography": "operator",
     "pytest": "testing",
 }
 

@@ -28,7 +28,7 @@ def test_operator_without_kopf_names_the_operator_extra(
 
 
 def test_missing_modules_map_to_their_extras(monkeypatch: pytest.MonkeyPatch) -> None:
-    for module, extra in (("matplotlib", "plots"), ("cryptography", "testing"), ("ray", "ray")):
+    for module, extra in (("matplotlib", "plots"), ("cryptography", "operator"), ("ray", "ray")):
         found = missing_extra(ModuleNotFoundError(name=f"{module}.sub"), "x")
         assert isinstance(found, MissingExtra) and f"pip install '.[{extra}]'" in str(found)
     assert missing_extra(ModuleNotFoundError(name="not_ours")) is None

@@ -69,6 +69,20 @@ PODGROUPER_RULES: list[Rule] = [
     *EVENT_RULES,
 ]
 
+# --upstream-gangs (not set up by the chart yet): the podgrouper writes upstream Workloads and PodGroups, reads the
+# gang's PriorityClass for its pods, keeps its webhook certificate in a Secret of its namespace and registers the
+# webhook
+PODGROUPER_UPSTREAM_RULES: list[Rule] = [
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups", "workloads"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations"],
+        "verbs": ["get", "create", "update"],
+    },
+]
+
 # KAI-coexistence: the podgrouper marks Ray objects with kai.scheduler/skip-podgrouper (an annotation patch)
 PODGROUPER_COEXISTENCE_RULES: list[Rule] = [
     {"apiGroups": ["ray.io"], "resources": ["rayclusters", "rayjobs", "rayservices"], "verbs": ["patch"]},

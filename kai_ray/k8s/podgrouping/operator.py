@@ -52,9 +52,12 @@ from kai_ray.k8s.base.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import PodgrouperMetrics
 from kai_ray.k8s.base.pruning import PruneGuard, strip
 from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path, resource_version
+from kai_ray.k8s.base.servingcert import shared_serving_cert
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.podgrouping import admission
+from kai_ray.k8s.podgrouping.upstream_writer import UpstreamGangs
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.podgrouper import (
     SUBMITTER_JOB,
@@ -85,6 +88,7 @@ from kai_ray.podgrouper.defaultgrouper import (
 )
 from kai_ray.podgrouper.explain import explain
 from kai_ray.podgrouper.upgrade import own_podgroup_name, service_cluster_group
+from kai_ray.podgrouper.upstream import scheduling_group_patch
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +144,9 @@ class PodgrouperOperator:
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self._omit_zero_min = False  # the installed PodGroup CRD refuses minMember 0 (KAI v0.12): omit it
         self.pruned = PruneGuard()
+        self.upstream = UpstreamGangs(self.kube) if config.upstream_gangs else None
+        self.admission: admission.AdmissionServer | None = None
+        self._priority_values: dict[str, int | None] = {}
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
         self.ray: dict[str, list[Informer]] = {k: [] for k in c.RAY_KINDS}
@@ -198,6 +205,8 @@ class PodgrouperOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)
         for inf in self.informers:
             inf.start()
+        if self.config.upstream_gangs:
+            self._serve_admission()
         self.queue.start()
         self.writer.start()
         self.stamper.start()
@@ -212,6 +221,8 @@ class PodgrouperOperator:
         self._leading.clear()
         if self.elector is not None:
             self.elector.stop(release=release)
+        if self.admission is not None:
+            self.admission.stop()
         self.queue.stop()
         self.stamper.stop()
         self.writer.stop()
@@ -223,6 +234,62 @@ class PodgrouperOperator:
 
     def is_leader(self) -> bool:
         return self._leading.is_set()
+
+    def _serve_admission(self) -> None:
+        """Serve the admission webhook (every replica, one certificate) and point the API server at it."""
+        cfg = self.config
+        _, namespace = cfg.lease("podgrouper")
+        if cfg.webhook_url:
+            host = cfg.webhook_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+            hosts = [host]
+            client: dict[str, Any] = {"url": cfg.webhook_url}
+        else:
+            svc = cfg.webhook_service
+            hosts = [f"{svc}.{namespace}.svc", f"{svc}.{namespace}.svc.cluster.local"]
+            client = {"service": {"namespace": namespace, "name": svc, "path": admission.PATH, "port": 443}}
+        cert = shared_serving_cert(self.kube, namespace, f"{cfg.webhook_service}-tls", hosts)
+        self.admission = admission.AdmissionServer(
+            self.admit, cert, bind=cfg.bind_address, port=cfg.webhook_port
+        ).start()
+        admission.register(self.kube, admission.webhook_configuration(client, cert.ca_pem, cfg.namespaces))
+        log.info("admission webhook on port %d: new Ray pods name their upstream PodGroup", self.admission.port)
+
+    def admit(self, raw: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+        """The admission decision for a Ray pod being created: the JSON patch naming its gang's upstream PodGroup."""
+        meta = raw.setdefault("metadata", {})
+        meta.setdefault("namespace", namespace)
+        if not meta.get("name"):
+            meta["name"] = f"{meta.get('generateName') or 'pod-'}admission"
+        if (raw.get("spec") or {}).get("schedulerName") != self.config.scheduler_name:
+            return []
+        chain = self.owner_chain(raw)
+        if any(skip_requested(o.get("metadata") or {}) for o in chain):
+            return []
+        top = chain[-1]
+        kind = str(top.get("kind") or "")
+        if top is raw or kind not in c.RAY_KINDS:
+            return []
+        desired = self._ray_group(kind, top, chain, Pod.model_validate(raw))
+        if desired is None:
+            return []
+        if kind == "RayService" and self.config.upgrade_surge:
+            desired = self._service_cluster_group(top, chain, desired)
+        pclass = desired.spec.priority_class_name
+        return scheduling_group_patch(raw, desired.metadata.name or "", pclass, self._priority_value(pclass))
+
+    def _priority_value(self, name: str | None) -> int | None:
+        """A PriorityClass's value (read once per class and remembered; None when it does not exist)."""
+        if not name:
+            return None
+        if name not in self._priority_values:
+            try:
+                value = self.kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}").get("value")
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+                return None
+            self._priority_values[name] = int(value) if isinstance(value, int) else None
+        return self._priority_values[name]
 
     def synced(self) -> bool:
         return all(inf.synced.is_set() for inf in self.informers)
@@ -504,11 +571,12 @@ class PodgrouperOperator:
         spec = raw.get("spec") or {}
         if spec.get("schedulerName") != self.config.scheduler_name:
             return
-        if (spec.get("schedulingGroup") or {}).get("podGroupName"):
-            return  # an upstream gang: the Kubernetes PodGroup the pod names is its gang (scheduling/upstream.py)
         chain = self.owner_chain(raw)
         if any(skip_requested(o.get("metadata") or {}) for o in chain):
             return
+        named = (spec.get("schedulingGroup") or {}).get("podGroupName")
+        if named and not (self.upstream is not None and chain[-1].get("kind") in c.RAY_KINDS):
+            return  # an upstream gang: the Kubernetes PodGroup the pod names is its gang (scheduling/upstream.py)
         try:
             pod = Pod.model_validate(raw)
         except ValidationError as exc:
@@ -784,6 +852,13 @@ class PodgrouperOperator:
     # --- writes -------------------------------------------------------------------------------------------------
 
     def apply(self, desired: PodGroup, existing_raw: dict[str, Any] | None = None) -> PodGroup:
+        """Create or update the PodGroup (:meth:`apply_kai`) and, with ``--upstream-gangs``, its upstream twin."""
+        stored = self.apply_kai(desired, existing_raw)
+        if self.upstream is not None and not stored.metadata.annotations.get(c.INVALID):
+            self.upstream.apply(stored)
+        return stored
+
+    def apply_kai(self, desired: PodGroup, existing_raw: dict[str, Any] | None = None) -> PodGroup:
         """Create the PodGroup, or update it keeping what KAI keeps. Returns what is now stored.
 
         What is written is what the installed CRD stores (:meth:`_storable`): a ``minMember`` of 0 is omitted once
