@@ -45,6 +45,8 @@ MAX_PENDING_TIME = "kai-ray.io/max-pending-time"  # duration: a condition and Ev
 MAX_PENDING_ACTION = "kai-ray.io/max-pending-action"  # "" (report only) | "suspend" | "fail"
 MAX_PENDING_ACTIONS = ("", "suspend", "fail")
 MAX_RUNTIME = "kai-ray.io/max-runtime"  # duration of admitted time, then stopped (a RayJob suspended)
+# On the Ray object (copied to its PodGroup) or on a Queue: how long a drained Ray node gets before its pod goes
+DRAIN_DEADLINE = "kai-ray.io/drain-deadline"
 # written by kai-ray on the PodGroup:
 ADMITTED_SECONDS = "kai-ray.io/admitted-seconds"  # admitted time of earlier runs (max-runtime)
 REQUEUE_AFTER = "kai-ray.io/requeue-after"  # RFC 3339: a gang evicted for its ready-timeout waits until then

@@ -262,7 +262,7 @@ def _define(kind: str) -> None:
         ),
         drain_deadline: str = o(
             "30s",
-            "time Ray gets to move work off shrunk workers (0s: no draining)",
+            "time a drained Ray node gets before its pod is taken (0s: no draining)",
             panel="reclaim",
             metavar="DURATION",
         ),

@@ -99,7 +99,7 @@ class OperatorConfig:
     # scheduler: Ray-aware reclaim (kai_ray.k8s.ray.elastic)
     elastic_reclaim: bool = True  # elastic surplus of KubeRay workers: shrink the worker group instead of evicting
     suspend_kinds: tuple[str, ...] = ("RayJob",)  # whole gangs owned by these kinds are suspended, then resumed
-    drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
+    drain_deadline: float = 30.0  # seconds a drained Ray node gets before its pod is taken (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
     max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
     # scheduler: Ray-native scheduling (docs/ray-native.md)
