@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 from kai_ray.bench.headline import read_progress, read_steps
 from kai_ray.k8s.ray import raygcs
 from tests.autoscaler.conftest import OBJECT_STORE
+from tests.headline.drivers import wait_on_driver
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -38,15 +38,7 @@ def _worker(cluster: Any, pod: str) -> Any:
 
 
 def _wait(what: str, check: Callable[[], Any], driver: subprocess.Popen[bytes], log: Path) -> Any:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        if driver.poll() is not None:
-            pytest.fail(f"the driver exited ({driver.returncode}) while waiting for {what}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    pytest.fail(f"{what}: not within {DEADLINE:.0f} s; driver output:\n{log.read_text()[-3000:]}")
+    return wait_on_driver(what, check, driver, log, DEADLINE)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import pytest
 
 from kai_ray.k8s.ray import raygcs
 from tests.autoscaler.conftest import OBJECT_STORE
+from tests.headline.drivers import wait_on_driver
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -48,15 +49,7 @@ def _progress(storage: Path) -> dict[str, Any]:
 
 
 def _wait(what: str, check: Callable[[], Any], driver: subprocess.Popen[bytes], log: Path) -> Any:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        if driver.poll() is not None:
-            pytest.fail(f"the driver exited ({driver.returncode}) while waiting for {what}:\n{log.read_text()[-4000:]}")
-        time.sleep(0.2)
-    pytest.fail(f"{what}: not within {DEADLINE:.0f} s; driver output:\n{log.read_text()[-4000:]}")
+    return wait_on_driver(what, check, driver, log, DEADLINE)
 
 
 @pytest.fixture

@@ -179,3 +179,14 @@ def kuberay_pods(
         kube.create(pods_path(ns), body)
         names.append(body["metadata"]["name"])
     return names
+
+
+def kube_with_priority_classes(plane: Any) -> Kube:
+    """A client of ``plane`` after KAI's PriorityClasses are created there (a module's own control plane)."""
+    k = Kube(plane.api_client())
+    for name, value in PRIORITY_CLASSES.items():
+        k.create(
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value},
+        )
+    return k

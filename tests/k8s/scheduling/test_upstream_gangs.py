@@ -29,7 +29,7 @@ from kai_ray.scheduler.visibility import pending_rows
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane, our_crd_dir
 from kai_ray.testing.testbed import queue_body
 from tests.k8s.conftest import op_config
-from tests.k8s.helpers import PRIORITY_CLASSES, bound, events, pod_body, wait_until
+from tests.k8s.helpers import bound, events, kube_with_priority_classes, pod_body, wait_until
 
 pytestmark = pytest.mark.controlplane
 
@@ -47,12 +47,7 @@ def plane() -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="module")
 def kube(plane: ControlPlane) -> Iterator[Kube]:
-    k = Kube(plane.api_client())
-    for name, value in PRIORITY_CLASSES.items():
-        k.create(
-            "/apis/scheduling.k8s.io/v1/priorityclasses",
-            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value},
-        )
+    k = kube_with_priority_classes(plane)
     yield k
     k.close()
 
