@@ -73,3 +73,11 @@ def e2e(
         f"({result.raw_concurrent_bindings_per_second:.0f}/s; {result.raw_bindings_per_second:.0f}/s sequential); "
         f"preemption creation to bound: {preempt}; over-committed nodes: {result.overcommitted_nodes}"
     )
+    cy = result.cycles
+    writes = ", ".join(f"{k} {v}" for k, v in sorted(result.apiserver_writes_per_pod_settled.items()))
+    typer.echo(
+        f"{cy.get('cycles', 0):.0f} cycles over the fill, p50 {cy.get('p50_seconds', 0):.3f}s / p99 "
+        f"{cy.get('p99_seconds', 0):.3f}s; the loop's share of the fill: "
+        + ", ".join(f"{ph} {cy.get(f'{ph}_share', 0):.2f}" for ph in ("snapshot", "core", "dispatch", "report"))
+        + f"; API writes per pod until quiet ({result.settle_seconds:.0f}s after the fill): {writes}"
+    )
