@@ -107,6 +107,7 @@ class EventRecorder:
         burst: int = BURST,
         refill: float = REFILL,
         clock: Callable[[], float] = time.monotonic,
+        counter: Any = None,
     ) -> None:
         self.kube = kube
         self.component = component
@@ -120,6 +121,7 @@ class EventRecorder:
         self._lock = threading.Lock()
         self.written = 0
         self.dropped = 0
+        self.counter = counter  # kai_ray_status_writes_total: kind ``event``, result ``ok`` or ``aggregated``
 
     def emit(self, ref: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Record an Event on ``ref`` (an ``involvedObject``); returns at once, the write (if any) happens later."""
@@ -142,16 +144,26 @@ class EventRecorder:
             agg.message = message
             agg.last = rfc3339()
             if agg.deferred:
-                self.dropped += 1
+                self._folded()
                 return  # the deferred write will carry this one
             if agg.created and message == agg.written_message and now - agg.written_at < self.repeat_interval:
-                self.dropped += 1
+                self._folded()
                 return  # a repeat: counted, written with the next write or after repeat_interval
             wait = self._bucket(obj).take(now)
             if wait > 0:
                 agg.deferred = True
-                self.dropped += 1
+                self._folded()
             self._submit(key, agg, wait)
+
+    def _folded(self) -> None:
+        self.dropped += 1
+        if self.counter is not None:
+            self.counter.labels("event", "aggregated").inc()
+
+    def _sent(self) -> None:
+        self.written += 1
+        if self.counter is not None:
+            self.counter.labels("event", "ok").inc()
 
     def _bucket(self, obj: str) -> TokenBucket:
         bucket = self._buckets.get(obj)
@@ -185,7 +197,7 @@ class EventRecorder:
                     f"{events_path(agg.namespace)}/{agg.name}",
                     {"count": count, "message": message, "lastTimestamp": last},
                 )
-                self.written += 1
+                self._sent()
                 return
             except ApiError as exc:
                 if exc.status != 404:
@@ -210,7 +222,7 @@ class EventRecorder:
         }
         try:
             self.kube.create(events_path(agg.namespace), body)
-            self.written += 1
+            self._sent()
         except ApiError as exc:
             if exc.status not in (403, 404, 409):
                 log.info("event %s/%s not written: %s", agg.namespace, agg.name, exc)

@@ -112,10 +112,20 @@ class Reporter:
         m.cycle_seconds.observe(t4 - t0)
         for phase, dt in (("snapshot", t1 - t0), ("core", t2 - t1), ("dispatch", t3 - t2), ("report", t4 - t3)):
             m.phase_seconds.labels(phase).inc(dt)
+        opened = result.stats.get("open_seconds", 0.0)
+        acted = sum(result.stats.get(f"{a}_seconds", 0.0) for a in view.snapshot.config.actions)
+        for phase, dt in (
+            ("snapshot", t1 - t0),
+            ("session_open", opened),
+            ("actions", acted),
+            ("dispatch", t3 - t2),
+            ("report", t4 - t3),
+        ):
+            m.phase_duration.labels(phase).observe(dt)
         m.pending_pods.set(max(0, view.pending - len(result.binds)))
         m.inflight_binds.set(self.cache.inflight())
         m.e2e_latency.set(1000 * (t4 - t0))
-        m.open_session_latency.set(1000 * result.stats.get("open_seconds", 0.0))
+        m.open_session_latency.set(1000 * opened)
         for action in view.snapshot.config.actions:
             took = result.stats.get(f"{action}_seconds")
             if took is not None:
