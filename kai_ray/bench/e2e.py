@@ -210,19 +210,22 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
-def _histogram(port: int, name: str) -> list[tuple[float, float]]:
-    """The cumulative buckets ``(le, count)`` of one histogram of an operator's /metrics, ``+Inf`` last."""
+def _histograms(port: int, name: str) -> dict[str, list[tuple[float, float]]]:
+    """The cumulative buckets ``(le, count)`` of one histogram family of an operator's /metrics, ``+Inf`` last, by
+    its labels other than ``le`` (as written, ``""`` when it has none)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
     except OSError:
-        return []
-    out = []
+        return {}
+    out: dict[str, list[tuple[float, float]]] = {}
     for line in text.splitlines():
         if line.startswith(f"{name}_bucket{{"):
-            le = line[line.index('le="') + 4 :].split('"', 1)[0]
-            out.append((float(le), float(line.rpartition(" ")[2])))
-    return sorted(out)
+            labels = line[line.index("{") + 1 : line.rindex("}")]
+            le = labels[labels.index('le="') + 4 :].split('"', 1)[0]
+            rest = ",".join(part for part in labels.split(",") if not part.startswith("le="))
+            out.setdefault(rest, []).append((float(le), float(line.rpartition(" ")[2])))
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
@@ -245,11 +248,22 @@ PHASES = ("snapshot", "core", "dispatch", "report")
 
 
 def cycle_stats(
-    before: dict[str, float], after: dict[str, float], buckets: list[tuple[float, float]], span: float
+    before: dict[str, float],
+    after: dict[str, float],
+    buckets: list[tuple[float, float]],
+    span: float,
+    phases: dict[str, list[tuple[float, float]]] | None = None,
 ) -> dict[str, float]:
     """The scheduler's cycles between two /metrics reads: count, p50/p99 of their length (from the histogram,
-    which starts with the process), seconds per phase and each phase's share of ``span`` (the loop's share)."""
+    which starts with the process), seconds per phase and each phase's share of ``span`` (the loop's share), and
+    p50/p99 per phase where the scheduler exports ``kai_ray_scheduler_phase_duration_seconds``."""
     out: dict[str, float] = {}
+    for labels, phase_buckets in sorted((phases or {}).items()):
+        phase = labels.partition('phase="')[2].rstrip('"')
+        for q in (0.5, 0.99):
+            v = quantile(phase_buckets, q)
+            if phase and v is not None:
+                out[f"{phase}_p{round(q * 100)}_seconds"] = round(v, 4)
 
     def delta(name: str) -> float:
         return after.get(name, 0.0) - before.get(name, 0.0)
@@ -515,7 +529,9 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             cpu = {n: round(cpu_seconds(pid) - cpu0.get(n, 0.0), 2) for n, pid in pids.items()}
             req1 = retry(lambda: apiserver_requests(kube))
             port = ops.ports["scheduler"]
-            sched_fill, buckets = _metrics(port), _histogram(port, "kai_ray_scheduler_cycle_duration_seconds")
+            sched_fill = _metrics(port)
+            buckets = _histograms(port, "kai_ray_scheduler_cycle_duration_seconds").get("", [])
+            phases = _histograms(port, "kai_ray_scheduler_phase_duration_seconds")
             settle = quiesce(kube, most=cfg.settle_timeout) if finished else 0.0
             req2 = retry(lambda: apiserver_requests(kube))
             say(f"the API server was quiet {settle:.0f}s after the fill (the scheduler's deferred writes)")
@@ -575,6 +591,6 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             apiserver_writes_per_pod=_writes(req0, req1, cfg.pods),
             settle_seconds=round(settle, 1),
             apiserver_writes_per_pod_settled=_writes(req0, req2, cfg.pods),
-            cycles=cycle_stats({}, sched_fill, buckets, fill),
+            cycles=cycle_stats({}, sched_fill, buckets, fill, phases),
             timed_out=not finished,
         )

@@ -50,6 +50,8 @@ def test_e2e_fills_the_cluster_and_preempts_without_overcommitting(capsys: pytes
     cycles = doc["cycles"]
     assert cycles["cycles"] >= 1 and 0 < cycles["p50_seconds"] <= cycles["p99_seconds"]
     assert 0 < cycles["loop_share"] <= 1.0
+    for phase in ("snapshot", "session_open", "actions", "dispatch", "report"):
+        assert 0 <= cycles[f"{phase}_p50_seconds"] <= cycles[f"{phase}_p99_seconds"], phase
 
 
 def test_quantile_interpolates_inside_its_bucket() -> None:
