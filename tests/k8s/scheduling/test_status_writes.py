@@ -114,3 +114,20 @@ def test_a_pending_gang_that_gets_room_is_written_scheduled_with_kai_conditions_
         30,
     )
     assert pg["status"]["phase"] == "Running" and pg["status"].get("schedulingConditions") in (None, [])
+
+
+def test_a_change_the_stored_status_already_says_is_not_a_write() -> None:
+    """The writer's last check before a PodGroup status write: the verdict's body built on the stored status is
+    equal to it when the verdict did not change (its transition kept), and differs as soon as anything does."""
+    from kai_ray.k8s.scheduling import status as st
+    from kai_ray.scheduler.decisions import JobStatus, Reason
+
+    pending = JobStatus("ns/g", False, Reason.GANG_DOES_NOT_FIT, "2 of 3 pods fit")
+    stored = st.podgroup_status({}, pending, "2026-11-28T09:00:00Z")
+    again = st.podgroup_status(stored, pending, "2026-11-28T09:05:00Z")
+    assert st.status_says(stored, again), "same verdict: same transition time and ID, nothing to write"
+    moved = st.podgroup_status(stored, JobStatus("ns/g", False, Reason.GANG_DOES_NOT_FIT, "1 of 3 pods fit"), "now")
+    assert not st.status_says(stored, moved)
+    scheduled = st.podgroup_status(stored, JobStatus("ns/g", True, Reason.SCHEDULED, "bound"), "now")
+    assert not st.status_says(stored, scheduled) and st.status_says({**stored, **scheduled}, scheduled)
+    assert st.status_says({"phase": "Running"}, {"phase": "Running", "schedulingConditions": []})
