@@ -33,6 +33,8 @@ GPU_MEMORY_NODE_LABEL = "nvidia.com/gpu.memory"
 MAX_MEMBER = "kai-ray.io/max-member"
 SUBGROUP_MAX = "kai-ray.io/subgroup-max"
 SUBGROUP_NAMES = "kai-ray.io/subgroup-names"
+# JSON {subgroup: {Ray resource: amount}}: what each pod tells Ray beyond CPU/GPU/memory (TPU, custom resources)
+RAY_RESOURCES = "kai-ray.io/ray-resources"
 SUBMITTER_SUBGROUP = "submitter"
 # Why the gang cannot be scheduled, written by the podgrouper on the PodGroup (the scheduler reports it as a condition)
 INVALID = "kai-ray.io/invalid"
@@ -43,6 +45,8 @@ MAX_PENDING_TIME = "kai-ray.io/max-pending-time"  # duration: a condition and Ev
 MAX_PENDING_ACTION = "kai-ray.io/max-pending-action"  # "" (report only) | "suspend" | "fail"
 MAX_PENDING_ACTIONS = ("", "suspend", "fail")
 MAX_RUNTIME = "kai-ray.io/max-runtime"  # duration of admitted time, then stopped (a RayJob suspended)
+# On the Ray object (copied to its PodGroup) or on a Queue: how long a drained Ray node gets before its pod goes
+DRAIN_DEADLINE = "kai-ray.io/drain-deadline"
 # written by kai-ray on the PodGroup:
 ADMITTED_SECONDS = "kai-ray.io/admitted-seconds"  # admitted time of earlier runs (max-runtime)
 REQUEUE_AFTER = "kai-ray.io/requeue-after"  # RFC 3339: a gang evicted for its ready-timeout waits until then

@@ -15,7 +15,7 @@ EXTRA_OF = {
     "prometheus_client": "operator",
     "matplotlib": "plots",
     "ray": "ray",
-    "cryptography": "testing",
+    "cryptography": "operator",
     "pytest": "testing",
 }
 
@@ -32,7 +32,8 @@ def missing_extra(exc: ModuleNotFoundError, purpose: str = "") -> MissingExtra |
         return None
     what = f"{purpose} needs" if purpose else "this needs"
     return MissingExtra(
-        f"{what} {root}, which comes with the {extra!r} extra: pip install 'kai-ray[{extra}]'", name=root
+        f"{what} {root}, which comes with the {extra!r} extra: in a kai-ray checkout, pip install '.[{extra}]'",
+        name=root,
     )
 
 

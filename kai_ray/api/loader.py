@@ -57,7 +57,7 @@ SIM_SCENARIO = "a kai-ray simulator scenario"
 def what_is(doc: Any) -> str:
     """What a decoded document looks like, for a "wrong kind of file" message: a manifest, or a scenario."""
     if not isinstance(doc, dict):
-        return f"a YAML {type(doc).__name__}, not a mapping"
+        return f"a YAML {yaml_kind(doc).removeprefix('a ')}, not a mapping"
     if doc.get("kind"):
         name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
         return f"a {doc['kind']} manifest" + (f" ({name})" if name else "")
@@ -71,7 +71,7 @@ def what_is(doc: Any) -> str:
 def parse_object(doc: Any, where: str = "document") -> BaseModel:
     """Turn one decoded manifest into its model, or raise ManifestError naming the field."""
     if not isinstance(doc, dict):
-        raise ManifestError(f"{where}: not a Kubernetes object (expected a mapping, got {type(doc).__name__})")
+        raise ManifestError(f"{where}: not a Kubernetes object (expected a mapping, got {yaml_kind(doc)})")
     key = (str(doc.get("apiVersion", "")), str(doc.get("kind", "")))
     model = KINDS.get(key)
     if model is None:
@@ -84,13 +84,66 @@ def parse_object(doc: Any, where: str = "document") -> BaseModel:
         raise ManifestError(f"{where} ({describe(doc)}): {field}: {pydantic_message(err)}") from None
 
 
+def yaml_kind(value: Any) -> str:
+    """What a decoded YAML value is, in YAML's words (a mapping, a list), never a Python type name."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return "a value of another kind"
+
+
+# pydantic error type -> what is wrong, as the house writes it ({value}: the value given, {kind}: its YAML kind)
+_PLAIN = {
+    "int_parsing": "{value} is not a whole number",
+    "int_from_float": "{value} is not a whole number",
+    "int_type": "{value} is not a whole number",
+    "float_parsing": "{value} is not a number",
+    "float_type": "{value} is not a number",
+    "bool_parsing": "{value} is not true or false",
+    "bool_type": "{value} is not true or false",
+    "dict_type": "expected a mapping (key: value), got {kind}",
+    "list_type": "expected a list, got {kind}",
+    "string_type": "expected a string, got {kind}",
+    "missing": "required",
+    "model_type": "expected a mapping (key: value), got {kind}",
+    "model_attributes_type": "expected a mapping (key: value), got {kind}",
+    "literal_error": "{value} is not one of {expected}",
+    "enum": "{value} is not one of {expected}",
+    "greater_than_equal": "{value} must be >= {ge}",
+    "greater_than": "{value} must be > {gt}",
+    "less_than_equal": "{value} must be <= {le}",
+    "less_than": "{value} must be < {lt}",
+    "string_too_short": "must not be empty",
+}
+
+
 def pydantic_message(err: Any) -> str:
-    """A pydantic error as the "what is wrong" of an error line: no "Value error, " prefix, and the value given when
-    pydantic's own text does not say it."""
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    """A pydantic error as the "what is wrong" of an error line, in the house's words: no "Value error, " prefix, no
+    "Input should be a valid integer", no Python type names; the value given when the text does not say it."""
     value = err.get("input")
-    if err["type"] != "value_error" and isinstance(value, str | int | float | bool) and value is not None:
-        msg += f", got {value!r}"
+    shown = repr(value) if isinstance(value, str | int | float | bool) else yaml_kind(value)
+    template = _PLAIN.get(err["type"])
+    if template is not None:
+        ctx = {k: str(v) for k, v in (err.get("ctx") or {}).items()}
+        try:
+            return template.format(value=shown, kind=yaml_kind(value), **ctx)
+        except KeyError:
+            pass  # a bound pydantic did not give: its own text below
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "value_error":
+        return msg
+    msg = msg.replace("Input should be ", "must be ")
+    if isinstance(value, str | int | float | bool) and value is not None:
+        msg = f"{value!r}: {msg}"
     return msg
 
 

@@ -30,6 +30,7 @@ class ScaleStrategy(KubeModel):
 class HeadGroupSpec(KubeModel):
     template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
     ray_start_params: dict[str, Any] | None = None
+    resources: dict[str, Any] | None = None  # Ray resources of the group's pods; replaces rayStartParams.resources
 
 
 class WorkerGroupSpec(KubeModel):
@@ -42,6 +43,7 @@ class WorkerGroupSpec(KubeModel):
     scale_strategy: ScaleStrategy | None = None
     template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
     ray_start_params: dict[str, Any] | None = None
+    resources: dict[str, Any] | None = None  # Ray resources of the group's pods; replaces rayStartParams.resources
     idle_timeout_seconds: int | None = None
 
     _check = field_validator("replicas", "min_replicas", "max_replicas", "num_of_hosts")(_non_negative)

@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_camel
 
 from kai_ray.api.errors import FieldError
 from kai_ray.api.quantity import QuantityError, parse_quantity
+from kai_ray.api.ray import RAY_API_VERSIONS
 from kai_ray.constants import GPU_FRACTION, GPU_RESOURCE
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -345,7 +346,8 @@ def object_unknown_fields(obj: dict[str, Any], kind: str | None = None) -> list[
     return list(seen.values())
 
 
-def _templates(doc: dict[str, Any], kind: str) -> list[tuple[str, Any]]:
+def pod_templates(doc: Mapping[str, Any], kind: str) -> list[tuple[str, Any]]:
+    """(path, pod template as decoded) of each pod a Ray CR makes: the head, each worker group, a submitter."""
     raw_spec = doc.get("spec")
     spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
     cluster: Any
@@ -466,7 +468,7 @@ def invalid_quantities(doc: Any, kind: str | None = None) -> list[FieldError]:
         return []
     kind = kind or str(doc.get("kind", ""))
     errors: list[FieldError] = []
-    for path, template in _templates(doc, kind):
+    for path, template in pod_templates(doc, kind):
         errors += template_problems(template, path)
     return errors
 
@@ -483,6 +485,27 @@ def _cluster_spec(doc: dict[str, Any], kind: str) -> tuple[str, Any]:
     if kind == "RayService":
         return "spec.rayClusterConfig", spec.get("rayClusterConfig")
     return "spec", spec
+
+
+def _looks_like_groups(value: Any) -> bool:
+    return isinstance(value, list) and any(isinstance(v, dict) and ("groupName" in v or "template" in v) for v in value)
+
+
+def lost_worker_groups(cluster: Any, path: str) -> list[FieldError]:
+    """A cluster spec whose worker groups all sit under an unknown key (``workerGroupSpec``, ``workers: [...]``).
+    Any other unknown field is a warning; this one is an error even without ``--strict``: the cluster would start
+    with its head alone, the gang would be one pod, and the job would wait for workers that never come."""
+    if not isinstance(cluster, dict) or cluster.get("workerGroupSpecs"):
+        return []
+    known = SCHEMA["RayClusterSpec"][0]
+    return [
+        FieldError(
+            f"{path}.{key}",
+            "unknown field (did you mean workerGroupSpecs?); without workerGroupSpecs the cluster is its head alone",
+        )
+        for key, value in cluster.items()
+        if str(key) not in known and (did_you_mean(str(key), {"workerGroupSpecs"}) or _looks_like_groups(value))
+    ]
 
 
 def refused_fields(doc: Any, kind: str | None = None) -> list[FieldError]:
@@ -504,7 +527,11 @@ def refused_fields(doc: Any, kind: str | None = None) -> list[FieldError]:
                 "letter or digit, at most 253 characters",
             )
         )
+    api_version = doc.get("apiVersion")
+    if isinstance(api_version, str) and api_version.startswith("ray.io/") and api_version not in RAY_API_VERSIONS:
+        errors.insert(0, FieldError("apiVersion", f"{api_version!r} is not a KubeRay API version (ray.io/v1)"))
     path, cluster = _cluster_spec(doc, kind)
+    errors += lost_worker_groups(cluster, path)
     groups = cluster.get("workerGroupSpecs") if isinstance(cluster, dict) else None
     for i, wg in enumerate(groups if isinstance(groups, list) else []):
         if not isinstance(wg, dict):

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import ray  # noqa: F401
     except ImportError:
-        print("kai-ray autoscaler: ray is not installed (pip install 'kai-ray[ray]')", file=sys.stderr)
+        print("kai-ray autoscaler: ray is not installed (in a kai-ray checkout: pip install '.[ray]')", file=sys.stderr)
         return 2
     if args.gcs_address is None:
         from ray._private.services import get_node_ip_address

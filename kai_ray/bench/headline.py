@@ -217,7 +217,7 @@ class Story:
             "schedule_period": 0.5,
         }
         if cfg.semantics == "kai":
-            common.update(eviction_mode="delete", elastic_reclaim=False, suspend_kinds=())
+            common.update(eviction_mode="delete", elastic_reclaim=False, suspend_kinds=(), drain_deadline=0.0)
         self.operators = [
             PodgrouperOperator(OperatorConfig(**common)).start(),
             SchedulerOperator(OperatorConfig(**common)).start(),

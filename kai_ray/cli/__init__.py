@@ -41,13 +41,13 @@ StrictOpt = Annotated[
 ]
 
 
-def warn_or_fail(message: str, strict: bool) -> None:
+def warn_or_fail(message: str, strict: bool, ignored: bool = True) -> None:
     """A problem in the user's files that kai-ray can work around (an unknown field, ignored): a warning that says
     how to make it an error, or with ``--strict`` the error itself (exit 2), for CI and for output piped into jq,
     where a warning on stderr is easy to miss."""
     if strict:
         raise CliError(f"{message} (--strict)")
-    warn(f"{message}; ignored ({STRICT_HINT})")
+    warn(f"{message}; ignored ({STRICT_HINT})" if ignored else f"{message} ({STRICT_HINT})")
 
 
 def output_format(value: str, allowed: tuple[str, ...]) -> str:

@@ -70,6 +70,9 @@ def build_config(**opts: Any) -> OperatorConfig:
             drain_deadline=duration(opts["drain_deadline"], "--drain-deadline"),
             headroom_interval=duration(opts["headroom_interval"], "--headroom-interval"),
             kai_coexistence=opts["kai_coexistence"],
+            upstream_gangs=opts.get("upstream_gangs") or False,
+            webhook_port=opts.get("webhook_port") or 9443,
+            webhook_url=opts.get("webhook_url") or "",
             default_priority=_priorities(opts["default_priority"]),
             max_gang_pods=opts["max_gang_pods"],
             idle_aware_victims=opts["idle_aware_victims"],
@@ -243,7 +246,7 @@ def _define(kind: str) -> None:
         write_workers: int = o(8, "concurrent status/Event writes", panel="scheduling", metavar="N"),
         kai_compatible_priorities: bool = o(
             False,
-            "every Ray kind defaults to `train` (KAI's default)",
+            "every Ray kind defaults to 'train' (KAI's default)",
             "--kai-compatible-priorities",
             panel="podgrouper",
         ),
@@ -259,7 +262,7 @@ def _define(kind: str) -> None:
         ),
         drain_deadline: str = o(
             "30s",
-            "time Ray gets to move work off shrunk workers (0s: no draining)",
+            "time a drained Ray node gets before its pod is taken (0s: no draining)",
             panel="reclaim",
             metavar="DURATION",
         ),
@@ -275,6 +278,23 @@ def _define(kind: str) -> None:
             "podgrouper leaves them to kai-ray",
             "--kai-coexistence",
             panel="podgrouper",
+        ),
+        upstream_gangs: bool = o(
+            False,
+            "also write each gang as a Kubernetes scheduling.k8s.io/v1beta1 Workload and PodGroup, and name it in "
+            "new Ray pods (spec.schedulingGroup) through an admission webhook; needs Kubernetes 1.37 with "
+            "GenericWorkload on",
+            "--upstream-gangs",
+            panel="podgrouper",
+        ),
+        webhook_port: int = o(
+            9443, "port of the admission webhook (--upstream-gangs)", panel="podgrouper", metavar="N"
+        ),
+        webhook_url: str | None = o(
+            None,
+            "URL the API server calls the webhook at (default: the kai-ray-podgrouper-webhook Service, port 443)",
+            panel="podgrouper",
+            metavar="URL",
         ),
         default_priority: list[str] | None = o(
             None, "PriorityClass of a Ray kind that names none (repeatable)", panel="podgrouper", metavar="KIND=CLASS"

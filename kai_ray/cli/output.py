@@ -8,6 +8,8 @@ blanks after each line). Only the ends of complete lines are trimmed; a terminal
 from __future__ import annotations
 
 import io
+import os
+import re
 import sys
 from typing import IO, Any, TextIO, cast
 
@@ -40,9 +42,13 @@ class _Trimmed(io.TextIOBase):
 
 
 def console(width: int) -> Console:
-    """A console for stdout: the terminal's width on a terminal; ``width`` columns, no trailing blanks, in a pipe."""
+    """A console for stdout: the terminal's width on a terminal; in a pipe no trailing blanks, and ``COLUMNS``
+    columns when set (``COLUMNS=80 kai-ray queues | less``), else ``width``."""
     if sys.stdout.isatty():
         return Console(highlight=False)
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        width = int(columns)
     return Console(width=width, highlight=False, file=cast(IO[str], _Trimmed(sys.stdout)))
 
 
@@ -68,18 +74,67 @@ def dump_yaml_all(docs: list[Any]) -> str:
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, allow_unicode=True).rstrip()
 
 
-_display_type_rich = typer.core.TyperOption.display_type_rich
+# what a value is, by parameter name, where its type alone (str) does not say: typer 0.29 prints ``<str>``
+METAVARS = {
+    "scenario": "FILE",
+    "filename": "FILE",
+    "kubeconfig": "FILE",
+    "lock": "FILE",
+    "report": "DIR",
+    "data": "DIR",
+    "log_dir": "DIR",
+    "out": "DIR",
+    "dirs": "DIR",
+    "at": "DURATION",
+    "lease_duration": "DURATION",
+    "renew_deadline": "DURATION",
+    "retry_period": "DURATION",
+    "namespace": "NS",
+    "output": "FORMAT",
+    "trace": "FORMAT",
+    "scheduler_name": "NAME",
+    "node_pool": "NAME",
+    "queue": "NAME",
+    "context": "NAME",
+    "queue_label_key": "KEY",
+    "placement": "POLICY",
+    "actions": "ACTIONS",
+}
+_CSV_OF = {"nodes": "FILE", "pods": "FILE"}  # a str --nodes/--pods is a trace CSV file; an int one a count
 
 
-def _no_placeholder_on_flags(self: typer.core.TyperOption, ctx: Any) -> str | None:
-    """A flag (``--json``, ``--leader-elect/--no-leader-elect``, ``--help``) takes no value, so its help shows none:
-    typer 0.29's rich help prints ``<bool>`` beside every flag, as if one had to write ``--json true``."""
-    if self.is_flag and not self.count:
+def metavar(param: typer.core.TyperOption | typer.core.TyperArgument) -> str | None:
+    """The placeholder shown after an option or argument in help: what to write there (``FILE``, ``DURATION``,
+    ``N``), never a Python type name; a flag (``--json``) shows none."""
+    if isinstance(param, typer.core.TyperOption) and param.is_flag and not param.count:
         return None
-    return _display_type_rich(self, ctx)
+    if param.metavar:
+        return param.metavar
+    name = param.name or ""
+    bare = param.bare_type()
+    many = bare.startswith("list[")
+    bare = bare.removeprefix("list[").removesuffix("]")
+    if name in METAVARS:
+        label = METAVARS[name]
+    elif bare == "str" and name in _CSV_OF:
+        label = _CSV_OF[name]
+    elif bare == "int":
+        label = "N"
+    elif bare == "float":
+        label = "NUMBER"
+    elif bare == "Path":
+        label = "PATH"
+    else:
+        label = name.upper().replace("_", "-")
+    return f"{label}..." if many else label
 
 
-setattr(typer.core.TyperOption, "display_type_rich", _no_placeholder_on_flags)  # noqa: B010  (mypy: method assignment)
+def _display_type_rich(self: typer.core.TyperOption | typer.core.TyperArgument, ctx: Any) -> str | None:
+    return metavar(self)
+
+
+for _cls in (typer.core.TyperOption, typer.core.TyperArgument):
+    setattr(_cls, "display_type_rich", _display_type_rich)  # noqa: B010  (mypy: method assignment)
 
 
 class _HelpTable(Table):
@@ -94,3 +149,34 @@ class _HelpTable(Table):
 
 
 setattr(typer.rich_utils, "Table", _HelpTable)  # noqa: B010
+
+
+# pydantic's wording (typer 0.29 converts values with pydantic) -> the house's
+_PHRASES = (
+    (re.compile(r"Input should be a valid integer.*"), "not a whole number"),
+    (re.compile(r"Input should be a valid number.*"), "not a number"),
+    (re.compile(r"Input should be a valid boolean.*"), "not true or false"),
+    (re.compile(r"Input should be "), "should be "),
+)
+
+
+def usage_error_line(message: str, command_path: str | None) -> str:
+    """A usage error (an unknown option, a value of the wrong kind) as the one ``kai-ray: error:`` line every other
+    error is, with where the help is; typer draws a box around it, and words it in pydantic's phrases."""
+    message = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", message.strip())
+    for pattern, plain in _PHRASES:
+        message = pattern.sub(plain, message)
+    if message[:2].istitle():  # "No such option" -> "no such option", as every other error line
+        message = message[0].lower() + message[1:]
+    hint = f" (see '{command_path} --help')" if command_path else ""
+    return f"kai-ray: error: {message.rstrip('.')}{hint}"
+
+
+def _format_error(self: Any) -> None:
+    if type(self).__name__ == "NoArgsIsHelpError":
+        return
+    ctx = getattr(self, "ctx", None)
+    print(usage_error_line(self.format_message(), ctx.command_path if ctx is not None else None), file=sys.stderr)
+
+
+setattr(typer.rich_utils, "rich_format_error", _format_error)  # noqa: B010

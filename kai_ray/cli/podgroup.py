@@ -20,12 +20,14 @@ from kai_ray.api.loader import (
     read_text,
     what_is,
 )
+from kai_ray.api.names import key_problems, priority_problems
 from kai_ray.api.ray import RayCluster, RayJob, RayService
 from kai_ray.api.strict import refused_fields, unknown_fields
 from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_fail
 from kai_ray.cli.output import dump_yaml_all
 from kai_ray.constants import INVALID, RAY_KINDS
-from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group
+from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group, ray_resource_warnings
+from kai_ray.podgrouper.explain import explain
 
 
 def read_source(path: str) -> tuple[str, str]:
@@ -52,6 +54,7 @@ def podgroups_from_text(
     out: list[dict[str, object]] = []
     skipped: list[str] = []
     suspended: list[str] = []
+    shapes: list[str] = []  # what a legal gang became, noted once every document is read
     try:
         for where, doc in load_documents(text, source):
             kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -63,10 +66,14 @@ def podgroups_from_text(
                 skipped.append(f"{where} ({describe(doc)})")
                 continue
             label = f"{where} ({describe(doc)})"
-            for unknown in unknown_fields(doc):
-                warn_or_fail(f"{label}: {unknown.located()}", strict)
             for bad in refused_fields(doc):
                 raise CliError(f"{label}: {bad}")
+            for unknown in unknown_fields(doc):
+                warn_or_fail(f"{label}: {unknown.located()}", strict)
+            for key in key_problems(doc):
+                warn_or_fail(f"{label}: {key}", strict)
+            for priority in priority_problems(doc, config.priority_classes, every=False):
+                warn_or_fail(f"{label}: {priority}", strict, ignored=False)
             obj = parse_object(doc, where)
             assert isinstance(obj, RayCluster | RayJob | RayService)
             try:
@@ -76,6 +83,15 @@ def podgroups_from_text(
             problem = pg.metadata.annotations.get(INVALID)
             if problem:  # the operator would still write this PodGroup, to explain on it why nothing is scheduled
                 raise CliError(located(label, problem, doc))
+            for mismatch in ray_resource_warnings(obj):
+                warn_or_fail(f"{label}: {mismatch}", strict)
+            for finding in explain(obj, pg):
+                if finding.reason == "Suspended":
+                    continue  # noted below, with what podgroup shows for it
+                if finding.type == "Warning":
+                    warn_or_fail(f"{label}: {finding.message}", strict, ignored=False)
+                else:
+                    shapes.append(f"{label}: {finding.message}")
             out.append(pg.to_dict())
             if isinstance(obj, RayJob) and (doc.get("spec") or {}).get("suspend") is True:
                 suspended.append(label)
@@ -89,6 +105,8 @@ def podgroups_from_text(
         raise CliError(f"{source}: no Ray CR found")
     for label in skipped:
         note(f"{label}: not a Ray CR; skipped")
+    for text in shapes:
+        note(text)
     for label in suspended:
         note(f"{label}: spec.suspend is true: KubeRay creates no pods until it is resumed; its PodGroup is shown")
     return out

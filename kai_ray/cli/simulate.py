@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_ray.cli import CliError, StrictOpt, app, output, warn_or_fail
+from kai_ray.cli import CliError, StrictOpt, app, note, output, warn_or_fail
 from kai_ray.cli.fragmentation import simulate_inflation
 from kai_ray.sim.engine import EngineOptions, SimResult
 from kai_ray.sim.inflation import InflationError, check_placement
@@ -43,6 +43,10 @@ def load_scenario_or_fail(path: str | Path, strict: bool = False) -> Scenario:
         raise CliError(str(exc)) from None
     for text in scn.warnings:
         warn_or_fail(text, strict)
+    for text in scn.advice:
+        warn_or_fail(text, strict, ignored=False)
+    for text in scn.notes:
+        note(text)
     return scn
 
 
@@ -238,6 +242,8 @@ def simulate_cmd(
         res = simulate(scn, POLICIES[policy])
         extra = {"description": scn.description} if scn.description else {}
         extra["policy"] = policy
+        if scn.simulation.ray_facts:
+            extra["ray_facts"] = True  # the scheduler was told what Ray knows: print_metrics shows its figures
         source = scenario
         title = POLICIES[policy].title
     doc = result_document(res, source, extra)

@@ -21,7 +21,15 @@ from kai_ray.cli import CliError, StrictOpt, app, output_format
 from kai_ray.cli.output import console, dump_yaml
 from kai_ray.durations import EXAMPLES, clock, flag, span
 from kai_ray.scheduler.snapshot import Snapshot
-from kai_ray.scheduler.visibility import LastCycle, PendingRow, QueueRow, pending_rows, queue_rows
+from kai_ray.scheduler.visibility import (
+    LastCycle,
+    PendingRow,
+    QueueRow,
+    elastic_pending,
+    pending_rows,
+    queue_rows,
+)
+from kai_ray.tables import print_whole
 
 OUTPUTS = ("text", "json", "yaml")
 RESOURCE_UNITS = {"gpu": "GPUs", "cpu": "cores", "memory": "GiB"}
@@ -129,16 +137,6 @@ def _console() -> Console:
     return console(120)
 
 
-def _print_table(console: Console, table: Table) -> Console:
-    """Print a table whole: piped output widens past 120 columns rather than cut a queue or workload name."""
-    if not console.is_terminal:
-        needed = console.measure(table, options=console.options.update_width(10_000)).maximum
-        if needed > console.width:
-            console = Console(width=needed, highlight=False, file=console.file)
-    console.print(table)
-    return console
-
-
 def _amount(resource: str, value: float | None) -> str:
     """Core units as a person reads them: GPUs, cores, GiB; -1 (unlimited) as ∞."""
     if value is None:
@@ -169,22 +167,54 @@ def _tree_names(rows: list[QueueRow]) -> list[str]:
     return out
 
 
-# (header, cell) per column; a new QueueRow field is one more entry here
-QueueColumn = tuple[str, Callable[[QueueRow, str], str]]
+# (header, compact header, cell) per column; a new QueueRow field is one more entry here. The compact headers are
+# what fits 80 columns; QUEUE_KEY under the table spells out the short ones.
+QueueColumn = tuple[str, str, Callable[[QueueRow, str], str]]
 QUEUE_COLUMNS: list[QueueColumn] = [
-    ("PRIO", lambda r, res: str(r.priority)),
-    ("QUOTA", lambda r, res: _amount(res, r.quota[res])),
-    ("LIMIT", lambda r, res: _amount(res, r.limit[res])),
-    ("WEIGHT", lambda r, res: f"{r.weight[res]:g}"),
-    ("FAIR\nSHARE", lambda r, res: _amount(res, r.fair_share[res] if r.fair_share else None)),
-    ("ALLOCATED", lambda r, res: _amount(res, r.allocated[res] if r.allocated else None)),
-    ("REQUESTED", lambda r, res: _amount(res, r.requested[res] if r.requested else None)),
-    ("RUNNING", lambda r, res: str(r.running_podgroups)),
-    ("PENDING", lambda r, res: str(r.pending_podgroups)),
-    ("PENDING\nPODS", lambda r, res: str(r.pending_pods)),
+    ("PRIO", "PRIO", lambda r, res: str(r.priority)),
+    ("QUOTA", "QUOTA", lambda r, res: _amount(res, r.quota[res])),
+    ("LIMIT", "LIMIT", lambda r, res: _amount(res, r.limit[res])),
+    ("WEIGHT", "WGT", lambda r, res: f"{r.weight[res]:g}"),
+    ("FAIR\nSHARE", "FAIR\nSHARE", lambda r, res: _amount(res, r.fair_share[res] if r.fair_share else None)),
+    ("ALLOCATED", "ALLOC", lambda r, res: _amount(res, r.allocated[res] if r.allocated else None)),
+    ("REQUESTED", "REQ", lambda r, res: _amount(res, r.requested[res] if r.requested else None)),
+    ("RUNNING", "RUN", lambda r, res: str(r.running_podgroups)),
+    ("PENDING", "PEND", lambda r, res: str(r.pending_podgroups)),
+    ("PENDING\nPODS", "PEND\nPODS", lambda r, res: str(r.pending_pods)),
+    ("ELASTIC\nPODS", "ELAS\nPODS", lambda r, res: str(r.elastic_pending_pods)),
 ]
+QUEUE_KEY = (
+    "RUNNING/PENDING: gangs running/pending (pending as kai-ray pending lists them); PENDING PODS: their waiting pods; "
+    "ELASTIC PODS: pods waiting beside a running gang (elastic workers)"
+)
+QUEUE_KEY_SHORT = (
+    "WGT: over-quota weight; ALLOC/REQ: allocated/requested; RUN/PEND: gangs running/pending (pending as kai-ray "
+    "pending lists them); PEND PODS: their waiting pods; ELAS PODS: pods waiting beside a running gang (elastic "
+    "workers)"
+)
 # shown when the scheduler accounts usage (time-based fair share): the queue's share of the cluster over the window
-USAGE_COLUMN: QueueColumn = ("USAGE", lambda r, res: f"{100 * r.usage.get(res, 0.0):.1f}%" if r.usage else "-")
+USAGE_COLUMN: QueueColumn = ("USAGE", "USAGE", lambda r, res: f"{100 * r.usage.get(res, 0.0):.1f}%" if r.usage else "-")
+
+
+def _queue_table(rows: list[QueueRow], resource: str, title: str, compact: bool) -> Table:
+    """The full table names each queue with its display name; the compact one (80 columns) drops it and uses the
+    short headers, one space between columns."""
+    table = Table(
+        title=title,
+        header_style="bold",
+        box=None,
+        padding=(0, 1),
+        collapse_padding=compact,
+        pad_edge=not compact,
+    )
+    table.add_column("QUEUE", no_wrap=True)
+    columns = QUEUE_COLUMNS + ([USAGE_COLUMN] if any(r.usage is not None for r in rows) else [])
+    for header, short, _ in columns:
+        table.add_column(short if compact else header, justify="right", no_wrap=True)
+    for name, row in zip(_tree_names(rows), rows, strict=True):
+        label = f"{name} ({row.display_name})" if row.display_name and not compact else name
+        table.add_row(label, *(cell(row, resource) for _, _, cell in columns))
+    return table
 
 
 @app.command("queues")
@@ -212,17 +242,14 @@ def queues_cmd(
     if not rows:
         console.print(f"no queues ({src.label})")
         return
-    table = Table(
-        title=f"Queues ({RESOURCE_UNITS[resource]}) - {src.label}", header_style="bold", box=None, padding=(0, 1)
-    )
-    table.add_column("QUEUE", no_wrap=True)
-    columns = QUEUE_COLUMNS + ([USAGE_COLUMN] if any(r.usage is not None for r in rows) else [])
-    for header, _ in columns:
-        table.add_column(header, justify="right", no_wrap=True)
-    for name, row in zip(_tree_names(rows), rows, strict=True):
-        label = f"{name} ({row.display_name})" if row.display_name else name
-        table.add_row(label, *(cell(row, resource) for _, cell in columns))
-    _print_table(console, table)
+    title = f"Queues ({RESOURCE_UNITS[resource]}) - {src.label}"
+    full, compact = (_queue_table(rows, resource, title, short) for short in (False, True))
+    console, used_compact = print_whole(console, full, compact)
+    if used_compact:
+        for row in rows:
+            if row.display_name:
+                console.print(f"[dim]{row.name}: {row.display_name}[/dim]")
+    console.print(f"[dim]{QUEUE_KEY_SHORT if used_compact else QUEUE_KEY}[/dim]")
 
 
 UNITS_NOTE = "gpu: GPUs, cpu: millicores, memory: bytes; -1: unlimited"
@@ -253,18 +280,45 @@ def pending_cmd(
         return
     console = _console()
     where = f" in queue {queue}" if queue else ""
+    elastic = elastic_pending(src.snapshot, src.last) if queue is None and namespace is None else 0
     if not rows:
         console.print(f"nothing pending{where} ({src.label})")
+        _elastic_note(console, elastic)
         return
-    table = Table(title=f"Pending{where} - {src.label}", header_style="bold", box=None, padding=(0, 1))
-    for header in ("#", "QUEUE", "WORKLOAD", "PRIORITY", "PODS", "GPUS", "AGE", "REASON (last cycle)"):
+    full, compact = (_pending_table(rows, f"Pending{where} - {src.label}", short) for short in (False, True))
+    console, used_compact = print_whole(console, full, compact)
+    for r in rows:
+        why = f"{r.reason}: {r.message}" if used_compact else r.message
+        if why:
+            console.print(f"[bold]{r.position or '-'}[/bold] {r.namespace}/{r.name}: {why}", soft_wrap=False)
+    _elastic_note(console, elastic)
+
+
+def _elastic_note(console: Console, elastic: int) -> None:
+    if elastic:
+        what = (
+            "1 pod of a running gang (an elastic worker) waits"
+            if elastic == 1
+            else (f"{elastic} pods of running gangs (elastic workers) wait")
+        )
+        console.print(f"[dim]{what} too; not listed here (kai-ray queues counts them as ELASTIC PODS)[/dim]")
+
+
+def _pending_table(rows: list[PendingRow], title: str, compact: bool) -> Table:
+    """The full table has the reason and each workload's owner; the compact one (80 columns) leaves both out: the
+    reason is printed under the table with its message."""
+    table = Table(title=title, header_style="bold", box=None, padding=(0, 1), collapse_padding=compact)
+    headers = ["#", "QUEUE", "WORKLOAD", "PRIORITY", "PODS", "GPUS", "AGE"] + (
+        [] if compact else ["REASON (last cycle)"]
+    )
+    for header in headers:
         table.add_column(header, no_wrap=True, justify="right" if header in ("#", "PODS", "GPUS", "AGE") else "left")
     for r in rows:
-        table.add_row(*_pending_cells(r))
-    console = _print_table(console, table)
-    for r in rows:
-        if r.message:
-            console.print(f"[bold]{r.position or '-'}[/bold] {r.namespace}/{r.name}: {r.message}", soft_wrap=False)
+        cells = _pending_cells(r)
+        if compact:
+            cells = [*cells[:2], f"{r.namespace}/{r.name}", *cells[3:7]]
+        table.add_row(*cells)
+    return table
 
 
 def _pending_cells(r: PendingRow) -> list[str]:

@@ -90,10 +90,16 @@ class OperatorConfig:
     default_priority: dict[str, str] = field(default_factory=dict)  # podgrouper: Ray kind -> PriorityClass override
     # podgrouper: KAI's scheduler schedules; Ray owners and stamped pods get kai.scheduler/skip-podgrouper
     kai_coexistence: bool = False
+    # podgrouper: also write each gang as Kubernetes' scheduling.k8s.io/v1beta1 Workload + PodGroup, and name it in
+    # new Ray pods through an admission webhook (kai_ray.k8s.podgrouping.admission)
+    upstream_gangs: bool = False
+    webhook_port: int = 9443
+    webhook_url: str = ""  # how the API server reaches the webhook; "" = the Service below, port 443
+    webhook_service: str = "kai-ray-podgrouper-webhook"  # in the operator's namespace
     # scheduler: Ray-aware reclaim (kai_ray.k8s.ray.elastic)
     elastic_reclaim: bool = True  # elastic surplus of KubeRay workers: shrink the worker group instead of evicting
     suspend_kinds: tuple[str, ...] = ("RayJob",)  # whole gangs owned by these kinds are suspended, then resumed
-    drain_deadline: float = 30.0  # seconds Ray gets to move work off shrunk workers (0: no draining)
+    drain_deadline: float = 30.0  # seconds a drained Ray node gets before its pod is taken (0: no draining)
     headroom_interval: float = 2.0  # seconds between headroom publications for the autoscaler hook (0: off)
     max_gang_pods: int = c.DEFAULT_MAX_GANG_PODS  # larger gangs are refused with a condition naming the field
     # scheduler: Ray-native scheduling (docs/ray-native.md)
@@ -136,7 +142,11 @@ class OperatorConfig:
             raise ConfigError(f"--preemption-delay: {self.preemption_delay} must not be negative")
         if self.leader_elect and not 0 < self.renew_deadline < self.lease_duration:
             raise ConfigError("--renew-deadline: must be positive and shorter than --lease-duration")
-        for port, name in ((self.metrics_port, "--metrics-port"), (self.health_port, "--health-port")):
+        for port, name in (
+            (self.metrics_port, "--metrics-port"),
+            (self.health_port, "--health-port"),
+            (self.webhook_port, "--webhook-port"),
+        ):
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{name}: {port} is not a port number")
         if self.bind_workers < 1 or self.write_workers < 1:

@@ -8,6 +8,7 @@ from kai_ray.podgrouper.grouper import (
     group,
     placeholder_group,
     podgroup_name,
+    ray_resource_warnings,
     suspend_blocker,
 )
 from kai_ray.podgrouper.pods import PodTemplate, cluster_name, expand_pods, pod_templates
@@ -28,6 +29,7 @@ __all__ = [
     "placeholder_group",
     "pod_templates",
     "podgroup_name",
+    "ray_resource_warnings",
     "stamp",
     "subgroup_for_pod",
     "suspend_blocker",

@@ -29,6 +29,7 @@ from kai_ray.api.ray import MAX_INT32, RayCluster, RayClusterSpec, RayJob, RayOb
 from kai_ray.api.strict import container_resource_problems, fraction_problem
 from kai_ray.podgrouper.config import PodgrouperConfig
 from kai_ray.podgrouper.naming import subgroup_name
+from kai_ray.podgrouper.rayresources import RayResourceError, accelerator_mismatches, ray_resources
 
 
 class GroupingError(ValueError):
@@ -126,6 +127,47 @@ def resource_problems(obj: RayObject, spec: RayClusterSpec) -> list[str]:
                         ctr.resources.requests, ctr.resources.limits, f"{where}.spec.{list_name}[{i}].resources"
                     )
         out += [f"{obj.kind} {obj.metadata.name}: {err}" for err in found]
+    return out
+
+
+def _ray_groups(obj: RayObject, spec: RayClusterSpec) -> list[tuple[str, str, Any]]:
+    """(field path, subgroup, group spec) for the head and each worker group."""
+    path = cluster_spec_path(obj)
+    out: list[tuple[str, str, Any]] = []
+    if spec.head_group_spec is not None:
+        out.append((f"{path}.headGroupSpec", c.RAY_HEAD_GROUP, spec.head_group_spec))
+    for i, wg in enumerate(spec.worker_group_specs):
+        out.append((f"{path}.workerGroupSpecs[{i}]", subgroup_name(wg.group_name or f"worker-group-{i}"), wg))
+    return out
+
+
+def gang_ray_resources(obj: RayObject, spec: RayClusterSpec, subgroups: set[str]) -> dict[str, dict[str, int | float]]:
+    """Per subgroup of the gang, the Ray resources each of its pods advertises beyond CPU, GPU and memory
+    (:mod:`~kai_ray.podgrouper.rayresources`); groups that advertise none are left out. A ``rayStartParams.resources``
+    that ``ray start`` cannot read is a GroupingError naming it: every pod of the group would fail to start."""
+    out: dict[str, dict[str, float]] = {}
+    for where, sg, g in _ray_groups(obj, spec):
+        try:
+            found = ray_resources(g.ray_start_params, g.template, g.resources)
+        except RayResourceError as exc:
+            raise GroupingError(f"{obj.kind} {obj.metadata.name}: {where}.{exc.field}: {exc}") from None
+        if found and sg in subgroups:
+            out[sg] = {k: int(v) if float(v).is_integer() else v for k, v in found.items()}
+    return out
+
+
+def ray_resource_warnings(obj: RayObject, cluster: RayCluster | None = None) -> list[str]:
+    """ "<field>: <problem>" for each group whose pods tell Ray of accelerators Kubernetes does not give them."""
+    spec = effective_cluster_spec(obj, cluster)
+    out = []
+    for where, _, g in _ray_groups(obj, spec):
+        try:
+            found = ray_resources(g.ray_start_params, g.template, g.resources)
+        except RayResourceError:
+            continue  # group() refuses it
+        for ray_name, problem in accelerator_mismatches(found, g.template):
+            field = "resources" if ray_name in (g.resources or {}) else "rayStartParams.resources"
+            out.append(f"{where}.{field}: {problem}")
     return out
 
 
@@ -286,7 +328,7 @@ def group(
     priority = resolve_priority(obj, spec, pod, config)
     annotations = dict(obj.metadata.annotations)
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    for key in (c.INVALID, c.MAX_MEMBER, c.SUBGROUP_MAX, c.SUBGROUP_NAMES, c.MAX_PENDING_ACTED):
+    for key in (c.INVALID, c.MAX_MEMBER, c.SUBGROUP_MAX, c.SUBGROUP_NAMES, c.MAX_PENDING_ACTED, c.RAY_RESOURCES):
         annotations.pop(key, None)  # ours to write, whatever the Ray object says
     annotations[c.TOP_OWNER_METADATA] = yaml.safe_dump(
         {
@@ -303,6 +345,9 @@ def group(
     if desired_pods > limit:
         annotations[c.INVALID] = gang_too_large(obj, spec, desired_pods, limit)
     renamed = {p.group_name: p.subgroup for p in plans if p.group_name != p.subgroup}
+    shapes = gang_ray_resources(obj, spec, {c.RAY_HEAD_GROUP, *(p.subgroup for p in plans)})
+    if shapes:
+        annotations[c.RAY_RESOURCES] = json.dumps(shapes, sort_keys=True)
     if renamed:
         annotations[c.SUBGROUP_NAMES] = json.dumps(renamed, sort_keys=True)
 

@@ -58,6 +58,18 @@ class PodPhase(str, Enum):  # noqa: UP042  (str() kept as before)
     FAILED = "Failed"
 
 
+class Disruption(str, Enum):  # noqa: UP042  (str() as the other enums)
+    """How a gang may be disrupted: an upstream Kubernetes PodGroup's ``disruptionMode``.
+
+    Why in the core: it changes the victim steps. ``SINGLE`` pods are independent victims, one at a time, even below
+    the gang minimum (upstream enforces ``minCount`` only when scheduling); ``ALL`` pods go together, surplus
+    included. A job without one (KAI PodGroups) keeps KAI's steps: elastic surplus one pod at a time, then the rest
+    of the gang whole."""
+
+    SINGLE = "Single"
+    ALL = "All"
+
+
 class Preemptibility(str, Enum):  # noqa: UP042  (str() kept as before)
     PREEMPTIBLE = "preemptible"
     NON_PREEMPTIBLE = "non-preemptible"
@@ -193,6 +205,7 @@ class Job:
     kind: str = ""  # RayCluster / RayJob / RayService / "" - informational
     pods: list[Pod] = field(default_factory=list)
     raynative: RayNativeFacts | None = None  # kai-ray's Ray-native facts and limits; None: none
+    disruption: Disruption | None = None  # an upstream PodGroup's disruptionMode; None: KAI's victim steps
 
     @property
     def key(self) -> str:

@@ -49,6 +49,7 @@ from kai_ray.scheduler.session import (
     JobInfo,
     Session,
 )
+from kai_ray.scheduler.snapshot import Disruption
 from kai_ray.scheduler.tasks import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
 
 Vec = tuple[float, float, float]
@@ -150,7 +151,8 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
     vj = VictimJob(job)
     names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
     vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
-    if not job.has_surplus():  # the common case: one step, the whole gang
+    mode = job.spec.disruption
+    if mode is Disruption.ALL or (mode is None and not job.has_surplus()):  # the common case: the whole gang
         if not protect:
             vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
             vj.cores.append(True)
@@ -161,7 +163,7 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
     cp = ses.checkpoint()
     while job.n_active > 0:
         pods, keeps = tasks_to_evict(ses, job)
-        if not pods or (not keeps and protect):
+        if not pods or (protect and (not keeps or (mode is Disruption.SINGLE and not job.has_surplus()))):
             break
         vj.states.append(job.elastic_state())
         vj.allocs.append(_sum_req(ses, [p for p in job.pods if st[p] in ACTIVE]))

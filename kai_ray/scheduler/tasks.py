@@ -6,13 +6,15 @@ one subgroup's missing minimum) per attempt, so elastic growth interleaves with 
 ``Job.max_member`` and ``SubGroup.max_member`` stop elastic growth.
 
 Eviction (KAI ``GetTasksToEvict``): one surplus pod above a PodSet's minimum first (lowest task priority, Ray head
-last), else one whole surplus subgroup above ``minSubGroup``, else the whole gang.
+last), else one whole surplus subgroup above ``minSubGroup``, else the whole gang. An upstream Kubernetes PodGroup's
+``disruptionMode`` replaces these steps (:class:`~kai_ray.scheduler.snapshot.Disruption`).
 """
 
 from __future__ import annotations
 
 from kai_ray.scheduler.gang import Member, PodSet, SubGroupSet, has_surplus, member_key
 from kai_ray.scheduler.session import ACTIVE, PENDING, JobInfo, Session
+from kai_ray.scheduler.snapshot import Disruption
 
 
 def task_key(ses: Session, p: int) -> tuple[int, int, float, str]:
@@ -88,7 +90,10 @@ def _collect_set(
 
 def tasks_to_replace(ses: Session, job: JobInfo, pool: set[int]) -> list[int]:
     """The next allocation step of a victim job drawn from its just-evicted pods ``pool``: what KAI re-places when it
-    simulates evicting them (its virtually releasing tasks count as allocatable)."""
+    simulates evicting them (its virtually releasing tasks count as allocatable). A ``disruptionMode: All`` gang
+    comes back whole or not at all: keeping part of it would be disrupting the rest."""
+    if job.spec.disruption is Disruption.ALL:
+        return sorted(pool, key=lambda p: task_key(ses, p))
     return _collect_set(ses, job, job.root, pool=pool)
 
 
@@ -174,7 +179,17 @@ def _elastic_from_set(ses: Session, sgs: SubGroupSet) -> list[int]:
 
 
 def tasks_to_evict(ses: Session, job: JobInfo) -> tuple[list[int], bool]:
-    """The next eviction step for a victim job, and whether the job keeps running afterwards."""
+    """The next eviction step for a victim job, and whether the job keeps running afterwards.
+
+    An upstream gang's ``disruptionMode`` overrides KAI's steps: ``All`` is one step of every active pod, ``Single``
+    one pod per step (the first in eviction order) until none is left."""
+    mode = job.spec.disruption
+    if mode is Disruption.ALL:
+        return _all_active(ses, job.root), False
+    if mode is Disruption.SINGLE:
+        active = _all_active(ses, job.root)
+        active.sort(key=lambda p: evict_key(ses, p))
+        return active[:1], len(active) > 1
     tasks = _elastic_from_set(ses, job.root)
     if tasks:
         return tasks, True

@@ -64,14 +64,15 @@ class QueueRow:
     fair_share: dict[str, float] | None
     allocated: dict[str, float] | None
     requested: dict[str, float] | None
-    pending_podgroups: int  # this queue's and its descendants'
-    pending_pods: int
+    pending_podgroups: int  # this queue's and its descendants': gangs not running, as ``pending`` lists them
+    pending_pods: int  # the pods of those gangs that wait for a node
     running_podgroups: int
     # normalised historical usage (time-based fair share: a share of the cluster over the usage window); None: the
     # feature is off or the scheduler has not reported it
     usage: dict[str, float] | None = None
     display_name: str = ""
     children: list[str] = field(default_factory=list)
+    elastic_pending_pods: int = 0  # pods waiting beside a running gang (elastic workers): not pending gangs
 
 
 @dataclass
@@ -149,13 +150,17 @@ def queue_rows(snapshot: Snapshot, result: LastCycle, display_names: dict[str, s
     groups: dict[str, int] = {}
     pods: dict[str, int] = {}
     running: dict[str, int] = {}
+    elastic: dict[str, int] = {}
     for job in snapshot.jobs:
         verdict = result.jobs.get(job.key)
         gang_runs = verdict is not None and verdict.scheduled
+        waiting = sum(1 for p in job.pods if p.phase is PodPhase.PENDING)
         for name in chains.get(job.queue, []):
             if job.key in pending:
                 groups[name] = groups.get(name, 0) + 1
-            pods[name] = pods.get(name, 0) + sum(1 for p in job.pods if p.phase is PodPhase.PENDING)
+                pods[name] = pods.get(name, 0) + waiting
+            else:
+                elastic[name] = elastic.get(name, 0) + waiting
             running[name] = running.get(name, 0) + int(gang_runs)
     by_name = {q.name: q for q in snapshot.queues}
     children: dict[str | None, list[str]] = {}
@@ -188,6 +193,7 @@ def queue_rows(snapshot: Snapshot, result: LastCycle, display_names: dict[str, s
                 usage=dict(status.usage) if status is not None and status.usage else None,
                 display_name=names.get(name, ""),
                 children=sorted(children.get(name, [])),
+                elastic_pending_pods=elastic.get(name, 0),
             )
         )
         for child in sorted(children.get(name, [])):
@@ -199,6 +205,14 @@ def queue_rows(snapshot: Snapshot, result: LastCycle, display_names: dict[str, s
     for name in sorted(by_name):  # queues in a parent cycle have no root: list them flat at the end
         visit(name, 0, seen)
     return rows
+
+
+def elastic_pending(snapshot: Snapshot, result: LastCycle) -> int:
+    """Pods waiting beside a running gang (elastic workers above its minimum): ``pending`` lists gangs, not these."""
+    pending = _pending_jobs(snapshot, result)
+    return sum(
+        sum(1 for p in job.pods if p.phase is PodPhase.PENDING) for job in snapshot.jobs if job.key not in pending
+    )
 
 
 def pending_rows(

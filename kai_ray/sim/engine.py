@@ -41,7 +41,7 @@ from kai_ray.scheduler.snapshot import (
 )
 from kai_ray.sim.cluster import Cluster
 from kai_ray.sim.usage import SimUsage, UsageRecord
-from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, RayWorkload, WorkloadBase
+from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, SUSPENDED, RayWorkload, WorkloadBase
 
 # event kinds, in the order they are handled at the same instant
 COMPLETE, RELEASE, ARRIVE, SCALE, AUTOSCALE, CYCLE, WARM = range(7)
@@ -346,6 +346,11 @@ class Engine:
 
     # ------------------------------------------------------------------ handlers
     def _arrive(self, w: WorkloadBase, t: float) -> None:
+        if isinstance(w, RayWorkload) and w.user_suspended:
+            w.set_state(t, SUSPENDED)
+            message = f"{w.kind} {w.key}: spec.suspend is true: KubeRay creates no pods until it is resumed"
+            self._event(t, "suspended", w, "Suspended", message)
+            return
         job = w.create(t)
         w.last_update = t
         w.set_state(t, PENDING)
@@ -393,7 +398,7 @@ class Engine:
 
     def _scale(self, payload: tuple[RayWorkload, str, int], t: float) -> None:
         w, group, replicas = payload
-        if w.state == COMPLETED:
+        if w.state in (COMPLETED, SUSPENDED):
             return
         if w.job is not None:
             w.advance(t, self._gpus_held(w))

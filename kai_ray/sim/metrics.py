@@ -83,6 +83,7 @@ def compute_metrics(res: SimResult) -> dict[str, Any]:
         "completed": len(done),
         "running_at_end": sum(1 for w in arrived if w.state == "Running"),
         "pending_at_end": sum(1 for w in arrived if w.state == "Pending"),
+        "suspended": sum(1 for w in res.workloads if w.state == "Suspended"),  # spec.suspend true as written
         "avg_jct_seconds": _r(_mean(jct)),
         "p99_jct_seconds": _r(nearest_rank(jct, 0.99)),
         "avg_queueing_delay_seconds": _r(_mean(delays)),

@@ -37,7 +37,7 @@ def pyplot() -> Any:
         import matplotlib
     except ImportError:
         raise PlotsUnavailable(
-            "plots need matplotlib, which comes with the 'plots' extra: pip install 'kai-ray[plots]'"
+            "plots need matplotlib, which comes with the 'plots' extra: in a kai-ray checkout, pip install '.[plots]'"
         ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -239,7 +239,16 @@ def _allocation(
         top = max([*total, quota or 0.0, 1.0])
         if quota is not None:
             pax.axhline(quota, color="black", linewidth=1.2, linestyle="--")
-            pax.text(1.01, quota / (top * 1.25), f"quota {quota:g}", transform=pax.transAxes, fontsize=8, va="center")
+            pax.text(  # inside the axes, right-aligned over the line: outside, the figure's edge cut it
+                0.995,
+                quota / (top * 1.25),
+                f"quota {quota:g}",
+                transform=pax.transAxes,
+                fontsize=8,
+                ha="right",
+                va="bottom",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1},
+            )
         pax.set_ylim(0, top * 1.25)
         pax.set_ylabel(q, fontsize=9, rotation=0, ha="right", va="center")
         pax.tick_params(labelsize=8)
@@ -430,17 +439,31 @@ def _timeline(
         ax.set_yticks(range(len(arrived)))
         ax.set_yticklabels([w.key for w in arrived], fontsize=9)
     ax.set_xlabel(f"simulated time ({unit}); numbers: GPUs held")
-    handles = [
-        Line2D([0], [0], color="#c8c8c8", linewidth=6, label="pending"),
-        *[
-            Line2D([0], [0], color=col, linewidth=6, label=f"running ({q})")
-            for q, col in colors.items()
-            if any(w.queue == q for w in arrived)
-        ],
-        Line2D([0], [0], marker="v", color="darkorange", linestyle="", label="shrunk (kept running); -N: pods evicted"),
-        Line2D([0], [0], marker="X", color="red", linestyle="", label="run stopped / restarted"),
-        Line2D([0], [0], marker="v", color="purple", linestyle="", label="replicas scaled"),
-        Line2D([0], [0], marker="|", color="black", linestyle="", markersize=12, label="completed"),
+    pended = any(state != "Running" for w in arrived for _, _, state in w.intervals)
+    ran = {w.queue for w in arrived for _, _, state in w.intervals if state == "Running"}
+    handles = [  # what the plot shows, and nothing it does not: a legend entry is a promise of a mark
+        *([Line2D([0], [0], color="#c8c8c8", linewidth=6, label="pending")] if pended else []),
+        *[Line2D([0], [0], color=col, linewidth=6, label=f"running ({q})") for q, col in colors.items() if q in ran],
+        *(
+            [Line2D([0], [0], marker="v", color="darkorange", linestyle="", label="shrunk (kept running); -N: pods")]
+            if marks["shrink"][0]
+            else []
+        ),
+        *(
+            [Line2D([0], [0], marker="X", color="red", linestyle="", label="run stopped / restarted")]
+            if marks["stop"][0]
+            else []
+        ),
+        *(
+            [Line2D([0], [0], marker="v", color="purple", linestyle="", label="replicas scaled")]
+            if marks["scale"][0]
+            else []
+        ),
+        *(
+            [Line2D([0], [0], marker="|", color="black", linestyle="", markersize=12, label="completed")]
+            if marks["done"][0]
+            else []
+        ),
     ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.set_title(f"{title}: timeline")
@@ -477,7 +500,15 @@ def write_comparison(
         ax.set_xlim(start / scale, end / scale)
         if res.end < end:
             ax.axvspan(res.end / scale, end / scale, color="#eeeeee", zorder=0)
-            ax.text(res.end / scale, res.total_gpus * 0.5, "  all training done", fontsize=8, color="grey")
+            right = (res.end / scale) > (start + 0.8 * (end - start)) / scale  # near the right edge: text to its left
+            ax.text(
+                res.end / scale,
+                res.total_gpus * 0.5,
+                "all training done  " if right else "  all training done",
+                fontsize=8,
+                color="grey",
+                ha="right" if right else "left",
+            )
         ax.set_ylabel("GPUs")
         ax.set_title(f"{name}: {caption}", fontsize=9, loc="left")
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):

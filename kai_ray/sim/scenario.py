@@ -36,16 +36,26 @@ from kai_ray.api.loader import (
     load_documents,
     located,
     parse_object,
+    pydantic_message,
     read_text,
     what_is,
+    yaml_kind,
 )
 from kai_ray.api.meta import ObjectMeta
+from kai_ray.api.names import key_problems, priority_problems
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.api.queue import Queue, QueueSpec, queue_cycles
 from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
 from kai_ray.api.strict import did_you_mean, refused_fields, unknown_fields
 from kai_ray.durations import seconds
-from kai_ray.podgrouper import GroupingError, PodgrouperConfig, effective_cluster_spec, group
+from kai_ray.podgrouper import (
+    GroupingError,
+    PodgrouperConfig,
+    effective_cluster_spec,
+    group,
+    ray_resource_warnings,
+)
+from kai_ray.podgrouper.explain import explain
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.snapshot import Node, Resources, SchedulerConfig, Taint
 from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
@@ -365,7 +375,7 @@ def node_spec(raw: Any, where: str, defaults: dict[str, Any] | None = None) -> N
     """One node entry -> NodeSpec, or ScenarioError naming the field (``nodes[2].maxPods: ...``). ``defaults`` fill
     the keys (snake_case) the entry gives in neither spelling: a test harness's own node defaults."""
     if not isinstance(raw, dict):
-        raise ScenarioError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        raise ScenarioError(f"{where}: expected a mapping, got {yaml_kind(raw)}")
     data = dict(raw)
     for key, value in (defaults or {}).items():
         if key not in data and to_camel(key) not in data:
@@ -379,7 +389,7 @@ def node_spec(raw: Any, where: str, defaults: dict[str, Any] | None = None) -> N
 def config_from(raw: Any) -> SchedulerConfig:
     """A ``config:`` section -> SchedulerConfig, or ScenarioError naming the field (``config.kValue: ...``)."""
     if raw is not None and not isinstance(raw, dict):
-        raise ScenarioError(f"config: expected a mapping, got {type(raw).__name__}")
+        raise ScenarioError(f"config: expected a mapping, got {yaml_kind(raw)}")
     try:
         return scheduler_config(raw)
     except ValidationError as exc:
@@ -433,12 +443,14 @@ class Scenario:
     description: str | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)  # unknown fields, ignored: "<where>: <field>: ..."
     dra: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # DRA manifests and the nodes' ResourceSlices
+    notes: list[str] = dataclasses.field(default_factory=list)  # what was skipped or kept as written, on purpose
+    advice: list[str] = dataclasses.field(default_factory=list)  # used as written, likely not as meant (a typo'd class)
 
 
 def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     err = exc.errors()[0]
     loc = field_path(tuple(err["loc"]))
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    msg = pydantic_message(err)
     if err["type"] == "extra_forbidden":
         known = _known_keys(model, tuple(err["loc"])[:-1]) if model is not None else set()
         hint = did_you_mean(str(err["loc"][-1]), known) if known else None
@@ -563,6 +575,8 @@ def _load_workload(
     pg_config: PodgrouperConfig,
     warnings: list[str],
     dra_out: list[dict[str, Any]] | None = None,
+    notes: list[str] | None = None,
+    advice: list[str] | None = None,
 ) -> Workload:
     where = f"{source}: workloads[{i}]"
     if spec.path is not None:
@@ -575,6 +589,11 @@ def _load_workload(
         docs = [d for d in docs if not (isinstance(d[1], dict) and d[1].get("kind") in DRA_KINDS)]
         if dra_out is not None:
             dra_out.extend(dra_docs)
+        others = [d for d in docs if isinstance(d[1], dict) and d[1].get("kind") and d[1]["kind"] not in c.RAY_KINDS]
+        if len(others) < len(docs):  # a file of a Role, a ConfigMap and the RayJob: the RayJob is the workload
+            docs = [d for d in docs if d not in others]
+            if notes is not None:
+                notes += [f"{where}.path: {label} ({describe(doc)}): not a Ray CR; skipped" for label, doc in others]
         if len(docs) != 1:
             raise ScenarioError(f"{where}.path: {spec.path} holds {len(docs)} documents; a workload is one Ray CR")
         label, doc = docs[0]
@@ -583,10 +602,13 @@ def _load_workload(
         label, doc, field = f"{where}.manifest", spec.manifest, f"{where}.manifest"
     named = f"{field} ({describe(doc)})" if isinstance(doc, dict) else field
     if isinstance(doc, dict) and doc.get("kind") in ("RayCluster", "RayJob", "RayService"):
-        for unknown in unknown_fields(doc):
-            warnings.append(f"{named}: {unknown.located()}")
         for bad in refused_fields(doc):
             raise ScenarioError(f"{named}: {bad}")
+        for unknown in unknown_fields(doc):
+            warnings.append(f"{named}: {unknown.located()}")
+        warnings += [f"{named}: {key}" for key in key_problems(doc)]
+        if advice is not None:
+            advice += [f"{named}: {p}" for p in priority_problems(doc, pg_config.priority_classes, every=True)]
     try:
         obj = parse_object(doc, label)
     except ManifestError as exc:
@@ -602,6 +624,14 @@ def _load_workload(
         raise ScenarioError(located(named, str(exc), doc)) from None
     if c.INVALID in pg.metadata.annotations:
         raise ScenarioError(located(named, pg.metadata.annotations[c.INVALID], doc))
+    warnings += [f"{named}: {mismatch}" for mismatch in ray_resource_warnings(obj)]
+    for finding in explain(obj, pg):
+        if finding.reason == "Suspended":
+            continue  # noted below, with what the simulator does with it
+        if finding.type == "Warning" and advice is not None:
+            advice.append(f"{named}: {finding.message}")
+        elif finding.type != "Warning" and notes is not None:
+            notes.append(f"{named}: {finding.message}")
     cluster_spec = effective_cluster_spec(obj)
     groups = {wg.group_name or f"worker-group-{k}": wg for k, wg in enumerate(cluster_spec.worker_group_specs)}
     for k, step in enumerate(spec.scale):
@@ -618,6 +648,8 @@ def _load_workload(
                 f"{where}.scale[{k}].replicas: {step.replicas} x numOfHosts {wg.hosts} pods; at most "
                 f"{pg_config.max_gang_pods} pods per gang"
             )
+    if not isinstance(obj, RayService) and obj.spec.suspend is True and notes is not None:
+        notes.append(f"{named}: spec.suspend is true: KubeRay creates no pods until it is resumed; it stays suspended")
     if spec.upgrade_at is not None and not isinstance(obj, RayService):
         raise ScenarioError(f"{where}.upgradeAt: only a RayService upgrades (this is a {obj.kind})")
     return Workload(
@@ -661,7 +693,11 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         if doc.get("kind") not in DRA_KINDS:
             raise ScenarioError(f"{source}: dra[{i}].kind: {doc.get('kind')!r} is not one of {', '.join(DRA_KINDS)}")
         dra.append(doc)
-    workloads = [_load_workload(w, i, base, source, pg_config, warnings, dra) for i, w in enumerate(raw.workloads)]
+    notes: list[str] = []
+    advice: list[str] = []
+    workloads = [
+        _load_workload(w, i, base, source, pg_config, warnings, dra, notes, advice) for i, w in enumerate(raw.workloads)
+    ]
     dra.extend(sl for ns in raw.nodes for sl in ns.as_resource_slices())
     keys: set[str] = set()
     leaves = {q.name for q in queues} - {q.spec.parent_queue for q in queues if q.spec.parent_queue}
@@ -686,6 +722,8 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         description=raw.description,
         warnings=warnings,
         dra=dra,
+        notes=notes,
+        advice=advice,
     )
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kai_ray.durations import clock
+from kai_ray.tables import print_whole
 
 
 def _gpus(x: float) -> str:
@@ -114,31 +115,53 @@ def print_timeline(doc: dict[str, Any], console: Console, limit: int = 400) -> N
         console.print(f"[dim]... {len(entries) - limit} more timeline entries (use --json for all)[/dim]")
 
 
-def print_workloads(doc: dict[str, Any], console: Console, limit: int = 100) -> None:
-    items = list(doc["workloads"].items())
-    reasons = any(w["pending_reason"] for _, w in items[:limit])
-    table = Table(title="Workloads", header_style="bold", box=None, padding=(0, 1))
-    cols = ["workload", "kind", "queue", "state", "started", "completed", "pods evicted", "runs stopped"]
-    for col in [*cols, "pending reason"] if reasons else cols:
-        table.add_column(col, no_wrap=col != "pending reason")
-    for key, w in items[:limit]:
-        row = [
-            key,
-            w["kind"],
-            w["queue"],
-            w["state"],
-            clock(w["first_running_at"]) if w["first_running_at"] is not None else "-",
-            clock(w["completed_at"]) if w["completed_at"] is not None else "-",
-            str(w["evicted_pods"]),
-            str(w["runs_stopped"]),
-        ]
+def workload_tables(doc: dict[str, Any], limit: int = 100) -> tuple[Table, Table, list[str]]:
+    """The workloads table in full and compact form (80 columns: no ``kind`` column, short headers), and the
+    pending reasons, which the compact form prints under the table (``<workload>: <reason>: <message>``)."""
+    items = list(doc["workloads"].items())[:limit]
+    reasons = []
+    for _key, w in items:
         why = w["pending_reason"] or ""
         if why and w.get("pending_message"):
             why = f"{why}: {w['pending_message']}"
-        table.add_row(*row, *([why] if reasons else []))
-    console.print(table)
-    if len(items) > limit:
-        console.print(f"[dim]... {len(items) - limit} more workloads (use --json for all)[/dim]")
+        reasons.append(why)
+    tables = []
+    for compact in (False, True):
+        table = Table(title="Workloads", header_style="bold", box=None, padding=(0, 1), collapse_padding=compact)
+        cols = ["workload", "kind", "queue", "state", "started", "completed", "pods evicted", "runs stopped"]
+        if compact:
+            cols = ["workload", "queue", "state", "started", "completed", "evicted", "stopped"]
+        elif any(reasons):
+            cols.append("pending reason")
+        for col in cols:
+            table.add_column(col, no_wrap=col != "pending reason")
+        for (key, w), why in zip(items, reasons, strict=True):
+            row = [
+                key,
+                *([] if compact else [w["kind"]]),
+                w["queue"],
+                w["state"],
+                clock(w["first_running_at"]) if w["first_running_at"] is not None else "-",
+                clock(w["completed_at"]) if w["completed_at"] is not None else "-",
+                str(w["evicted_pods"]),
+                str(w["runs_stopped"]),
+            ]
+            table.add_row(*row, *([why] if "pending reason" in cols else []))
+        tables.append(table)
+    notes = [f"{key}: {why}" for (key, _), why in zip(items, reasons, strict=True) if why]
+    more = len(doc["workloads"]) - len(items)
+    if more > 0:
+        notes.append(f"... {more} more workloads (use --json for all)")
+    return tables[0], tables[1], notes
+
+
+def print_workloads(doc: dict[str, Any], console: Console, limit: int = 100) -> None:
+    """The workloads table, whole (:func:`kai_ray.tables.print_whole`): the compact form on a narrow terminal."""
+    full, compact, notes = workload_tables(doc, limit)
+    console, used_compact = print_whole(console, full, compact)
+    for line in notes:
+        if used_compact or line.startswith("..."):
+            console.print(f"[dim]{line}[/dim]")
 
 
 def _fmt(v: Any, unit: str = "") -> str:
@@ -174,6 +197,17 @@ def print_metrics(doc: dict[str, Any], console: Console) -> None:
         ("GPU-hours lost to evictions", _fmt(m["lost_gpu_hours"])),
         ("GPU-hours held by partial gangs", _fmt(m["partial_gang_gpu_hours"])),
     ]
+    if doc.get("ray_facts"):
+        rows += [
+            ("Ray-native: work lost since checkpoint or busy phase (GPU-h)", _fmt(m["work_lost_gpu_hours"])),
+            ("Ray-native: GPU-hours held by half-started gangs", _fmt(m["half_started_gpu_hours"])),
+        ]
+        for key, w in doc["workloads"].items():
+            if "upgrade_of" in w:
+                served = w.get("time_to_serve_seconds")
+                rows.append(
+                    (f"Ray-native: {key} upgrade serves after", _fmt(served, "s") if served is not None else "never")
+                )
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kai_ray import constants as c
 from kai_ray.api.meta import Pod as ApiPod
-from kai_ray.api.ray import RayCluster, RayJob, RayObject
+from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
 from kai_ray.bridge import job_from_podgroup, pod_from_api
 from kai_ray.bridge_dra import DraCatalog, template_pod_claims
 from kai_ray.podgrouper import PodgrouperConfig, cluster_name, expand_pods, group, stamp
@@ -22,6 +22,7 @@ from kai_ray.scheduler.dra import DeviceRequest
 from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, Resources, SubGroup
 
 NOT_ARRIVED, PENDING, RUNNING, COMPLETED = "NotArrived", "Pending", "Running", "Completed"
+SUSPENDED = "Suspended"  # spec.suspend true as written: KubeRay creates no pods, so the scheduler never sees it
 
 
 @dataclass(eq=False)
@@ -279,6 +280,11 @@ class RayWorkload(WorkloadBase):
     _gang: Gang | None = None  # the real gang minimum, kept when the scheduler is shown another
     dra: DraCatalog | None = None  # DRA devices and claim templates of the scenario
     _claim_requests: dict[str, dict[str, tuple[DeviceRequest, ...]]] = field(default_factory=dict)  # group -> claim
+
+    @property
+    def user_suspended(self) -> bool:
+        """Suspended by its author (``spec.suspend: true``): it arrives and stays suspended, as on a cluster."""
+        return self.obj is not None and not isinstance(self.obj, RayService) and self.obj.spec.suspend is True
 
     def _spec(self):  # type: ignore[no-untyped-def]
         obj = self.obj

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 
@@ -132,8 +134,26 @@ def test_podgroup_webhook_checks():
 def test_type_errors_name_the_field():
     doc = yaml.safe_load(PODGROUP)
     doc["spec"]["minMember"] = "three"
-    with pytest.raises(ManifestError, match=r"\(PodGroup pg\): spec\.minMember: Input should be a valid integer"):
+    with pytest.raises(ManifestError, match=r"\(PodGroup pg\): spec\.minMember: 'three' is not a whole number$"):
         parse_object(doc)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.update(minMember=1.5), "spec.minMember: 1.5 is not a whole number"),
+        (lambda s: s.update(subGroups={"a": 1}), "spec.subGroups: expected a list, got a mapping"),
+        (lambda s: s.update(queue=["q"]), "spec.queue: expected a string, got a list"),
+    ],
+)
+def test_errors_speak_yaml_not_pydantic_or_python(change: Any, message: str) -> None:
+    doc = yaml.safe_load(PODGROUP)
+    change(doc["spec"])
+    with pytest.raises(ManifestError) as exc:
+        parse_object(doc)
+    assert str(exc.value).endswith(message), str(exc.value)
+    for python in ("Input should", "dict", "list[", "str", "int"):
+        assert python not in str(exc.value).replace("a list", "").replace("a string", ""), str(exc.value)
 
 
 @pytest.mark.parametrize(

@@ -77,3 +77,51 @@ def test_pending_plot_legend_shows_the_queue_colours_and_a_readable_axis(tmp_pat
     for patch in ax.get_legend().get_patches()[:2]:
         assert patch.get_facecolor()[:3] != (0.5333333333333333, 0.5333333333333333, 0.5333333333333333)
     plt.close(figures[0])
+
+
+def _drawn(kind: str, res: Any, tmp_path: Path) -> list[Any]:
+    """The figures a report plot drew (kept open), for its legend and texts."""
+    from kai_ray.sim import report
+
+    plt = report.pyplot()
+    figures: list[Any] = []
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(plt, "close", figures.append)
+    try:
+        queues = report._queues(res)
+        colors = report._colors(plt, queues)
+        scale, unit = report._unit(max(1.0, res.end - res.start))
+        if kind == "timeline":
+            report._timeline(plt, res, tmp_path / "t.png", "kai-ray", colors, scale, unit)
+        else:
+            report._allocation(plt, res, tmp_path / "a.png", "kai-ray", queues, colors, scale, unit)
+    finally:
+        monkeypatch.undo()
+    return figures
+
+
+def test_legends_list_only_what_occurs_and_labels_stay_inside(tmp_path: Path) -> None:
+    from kai_ray.sim.policy import POLICIES
+    from kai_ray.sim.run import simulate
+    from kai_ray.sim.scenario import load_scenario, parse_scenario
+    from tests.sim.helpers import ray_cluster
+
+    calm = parse_scenario(
+        {
+            "nodes": [{"name": "n", "gpus": 8}],
+            "queues": [{"name": "team", "resources": {"gpu": {"quota": 8, "limit": -1, "overQuotaWeight": 1}}}],
+            "workloads": [{"manifest": ray_cluster("a", "team", workers=1, gpus=4), "duration": 600}],
+        }
+    )
+    (fig,) = _drawn("timeline", simulate(calm, POLICIES["kai-ray"]), tmp_path)
+    legend = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert legend == {"running (team)", "completed"}, "nothing pended, was evicted or scaled: no such entries"
+
+    root = Path(__file__).resolve().parents[2]
+    demo = simulate(load_scenario(root / "kai_ray" / "sim" / "demo" / "scenario.yaml"), POLICIES["kai-ray"])
+    (fig,) = _drawn("timeline", demo, tmp_path)
+    legend = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert "shrunk (kept running); -N: pods" in legend and "run stopped / restarted" not in legend, legend
+    (fig,) = _drawn("allocation", demo, tmp_path)
+    quotas = [t for ax in fig.axes for t in ax.texts if t.get_text().startswith("quota ")]
+    assert quotas and all(0.0 <= t.get_position()[0] <= 1.0 for t in quotas), "quota labels inside their axes"

@@ -55,3 +55,16 @@ def test_the_dockerfile_points_at_a_section_that_exists() -> None:
     doc, section = re.search(r"\((\S+\.md), \"([^\"]+)\"\)", dockerfile).groups()  # type: ignore[union-attr]
     headings = re.findall(r"^#+ (.+)$", (ROOT / doc).read_text(), flags=re.M)
     assert section in headings
+
+
+def test_the_schema_refuses_what_the_operators_would_and_takes_what_they_take(helm: Path) -> None:  # noqa: F811
+    refused = {
+        ("--set", "schedulerName=Kai_Sched"): "at '/schedulerName'",  # pods would be refused: not DNS-1123
+        ("--set", "mode=kai-coexistence", "--set", "scheduler.nodePools[0].name=a"): "at '/scheduler/nodePools'",
+    }
+    for args, where in refused.items():
+        out = run_helm(helm, "template", "rel", str(CHART), *args)
+        assert out.returncode != 0 and where in out.stderr, (args, out.stderr)
+    for args in (("--set", "scheduler.preemptionDelay=2d"), ("--set", "schedulerName=kai.scheduler-2")):
+        out = run_helm(helm, "template", "rel", str(CHART), *args)
+        assert out.returncode == 0, (args, out.stderr)

@@ -22,16 +22,17 @@ def test_operator_without_kopf_names_the_operator_extra(
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        "kai-ray: error: this needs kopf, which comes with the 'operator' extra: pip install 'kai-ray[operator]'"
+        "kai-ray: error: this needs kopf, which comes with the 'operator' extra: in a kai-ray checkout, pip install "
+        "'.[operator]'"
     )
 
 
 def test_missing_modules_map_to_their_extras(monkeypatch: pytest.MonkeyPatch) -> None:
-    for module, extra in (("matplotlib", "plots"), ("cryptography", "testing"), ("ray", "ray")):
+    for module, extra in (("matplotlib", "plots"), ("cryptography", "operator"), ("ray", "ray")):
         found = missing_extra(ModuleNotFoundError(name=f"{module}.sub"), "x")
-        assert isinstance(found, MissingExtra) and f"kai-ray[{extra}]" in str(found)
+        assert isinstance(found, MissingExtra) and f"pip install '.[{extra}]'" in str(found)
     assert missing_extra(ModuleNotFoundError(name="not_ours")) is None
     require("yaml", "json", purpose="nothing")  # installed: no error
     monkeypatch.setitem(extras.EXTRA_OF, "kai_ray_no_such_module", "operator")
-    with pytest.raises(MissingExtra, match=r"^a check needs kai_ray_no_such_module, .*kai-ray\[operator\]"):
+    with pytest.raises(MissingExtra, match=r"^a check needs kai_ray_no_such_module, .*pip install '\.\[operator\]'"):
         require("yaml", "kai_ray_no_such_module", purpose="a check")

@@ -7,7 +7,7 @@ under pyenv; else the running interpreter) - and then proves two things about th
 
 - it carries exactly what the operators import: importing the operator entrypoints pulls in every direct requirement
   of the base and the ``operator`` extra, and nothing of the plotting stack, the Ray extra or the test tooling
-  (matplotlib, Pillow, fontTools, cryptography, pytest) is installed;
+  (matplotlib, Pillow, fontTools, pytest) is installed;
 - the exact commands and arguments the Helm chart renders (``helm template``: ``kai-ray operator podgrouper|scheduler
   ...``) run from that venv against a real kube-apiserver with KWOK nodes: both become leader, sync, and schedule a
   pod, then stop cleanly on SIGTERM. Two additions only, because the operators run as processes on one loopback
@@ -41,7 +41,7 @@ from tests.k8s.helpers import bound, pod_body, queue_body, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kai-ray"
 RELEASE_NS = "kai-system"
-NOT_FOR_OPERATORS = {"matplotlib", "pillow", "fonttools", "contourpy", "kiwisolver", "cryptography", "ray", "pytest"}
+NOT_FOR_OPERATORS = {"matplotlib", "pillow", "fonttools", "contourpy", "kiwisolver", "ray", "pytest"}
 # Requirements the operators import only when a feature is used, so importing the entrypoints does not show them.
 LAZY = {"croniter": "kai_ray.scheduler.usage, for a usage window given as a cron expression"}
 
@@ -228,7 +228,7 @@ def test_what_the_operator_install_lacks_is_named_in_one_line(venv: Path, tmp_pa
     kai_ray = str(venv / "bin" / "kai-ray")
     demo = subprocess.run([kai_ray, "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
-    assert "pip install 'kai-ray[plots]'" in demo.stdout + demo.stderr, "the story is told; the plots are skipped"
+    assert "pip install '.[plots]'" in demo.stdout + demo.stderr, "the story is told; the plots are skipped"
     bench = subprocess.run(
         [kai_ray, "bench", "e2e", "--nodes", "1", "--pods", "1"], capture_output=True, text=True, timeout=120
     )

@@ -67,10 +67,10 @@ def test_errors_are_one_line_naming_document_and_field():
         yaml.safe_dump({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"}})
     )
     assert "(ConfigMap x) is not a Ray CR" in _err("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
-    assert "unsupported apiVersion/kind 'ray.io/v9'/'RayJob'" in _err("apiVersion: ray.io/v9\nkind: RayJob\n")
+    assert "apiVersion: 'ray.io/v9' is not a KubeRay API version" in _err("apiVersion: ray.io/v9\nkind: RayJob\n")
     assert "invalid YAML" in _err("a: [\n")
     line = _err(yaml.safe_dump_all([ray_doc("RayCluster", cluster_spec()), "just a string"]))
-    assert "document 2 is a YAML str" in line
+    assert "document 2 is a YAML string" in line
     assert "no Ray CR" in _err("")
 
 
@@ -97,18 +97,26 @@ def test_other_documents_are_skipped_with_a_note():
 def test_unknown_fields_warn_with_a_suggestion_and_bad_quantities_fail():
     doc = ray_doc("RayCluster", cluster_spec(worker("w", 2)), name="typo")
     spec = doc["spec"]
-    spec["workerGroupSpec"] = spec.pop("workerGroupSpecs")
+    spec["enableInTreeAutoscalling"] = True
     out = run("podgroup", "-f", "-", stdin=yaml.safe_dump(doc))
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip() == (
-        "kai-ray: warning: <stdin> document 1 (RayCluster typo): spec.workerGroupSpec: unknown field "
-        "(did you mean workerGroupSpecs?); ignored (--strict makes this an error)"
+        "kai-ray: warning: <stdin> document 1 (RayCluster typo): spec.enableInTreeAutoscalling: unknown field "
+        "(did you mean enableInTreeAutoscaling?); ignored (--strict makes this an error)"
     )
     out = run("podgroup", "-f", "-", "--strict", stdin=yaml.safe_dump(doc))
     assert (out.returncode, out.stdout) == (2, ""), out
     assert out.stderr.strip() == (
+        "kai-ray: error: <stdin> document 1 (RayCluster typo): spec.enableInTreeAutoscalling: unknown field "
+        "(did you mean enableInTreeAutoscaling?) (--strict)"
+    )
+    spec.pop("enableInTreeAutoscalling")
+    spec["workerGroupSpec"] = spec.pop("workerGroupSpecs")  # every worker group lost: an error without --strict
+    out = run("podgroup", "-f", "-", stdin=yaml.safe_dump(doc))
+    assert (out.returncode, out.stdout) == (2, ""), out
+    assert out.stderr.strip() == (
         "kai-ray: error: <stdin> document 1 (RayCluster typo): spec.workerGroupSpec: unknown field "
-        "(did you mean workerGroupSpecs?) (--strict)"
+        "(did you mean workerGroupSpecs?); without workerGroupSpecs the cluster is its head alone"
     )
     doc = ray_doc("RayCluster", cluster_spec(worker("w", 2)), name="eight")
     ctr = doc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]

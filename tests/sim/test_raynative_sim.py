@@ -98,3 +98,19 @@ def test_max_runtime_stops_a_run_and_it_stays_stopped() -> None:
     assert w["state"] == "Pending" and w["pending_reason"] == "MaxRuntimeExceeded"
     stops = [e for e in out["events"] if e["reason"] == "MaxRuntime"]
     assert len(stops) == 1 and stops[0]["t"] == pytest.approx(600, abs=2)
+
+
+def test_simulate_prints_the_ray_native_figures_when_ray_facts_is_on(capsys: pytest.CaptureFixture[str]) -> None:
+    from kai_ray.cli import main
+
+    outs: list[str] = []
+    for argv in (["simulate", str(EXAMPLES / "upgrade.yaml")], ["simulate", "demo"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert not exc.value.code
+        outs.append(capsys.readouterr().out)
+    out = outs[0]
+    assert "Ray-native: work lost since checkpoint or busy phase (GPU-h)" in out
+    assert "Ray-native: GPU-hours held by half-started gangs" in out
+    assert "Ray-native: serve/chat-upgrade upgrade serves after" in out
+    assert "Ray-native" not in outs[1], "rayFacts off (the demo): none of them"

@@ -17,7 +17,8 @@ from kai_ray.sim.inflation import DATA_ENV, DEFAULT_NODES, DEFAULT_PODS, Inflati
 from kai_ray.sim.trace import TraceError
 
 DataOpt = Annotated[
-    str | None, typer.Option("--data", help=f"Directory of the Alibaba files (default ${DATA_ENV} or ../shared/...)")
+    str | None,
+    typer.Option("--data", help=f"Directory of the Alibaba files (default: ${DATA_ENV}; see docs/fragmentation.md)"),
 ]
 NodesOpt = Annotated[str, typer.Option("--nodes", help="Node list: a path or a name in --data")]
 PodsOpt = Annotated[str, typer.Option("--pods", help="Pod lists, comma-separated: paths or names (default, ...)")]
@@ -80,7 +81,7 @@ def sweep_cmd(
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise CliError("sweep: needs Ray: pip install 'kai-ray[ray]'") from None
+        raise CliError("sweep: needs Ray: in a kai-ray checkout, pip install '.[ray]'") from None
     if cpus is not None and cpus < 1:
         raise CliError(f"--cpus: must be at least 1, got {cpus}")
     if cpus is not None and address:

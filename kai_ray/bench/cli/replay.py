@@ -26,7 +26,7 @@ def bench_replay(
 ) -> None:
     """Replay a generated Alibaba-v2023-schema trace (default 8,000 pods on 1,500 nodes) and time it.
 
-    The cost per scheduling cycle grows with the pods running at once; a shorter `--span` packs the same pods
+    The cost per scheduling cycle grows with the pods running at once; a shorter --span packs the same pods
     into less time (more concurrency, more contention)."""
     from kai_ray.bench.trace_gen import write_trace
     from kai_ray.sim.metrics import compute_metrics

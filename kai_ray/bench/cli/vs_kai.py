@@ -130,7 +130,7 @@ def vs_kai_report(
     dirs: Annotated[list[Path], typer.Argument(help="output directories of bench vs-kai runs (searched recursively)")],
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON instead of tables")] = False,
 ) -> None:
-    """Summarize the rounds of one or more `bench vs-kai` runs together (e.g. a series run in pieces)."""
+    """Summarize the rounds of one or more 'bench vs-kai' runs together (e.g. a series run in pieces)."""
     from kai_ray.bench.vs_kai import markdown, summarize
 
     rounds = []

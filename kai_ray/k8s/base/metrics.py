@@ -268,6 +268,13 @@ class SchedulerMetrics(Metrics):
             ["queue_name", "result"],
             registry=r,
         )
+        self.ray_drains = Counter(
+            f"{p}_ray_drains",
+            "Ray nodes drained (PREEMPTION reason, the gang's deadline) before their pods were taken, by victim queue "
+            "and outcome (accepted, rejected, unreachable, not-found, ...)",
+            ["queue_name", "result"],
+            registry=r,
+        )
         self.queue_series = LabelledGauges(
             self.queue_info,
             self.queue_deserved_gpus,

@@ -27,6 +27,8 @@ SCHEDULER_RULES: list[Rule] = [
     {"apiGroups": [""], "resources": ["pods/binding", "pods/eviction"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]},
+    # upstream gangs: Kubernetes PodGroups and their Workloads (read only)
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups", "workloads"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups", "queues"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups"], "verbs": ["patch"]},  # kai.scheduler/* stamps
     {"apiGroups": ["scheduling.run.ai"], "resources": ["podgroups/status", "queues/status"], "verbs": ["get", "patch"]},
@@ -62,7 +64,23 @@ PODGROUPER_RULES: list[Rule] = [
     # controllers' pods
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["replicasets", "deployments", "statefulsets"], "verbs": ["get"]},
+    # a Ray object's priority class: a Warning Event when the cluster does not define it
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]},
     *EVENT_RULES,
+]
+
+# --upstream-gangs (not set up by the chart yet): the podgrouper writes upstream Workloads and PodGroups, reads the
+# gang's PriorityClass for its pods, keeps its webhook certificate in a Secret of its namespace and registers the
+# webhook
+PODGROUPER_UPSTREAM_RULES: list[Rule] = [
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups", "workloads"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations"],
+        "verbs": ["get", "create", "update"],
+    },
 ]
 
 # KAI-coexistence: the podgrouper marks Ray objects with kai.scheduler/skip-podgrouper (an annotation patch)

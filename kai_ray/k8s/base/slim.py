@@ -28,6 +28,7 @@ POD_SPEC = (
     "tolerations",
     "affinity",
     "schedulingGates",
+    "schedulingGroup",  # the upstream Kubernetes PodGroup the pod belongs to
 )
 
 

@@ -52,9 +52,13 @@ from kai_ray.k8s.base.leader import LeaderElector, LeaseConfig
 from kai_ray.k8s.base.metrics import PodgrouperMetrics
 from kai_ray.k8s.base.pruning import PruneGuard, strip
 from kai_ray.k8s.base.rest import RAY_PLURALS, ApiError, Kube, podgroups_path, pods_path, ray_path, resource_version
+from kai_ray.k8s.base.servingcert import shared_serving_cert
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.podgrouping import admission
+from kai_ray.k8s.podgrouping.upstream_writer import UpstreamGangs
+from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.podgrouper import (
     SUBMITTER_JOB,
     GroupingError,
@@ -63,6 +67,7 @@ from kai_ray.podgrouper import (
     group,
     is_submitter,
     placeholder_group,
+    ray_resource_warnings,
     stamp,
     suspend_blocker,
 )
@@ -81,7 +86,9 @@ from kai_ray.podgrouper.defaultgrouper import (
     update_body,
     without_zero_min_member,
 )
+from kai_ray.podgrouper.explain import explain
 from kai_ray.podgrouper.upgrade import own_podgroup_name, service_cluster_group
+from kai_ray.podgrouper.upstream import scheduling_group_patch
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +142,13 @@ class PodgrouperOperator:
         self.owner_grace = OWNER_GRACE
         self._warned: dict[str, str] = {}  # Ray CR key -> admission warning given (once per distinct warning)
         self._fields_checked: dict[str, tuple[Any, ...]] = {}  # Ray CR key -> the version whose fields were checked
+        self._explained: dict[str, tuple[Any, ...]] = {}  # Ray CR key -> the version whose gang was explained
         self._done: dict[str, tuple[Any, ...]] = {}  # pod key -> fingerprint of its last complete reconcile
         self._omit_zero_min = False  # the installed PodGroup CRD refuses minMember 0 (KAI v0.12): omit it
         self.pruned = PruneGuard()
+        self.upstream = UpstreamGangs(self.kube) if config.upstream_gangs else None
+        self.admission: admission.AdmissionServer | None = None
+        self._priority_values: dict[str, int | None] = {}
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
         self.ray: dict[str, list[Informer]] = {k: [] for k in c.RAY_KINDS}
@@ -196,6 +207,8 @@ class PodgrouperOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)
         for inf in self.informers:
             inf.start()
+        if self.config.upstream_gangs:
+            self._serve_admission()
         self.queue.start()
         self.writer.start()
         self.stamper.start()
@@ -210,6 +223,8 @@ class PodgrouperOperator:
         self._leading.clear()
         if self.elector is not None:
             self.elector.stop(release=release)
+        if self.admission is not None:
+            self.admission.stop()
         self.queue.stop()
         self.stamper.stop()
         self.writer.stop()
@@ -221,6 +236,62 @@ class PodgrouperOperator:
 
     def is_leader(self) -> bool:
         return self._leading.is_set()
+
+    def _serve_admission(self) -> None:
+        """Serve the admission webhook (every replica, one certificate) and point the API server at it."""
+        cfg = self.config
+        _, namespace = cfg.lease("podgrouper")
+        if cfg.webhook_url:
+            host = cfg.webhook_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+            hosts = [host]
+            client: dict[str, Any] = {"url": cfg.webhook_url}
+        else:
+            svc = cfg.webhook_service
+            hosts = [f"{svc}.{namespace}.svc", f"{svc}.{namespace}.svc.cluster.local"]
+            client = {"service": {"namespace": namespace, "name": svc, "path": admission.PATH, "port": 443}}
+        cert = shared_serving_cert(self.kube, namespace, f"{cfg.webhook_service}-tls", hosts)
+        self.admission = admission.AdmissionServer(
+            self.admit, cert, bind=cfg.bind_address, port=cfg.webhook_port
+        ).start()
+        admission.register(self.kube, admission.webhook_configuration(client, cert.ca_pem, cfg.namespaces))
+        log.info("admission webhook on port %d: new Ray pods name their upstream PodGroup", self.admission.port)
+
+    def admit(self, raw: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+        """The admission decision for a Ray pod being created: the JSON patch naming its gang's upstream PodGroup."""
+        meta = raw.setdefault("metadata", {})
+        meta.setdefault("namespace", namespace)
+        if not meta.get("name"):
+            meta["name"] = f"{meta.get('generateName') or 'pod-'}admission"
+        if (raw.get("spec") or {}).get("schedulerName") != self.config.scheduler_name:
+            return []
+        chain = self.owner_chain(raw)
+        if any(skip_requested(o.get("metadata") or {}) for o in chain):
+            return []
+        top = chain[-1]
+        kind = str(top.get("kind") or "")
+        if top is raw or kind not in c.RAY_KINDS:
+            return []
+        desired = self._ray_group(kind, top, chain, Pod.model_validate(raw))
+        if desired is None:
+            return []
+        if kind == "RayService" and self.config.upgrade_surge:
+            desired = self._service_cluster_group(top, chain, desired)
+        pclass = desired.spec.priority_class_name
+        return scheduling_group_patch(raw, desired.metadata.name or "", pclass, self._priority_value(pclass))
+
+    def _priority_value(self, name: str | None) -> int | None:
+        """A PriorityClass's value (read once per class and remembered; None when it does not exist)."""
+        if not name:
+            return None
+        if name not in self._priority_values:
+            try:
+                value = self.kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}").get("value")
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+                return None
+            self._priority_values[name] = int(value) if isinstance(value, int) else None
+        return self._priority_values[name]
 
     def synced(self) -> bool:
         return all(inf.synced.is_set() for inf in self.informers)
@@ -300,6 +371,7 @@ class PodgrouperOperator:
                 self._warned.pop(f"{kind}/{key}", None)
                 self._orphans.pop(f"ray/{kind}/{key}", None)
                 self._fields_checked.pop(f"{kind}/{key}", None)
+                self._explained.pop(f"{kind}/{key}", None)
                 return
             self._enqueue(f"ray/{kind}/{key}")
 
@@ -498,11 +570,15 @@ class PodgrouperOperator:
         meta = raw.get("metadata") or {}
         if meta.get("deletionTimestamp") or (raw.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return
-        if (raw.get("spec") or {}).get("schedulerName") != self.config.scheduler_name:
+        spec = raw.get("spec") or {}
+        if spec.get("schedulerName") != self.config.scheduler_name:
             return
         chain = self.owner_chain(raw)
         if any(skip_requested(o.get("metadata") or {}) for o in chain):
             return
+        named = (spec.get("schedulingGroup") or {}).get("podGroupName")
+        if named and not (self.upstream is not None and chain[-1].get("kind") in c.RAY_KINDS):
+            return  # an upstream gang: the Kubernetes PodGroup the pod names is its gang (scheduling/upstream.py)
         try:
             pod = Pod.model_validate(raw)
         except ValidationError as exc:
@@ -688,6 +764,50 @@ class PodgrouperOperator:
             self.metrics.findings.labels(kind).inc()
             self.events.emit(ref, WARNING, "UnknownField", f"{'; '.join(map(str, unknown))}; ignored by kai-ray")
 
+    def _explain(self, kind: str, raw: dict[str, Any], pg: PodGroup, existing: dict[str, Any] | None) -> None:
+        """Events on a Ray object saying what its gang became where that is likely not what its author expects
+        (:mod:`kai_ray.podgrouper.explain`), and a priority class the cluster does not define. Once per version."""
+        meta = raw.get("metadata") or {}
+        by_kai = bool(
+            {SUSPEND_ANNOTATION, c.MAX_PENDING_ACTED}
+            & set(((existing or {}).get("metadata") or {}).get("annotations") or {})
+        )
+        annotations = meta.get("annotations") or {}
+        version = (meta.get("uid"), meta.get("generation"), annotations.get(c.STALENESS_GRACE), by_kai)
+        ckey = f"{kind}/{meta.get('namespace')}/{meta.get('name')}"
+        if self._explained.get(ckey) == version:
+            return
+        self._explained[ckey] = version
+        obj = parse_object({**raw, "kind": kind}, f"{kind} {meta.get('name')}")
+        assert isinstance(obj, RayCluster | RayJob | RayService)
+        ref = object_ref(raw, kind=kind)
+        try:
+            findings = explain(obj, pg, suspended_by_kai=by_kai)
+            mismatches = ray_resource_warnings(obj)
+        except GroupingError:  # no embedded cluster spec (a clusterSelector RayJob): nothing of its own to explain
+            findings, mismatches = [], []
+        for finding in findings:
+            self.events.emit(ref, finding.type, finding.reason, finding.message)
+        for problem in mismatches:
+            self.events.emit(ref, WARNING, "RayResourceMismatch", problem)
+        pclass = pg.spec.priority_class_name
+        if pclass and not self._priority_class_exists(pclass):
+            self.events.emit(
+                ref,
+                WARNING,
+                "PriorityClassNotFound",
+                f"priority class {pclass!r}: no such PriorityClass in the cluster; the gang gets the default "
+                f"priority {c.DEFAULT_PRIORITY_VALUE}",
+            )
+
+    def _priority_class_exists(self, name: str) -> bool:
+        """Whether the cluster defines the PriorityClass (True when the API server cannot say)."""
+        try:
+            self.kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+        except ApiError as exc:
+            return exc.status != 404
+        return True
+
     def reconcile_ray(self, kind: str, key: str) -> None:
         raw = self._get_cached(self.ray[kind], key)
         if raw is None:
@@ -714,6 +834,8 @@ class PodgrouperOperator:
         pg_key = f"{ns}/{desired.metadata.name}"
         existing = self._get_pg(pg_key)
         self.apply(desired, existing_raw=existing)
+        if c.INVALID not in desired.metadata.annotations:
+            self._explain(kind, raw, desired, existing)
         if self._orphans:
             self._adopted(f"ray/{kind}/{key}", raw, desired.metadata.name)
         # pods may need a new subgroup label after a spec change
@@ -732,6 +854,13 @@ class PodgrouperOperator:
     # --- writes -------------------------------------------------------------------------------------------------
 
     def apply(self, desired: PodGroup, existing_raw: dict[str, Any] | None = None) -> PodGroup:
+        """Create or update the PodGroup (:meth:`apply_kai`) and, with ``--upstream-gangs``, its upstream twin."""
+        stored = self.apply_kai(desired, existing_raw)
+        if self.upstream is not None and not stored.metadata.annotations.get(c.INVALID):
+            self.upstream.apply(stored)
+        return stored
+
+    def apply_kai(self, desired: PodGroup, existing_raw: dict[str, Any] | None = None) -> PodGroup:
         """Create the PodGroup, or update it keeping what KAI keeps. Returns what is now stored.
 
         What is written is what the installed CRD stores (:meth:`_storable`): a ``minMember`` of 0 is omitted once

@@ -19,6 +19,7 @@ Three modules, as Ray autoscaler v2 splits deciding, reconciling and the provide
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -30,14 +31,8 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, ray_path
-from kai_ray.k8s.ray.raygcs import (
-    ACCEPTED,
-    UNREACHABLE,
-    DrainOutcome,
-    drain_ray_nodes,
-    gcs_address_for,
-    wait_drained,
-)
+from kai_ray.k8s.ray.drainfirst import DrainDeadline, DrainReport, apply_drain, drain_and_wait
+from kai_ray.k8s.ray.raygcs import DrainOutcome, gcs_address_for
 from kai_ray.k8s.ray.rayplan import (
     ALREADY_REQUESTED,
     FALLBACK_CODES,
@@ -152,15 +147,9 @@ def apply_shrink(
     if gcs_address is not None:
         address = gcs_address_for(raycluster, pods) if gcs_address == "auto" else gcs_address
         to_drain = [by_name[n] for g in plan.groups for n in g.workers_to_delete if n in by_name]
-        if address is None:
-            drains = [DrainOutcome(name_of(p), UNREACHABLE, None, "no running head pod with an IP") for p in to_drain]
-        else:
-            drains = drain_ray_nodes(address, to_drain, message or reason, drain_deadline_s, timeout_s=drain_timeout_s)
-            accepted = [d.node_id for d in drains if d.status == ACCEPTED and d.node_id]
-            if wait_for_drain and accepted:
-                t0 = time.monotonic()
-                wait_drained(address, accepted, time.time() + drain_deadline_s + 0.5, timeout_s=drain_timeout_s)
-                waited = time.monotonic() - t0
+        drains, waited = drain_and_wait(
+            address, to_drain, message or reason, drain_deadline_s, timeout_s=drain_timeout_s, wait=wait_for_drain
+        )
 
     attempts = 0
     while True:
@@ -283,7 +272,7 @@ def apply_resume(
 class ReclaimRecord:
     """One Ray-aware reclaim the interceptor performed (kept for metrics, tests and ``kai-ray explain``)."""
 
-    kind: str  # "shrink" | "suspend"
+    kind: str  # "shrink" | "suspend" | "drain" (drained, then evicted)
     target: str  # namespace/name of the RayCluster or owner
     pods: list[str]
     ok: bool
@@ -307,6 +296,12 @@ class ElasticReclaimer:
     A RayJob that cannot be suspended now is never evicted instead (KubeRay would fail it for good): its victims are
     handed to ``release`` (the operator forgets they are being evicted) and the next cycle decides again.
 
+    Drain first (:mod:`kai_ray.k8s.ray.drainfirst`): whatever happens to a KubeRay pod, shrink, suspend or eviction,
+    its Ray node is drained with the ``PREEMPTION`` reason and the gang's deadline first, so Ray Train gets its
+    preemption notice and Serve moves replicas away; pods that are no Ray node are returned for plain eviction at once.
+    ``deadline_of`` ((namespace, podgroup) -> :class:`DrainDeadline`) gives each gang's deadline; without it every
+    gang gets ``drain_deadline_s``.
+
     ``gcs_address``: ``"auto"`` (the head pod's IP and GCS port), ``None`` (no draining), or a function
     ``(namespace, cluster) -> address``. ``shrink=False`` leaves elastic victims to plain eviction. ``labels_of``
     (victim -> pod labels) and ``owner_of`` ((namespace, podgroup) -> (kind, name) of its Ray owner, or None) let the
@@ -327,6 +322,7 @@ class ElasticReclaimer:
         owner_of: Callable[[str, str], tuple[str, str] | None] | None = None,
         release: Callable[[Any], None] | None = None,
         on_record: Callable[[ReclaimRecord], None] | None = None,
+        deadline_of: Callable[[str, str | None], DrainDeadline] | None = None,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -340,6 +336,7 @@ class ElasticReclaimer:
         self.owner_of = owner_of
         self.release = release
         self.on_record = on_record  # e.g. the operator's metrics
+        self.deadline_of = deadline_of
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-ray-reclaim")
         self.records: list[ReclaimRecord] = []
         self._lock = threading.Lock()
@@ -351,6 +348,7 @@ class ElasticReclaimer:
         remaining: list[tuple[Any, Any]] = []
         shrinks: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
         suspends: dict[tuple[str, str, str, str], list[tuple[Any, Any]]] = {}
+        drains: dict[tuple[str, str, str], list[tuple[Any, Any]]] = {}
         by_job: dict[str, list[tuple[Any, Any]]] = {}
         for p, e in victims:
             by_job.setdefault(str(getattr(e, "job", "") or f"{p.namespace}/{p.group}"), []).append((p, e))
@@ -367,22 +365,29 @@ class ElasticReclaimer:
                     suspends[(p0.namespace, owner[0], owner[1], p0.group)] = items
                     continue
             for p, e in items:
-                if self.shrink and getattr(e, "elastic", False):
-                    try:
-                        labels = self._labels(p)
-                    except ApiError as exc:
-                        if exc.not_found:
-                            continue  # already gone: nothing to evict
-                        log.info("reclaim of %s/%s: %s; evicting it instead", p.namespace, p.name, exc)
-                        labels = {}
-                    if labels.get(c.RAY_NODE_TYPE) == "worker" and labels.get(c.RAY_CLUSTER):
-                        shrinks.setdefault((p.namespace, labels[c.RAY_CLUSTER]), []).append((p, e))
-                        continue
-                remaining.append((p, e))
+                if not (self.shrink and getattr(e, "elastic", False)) and self.gcs_address is None:
+                    remaining.append((p, e))
+                    continue
+                try:
+                    labels = self._labels(p)
+                except ApiError as exc:
+                    if exc.not_found:
+                        continue  # already gone: nothing to evict
+                    log.info("reclaim of %s/%s: %s; evicting it instead", p.namespace, p.name, exc)
+                    labels = {}
+                cluster = labels.get(c.RAY_CLUSTER)
+                if self.shrink and getattr(e, "elastic", False) and labels.get(c.RAY_NODE_TYPE) == "worker" and cluster:
+                    shrinks.setdefault((p.namespace, cluster), []).append((p, e))
+                elif cluster and self.gcs_address is not None:
+                    drains.setdefault((p.namespace, cluster, str(p.group or "")), []).append((p, e))
+                else:
+                    remaining.append((p, e))
         for (ns, cluster), group in shrinks.items():
             self.pool.submit(self._shrink, ns, cluster, group)
         for (ns, kind, name, pg), group in suspends.items():
             self.pool.submit(self._suspend, ns, kind, name, pg, group)
+        for (ns, cluster, _), group in drains.items():
+            self.pool.submit(self._drain_then_evict, ns, cluster, group)
         return remaining
 
     def _labels(self, p: Any) -> Mapping[str, str]:
@@ -394,6 +399,41 @@ class ElasticReclaimer:
         if self.owner_of is not None:
             return self.owner_of(namespace, podgroup)
         return ray_owner(self.kube.get(podgroups_path(namespace, podgroup)))
+
+    def _deadline(self, namespace: str, podgroup: str | None) -> DrainDeadline:
+        if self.deadline_of is None:
+            return DrainDeadline(self.drain_deadline_s, "default")
+        return self.deadline_of(namespace, podgroup)
+
+    def _drain(self, namespace: str, cluster: str, items: list[tuple[Any, Any]]) -> DrainReport:
+        """Drain the Ray nodes of these victims of one RayCluster and wait (bounded by the gang's deadline)."""
+        deadline = self._deadline(namespace, items[0][0].group)
+        _, message = self._reason(items)
+        try:
+            return apply_drain(
+                self.kube,
+                namespace,
+                cluster,
+                [p.name for p, _ in items],
+                message=message,
+                deadline_s=deadline.seconds,
+                gcs_address=self._address(namespace, cluster),
+            )
+        except Exception as exc:
+            log.warning("draining Ray nodes of RayCluster %s/%s failed: %s; evicting anyway", namespace, cluster, exc)
+            return DrainReport(cluster, deadline.seconds)
+
+    def _drain_then_evict(self, namespace: str, cluster: str, items: list[tuple[Any, Any]]) -> None:
+        t0 = time.monotonic()
+        report = self._drain(namespace, cluster, items)
+        names = [p.name for p, _ in items]
+        message = f"drained {len(report.accepted)} of {len(names)} Ray nodes in {report.waited_s:.1f}s, then evicted"
+        self._record(
+            ReclaimRecord(
+                "drain", f"{namespace}/{cluster}", names, True, "", message, time.monotonic() - t0, report.drains
+            )
+        )
+        self._fall_back(items, drained=True)
 
     def _address(self, namespace: str, cluster: str) -> str | None:
         if callable(self.gcs_address):
@@ -422,9 +462,25 @@ class ElasticReclaimer:
             except Exception as exc:
                 log.warning("releasing victim %s/%s failed: %s", p.namespace, p.name, exc)
 
-    def _fall_back(self, items: list[tuple[Any, Any]]) -> None:
+    def _fall_back(self, items: list[tuple[Any, Any]], *, drained: bool = False) -> None:
+        """Plain eviction through the operator; Ray pods not drained yet are drained first (by RayCluster)."""
         if self.fallback is None:
             return
+        if not drained and self.gcs_address is not None:
+            by_cluster: dict[str, list[tuple[Any, Any]]] = {}
+            others = []
+            for p, e in items:
+                try:
+                    cluster = self._labels(p).get(c.RAY_CLUSTER)
+                except ApiError:
+                    cluster = None
+                if cluster:
+                    by_cluster.setdefault(cluster, []).append((p, e))
+                else:
+                    others.append((p, e))
+            for cluster, group in by_cluster.items():
+                self._drain_then_evict(group[0][0].namespace, cluster, group)
+            items = others
         for p, e in items:
             try:
                 self.fallback(p, e)
@@ -445,7 +501,7 @@ class ElasticReclaimer:
                 message=message,
                 podgroup=items[0][0].group,
                 gcs_address=self._address(namespace, cluster),
-                drain_deadline_s=self.drain_deadline_s,
+                drain_deadline_s=self._deadline(namespace, items[0][0].group).seconds,
             )
         except Exception as exc:
             log.warning("shrink of RayCluster %s/%s failed: %s; evicting instead", namespace, cluster, exc)
@@ -469,6 +525,16 @@ class ElasticReclaimer:
         t0 = time.monotonic()
         reason, message = self._reason(items)
         names = [p.name for p, _ in items]
+        drains: list[DrainOutcome] = []
+        if self.gcs_address is not None:
+            by_cluster: dict[str, list[tuple[Any, Any]]] = {}
+            for p, e in items:
+                with contextlib.suppress(ApiError):
+                    cluster = self._labels(p).get(c.RAY_CLUSTER)
+                    if cluster:
+                        by_cluster.setdefault(cluster, []).append((p, e))
+            for cluster, group in by_cluster.items():
+                drains.extend(self._drain(namespace, cluster, group).drains)
         try:
             out = apply_suspend(self.kube, kind, namespace, name, reason=reason, message=message, podgroup=podgroup)
         except Exception as exc:
@@ -482,6 +548,7 @@ class ElasticReclaimer:
                 out.code,
                 out.message,
                 time.monotonic() - t0,
+                drains,
                 deferred=not out.applied and kind == "RayJob",
             )
         )
@@ -494,4 +561,4 @@ class ElasticReclaimer:
             self._release(items)
             return
         log.info("cannot suspend %s %s/%s (%s); evicting its pods", kind, namespace, name, out.message)
-        self._fall_back(items)
+        self._fall_back(items, drained=True)

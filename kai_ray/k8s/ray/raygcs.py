@@ -173,7 +173,10 @@ def drain_ray_nodes(
     try:
         _ray("ray._raylet")
     except ImportError:
-        return [DrainOutcome(p, UNAVAILABLE, None, "ray is not installed (pip install 'kai-ray[ray]')") for p in pods]
+        return [
+            DrainOutcome(p, UNAVAILABLE, None, "ray is not installed (the 'ray' extra: pip install '.[ray]')")
+            for p in pods
+        ]
     t0 = time.monotonic()
     why = _tcp_reachable(gcs_address, min(timeout_s, 2.0))
     if why is not None:

@@ -10,9 +10,9 @@ are gone, like KAI's releasing pods).
 Pods of other schedulers, and ours that are not (yet) in a PodGroup we schedule, still occupy their nodes: their
 requests are subtracted from the node's allocatable instead of becoming jobs.
 
-A pod's PodGroup is its ``pod-group-name`` annotation or, for a pod that is its own top owner, the one the
-podgrouper always gives it (:func:`~kai_ray.podgrouper.defaultgrouper.own_group_name`): such a pod is schedulable as
-soon as that
+A pod's PodGroup is the upstream Kubernetes PodGroup it names (``spec.schedulingGroup``, :mod:`.upstream`), else its
+``pod-group-name`` annotation or, for a pod that is its own top owner, the one the podgrouper always gives it
+(:func:`~kai_ray.podgrouper.defaultgrouper.own_group_name`): such a pod is schedulable as soon as that
 PodGroup exists, without waiting for the podgrouper's stamp - never before, since jobs come only from PodGroups.
 """
 
@@ -38,6 +38,7 @@ from kai_ray.bridge import job_from_podgroup, node_from_api, parse_time, pod_fro
 from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
+from kai_ray.k8s.scheduling import upstream
 from kai_ray.k8s.scheduling.dra import DraStore
 from kai_ray.podgrouper.defaultgrouper import own_group_name
 from kai_ray.scheduler import snapshot as s
@@ -81,6 +82,19 @@ class PgEntry:
     template: s.Job | None
     pc_generation: int
     sig: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class UpstreamEntry:
+    """An upstream Kubernetes PodGroup (``scheduling.k8s.io/v1beta1``); kai-ray only reads it."""
+
+    key: str
+    raw: dict[str, Any]
+    workload: str | None  # "<namespace>/<name>" of its Workload (spec.workloadRef)
+    sig: tuple[Any, ...]
+    template: upstream.UpstreamTemplate | None = None
+    errors: list[str] = field(default_factory=list)
+    pc_generation: int = -1  # priority classes and Workload labels it was built from
 
 
 @dataclass(slots=True)
@@ -140,6 +154,8 @@ class SchedulerCache:
         self.suspended: set[str] = set()  # PodGroups whose owner kai-ray suspended (kai-ray.io/suspended)
         self.problems: dict[str, dict[str, tuple[str, ...]]] = {}  # job -> pod key -> bad fields of the pod
         self.dra: DraStore | None = None  # DRA devices and claims (the operator sets it)
+        self.upstream: dict[str, UpstreamEntry] = {}  # upstream PodGroups by "<namespace>/<name>"
+        self.workload_labels: dict[str, dict[str, str]] = {}  # their Workloads' labels (the queue label)
 
     def _changed(self) -> None:
         self.changes += 1
@@ -300,7 +316,11 @@ class SchedulerCache:
         ns = meta.get("namespace", "")
         uid = meta.get("uid") or key
         ours = spec.get("schedulerName") == self.config.scheduler_name and self.schedulable_namespace(ns)
-        group = (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION) or (own_group_name(meta) if ours else None)
+        group = (
+            upstream.pod_group_name(spec)
+            or (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION)
+            or (own_group_name(meta) if ours else None)
+        )
         phase = status.get("phase")
         terminal = phase in ("Succeeded", "Failed")
         deleting = bool(meta.get("deletionTimestamp"))
@@ -402,6 +422,42 @@ class SchedulerCache:
             if old is None or _unstamped(old.sig) != _unstamped(sig):
                 self._changed()
 
+    def on_upstream_podgroup(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        """An upstream PodGroup: re-read when anything but its status changed (kube-scheduler may write that)."""
+        with self.lock:
+            old = self.upstream.get(key)
+            if kind == DELETE:
+                if self.upstream.pop(key, None) is not None:
+                    self._dirty.add(key)
+                    self._changed()
+                return
+            meta = obj.get("metadata") or {}
+            sig = (meta.get("uid"), meta.get("generation"), _freeze(meta.get("labels")))
+            if old is not None and old.sig == sig:
+                old.raw = obj
+                return
+            wl = upstream.workload_name(obj)
+            self.upstream[key] = UpstreamEntry(key, obj, f"{meta.get('namespace', '')}/{wl}" if wl else None, sig)
+            self._dirty.add(key)
+            self._changed()
+
+    def on_workload(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        """A Workload: only its labels matter (the queue label of the PodGroups made from it)."""
+        with self.lock:
+            labels = {} if kind == DELETE else dict((obj.get("metadata") or {}).get("labels") or {})
+            if kind == DELETE:
+                if self.workload_labels.pop(key, None) is None:
+                    return
+            elif self.workload_labels.get(key) == labels:
+                return
+            else:
+                self.workload_labels[key] = labels
+            for entry in self.upstream.values():
+                if entry.workload == key:
+                    entry.template = None
+                    self._dirty.add(entry.key)
+            self._changed()
+
     def on_queue(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         with self.lock:
             old = self.queues.get(key)
@@ -500,6 +556,36 @@ class SchedulerCache:
             pg.pc_generation = self.pc_generation
         return pg.template
 
+    def _upstream_template(self, entry: UpstreamEntry) -> upstream.UpstreamTemplate | None:
+        if entry.template is None or entry.pc_generation != self.pc_generation:
+            labels = self.workload_labels.get(entry.workload) if entry.workload else None
+            entry.template, entry.errors = upstream.template(
+                entry.raw, labels, self.priority_classes, self.global_default, self.config.max_gang_pods
+            )
+            entry.pc_generation = self.pc_generation
+        return entry.template
+
+    def _build_upstream_job(self, key: str, tmpl: upstream.UpstreamTemplate) -> tuple[s.Job, s.Job, int, int]:
+        """:meth:`_build_job`, then what the pods settle: the queue label and the priority when the PodGroup and
+        its Workload say nothing (the pods of one gang normally share both; the first pod by name decides the
+        queue, the highest priority wins)."""
+        job, _, active, pending = self._build_job(key, tmpl.job)
+        members = sorted((self.members.get(key) or {}).values(), key=lambda p: p.key)
+        if tmpl.queue_from_pods:
+            queue = next((q for p in members if (q := ((p.raw[0] or {}).get("labels") or {}).get(c.QUEUE_LABEL))), None)
+            job.queue = queue or c.DEFAULT_QUEUE
+        if tmpl.priority_from_pods:
+            values = [v for p in members if isinstance(v := (p.raw[1] or {}).get("priority"), int)]
+            if values:
+                job.priority = max(values)
+        return job, tmpl.job, active, pending
+
+    def upstream_queue(self, key: str) -> str | None:
+        """The queue an upstream gang was last built with (its PodGroup, Workload or pods decide); None if unknown."""
+        with self.lock:
+            built = self._jobs.get(key) if key in self.upstream else None
+            return built[0].queue if built is not None else None
+
     def set_ray_activity(self, facts: Mapping[str, s.RayActivity]) -> None:
         """Ray's latest idle/busy answer per pod key; pods left out have none."""
         with self.lock:
@@ -578,6 +664,30 @@ class SchedulerCache:
                 built = self._jobs.get(key)
                 if built is None or key in dirty or built[1] is not tmpl:
                     built = self._jobs[key] = self._build_job(key, tmpl)
+                if extra and key in extra:
+                    jobs.append(replace(built[0], pods=[*built[0].pods, *extra[key]]))
+                else:
+                    jobs.append(built[0])
+                if built[2]:
+                    active[key] = built[2]
+                pending += built[3]
+            for key, entry in self.upstream.items():
+                if not self.schedulable_namespace(key.partition("/")[0]):
+                    continue
+                if key in self.pgs:
+                    continue  # a KAI PodGroup of the same name: its pods are that gang's
+                utmpl = self._upstream_template(entry)
+                if utmpl is None:
+                    invalid[key] = entry.errors
+                    continue
+                bad_pods = self.problems.get(key)
+                if bad_pods:
+                    invalid[key] = sorted({text for texts in bad_pods.values() for text in texts})[:5]
+                    continue
+                valid.add(key)
+                built = self._jobs.get(key)
+                if built is None or key in dirty or built[1] is not utmpl.job:
+                    built = self._jobs[key] = self._build_upstream_job(key, utmpl)
                 if extra and key in extra:
                     jobs.append(replace(built[0], pods=[*built[0].pods, *extra[key]]))
                 else:

@@ -258,7 +258,9 @@ class Dispatch:
 
     def _queue_of(self, job: str) -> str:
         pg = self.cache.pgs.get(job)
-        return (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg is not None and pg.model is not None else ""
+        if pg is None:
+            return self.cache.upstream_queue(job) or ""
+        return (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg.model is not None else ""
 
     def _gang_starting(self, job: str, binds: int) -> None:
         """A gang with no pod running got its bindings: count it (KAI's scheduled-by-action) and, the first time
@@ -291,7 +293,8 @@ class Dispatch:
         self.metrics.time_to_schedule.labels(entry.queue).observe(max(0.0, time.time() - entry.created))
 
     def count_reclaim(self, rec: ReclaimRecord) -> None:
-        """A Ray-aware reclaim finished (a shrink or a suspend): count it against the victims' queue."""
+        """A Ray-aware reclaim finished (a shrink, a suspend, or a drain before an eviction): count it and its drains
+        against the victims' queue."""
         ns = rec.target.partition("/")[0]
         queues = [self._victim_queues.pop(f"{ns}/{pod}", "") for pod in rec.pods]
         queue = next((q for q in queues if q), "")
@@ -299,8 +302,10 @@ class Dispatch:
             fell_back = rec.code in FALLBACK_CODES or rec.code == "Error"
             result = "ok" if rec.ok else ("fallback" if fell_back else "deferred")
             self.metrics.elastic_shrinks.labels(queue, result).inc()
-        else:
+        elif rec.kind == "suspend":
             self.metrics.suspends.labels(queue, "ok" if rec.ok else ("deferred" if rec.deferred else "fallback")).inc()
+        for d in rec.drains:
+            self.metrics.ray_drains.labels(queue, d.status).inc()
 
     def forget(self, verdicts: Mapping[str, JobStatus]) -> None:
         """Drop what is kept for jobs the last cycle no longer has, and for victims already gone."""

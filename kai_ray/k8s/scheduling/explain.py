@@ -3,6 +3,10 @@
 Everything comes from what the operators wrote: the PodGroup's ``Scheduled`` and ``Evicted`` conditions and KAI's
 ``schedulingConditions``, the queue's status, and the Events on the PodGroup and its pods. A name is looked up as a
 pod, then as a PodGroup, then as the owner a PodGroup was made for (``pg-<owner>-<uid>``, e.g. a RayJob's name).
+
+An upstream Kubernetes PodGroup (``scheduling.k8s.io/v1beta1``, named by the pod's ``spec.schedulingGroup``) carries
+no kai-ray status: its queue, priority, ``minCount`` and ``disruptionMode`` are shown as kai-ray reads them, and the
+verdict is the last ``Unschedulable`` Event kai-ray put on its pods.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.scheduling import upstream
 from kai_ray.podgrouper.defaultgrouper import own_group_name
 
 
@@ -52,6 +57,45 @@ def _pod_group(meta: dict[str, Any]) -> str | None:
     return (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION) or own_group_name(meta)
 
 
+def _upstream(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
+    """An upstream PodGroup, or None where there is none or the server does not serve them."""
+    try:
+        return _get(kube, upstream.podgroups_path(ns, name))
+    except ApiError as exc:
+        if exc.status in (403, 404):
+            return None
+        raise
+
+
+def _upstream_facts(kube: Kube, ns: str, pg: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
+    """An upstream PodGroup as kai-ray reads it (:mod:`kai_ray.k8s.scheduling.upstream`)."""
+    meta, spec = pg.get("metadata") or {}, pg.get("spec") or {}
+    queue = (meta.get("labels") or {}).get(c.QUEUE_LABEL)
+    wl = upstream.workload_name(pg)
+    if not queue and wl:
+        workload = _get(kube, upstream.workloads_path(ns, wl))
+        queue = (((workload or {}).get("metadata") or {}).get("labels") or {}).get(c.QUEUE_LABEL)
+    if not queue:
+        queue = next((q for p in members if (q := (p["metadata"].get("labels") or {}).get(c.QUEUE_LABEL))), None)
+    gang = (spec.get("schedulingPolicy") or {}).get("gang") or {}
+    mode = spec.get("disruptionMode") or {}
+    return {
+        "name": meta.get("name"),
+        "apiVersion": upstream.VERSION,
+        "queue": queue or c.DEFAULT_QUEUE,
+        "priorityClassName": spec.get("priorityClassName"),
+        "priority": spec.get("priority"),
+        "minMember": gang.get("minCount", 1),
+        "disruptionMode": "All" if "all" in mode else "Single",
+        "workload": wl,
+        "subGroups": [],
+        "scheduled": None,
+        "evicted": None,
+        "schedulingConditions": [],
+        "pods": {"total": len(members), "bound": sum(1 for p in members if (p.get("spec") or {}).get("nodeName"))},
+    }
+
+
 def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     """The facts ``explain`` prints, as a dict (``kai-ray explain -o json``)."""
     out: dict[str, Any] = {"namespace": ns, "name": name}
@@ -65,21 +109,31 @@ def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
             "node": spec.get("nodeName"),
             "phase": (pod.get("status") or {}).get("phase"),
             "schedulerName": spec.get("schedulerName"),
-            "podGroup": (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION),
+            "podGroup": upstream.pod_group_name(spec) or (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION),
             "subGroup": (meta.get("labels") or {}).get(c.SUBGROUP_LABEL),
             "terminating": bool(meta.get("deletionTimestamp")),
         }
-        if out["pod"]["podGroup"]:
+        if upstream.pod_group_name(spec):
+            pg = _upstream(kube, ns, out["pod"]["podGroup"])
+        elif out["pod"]["podGroup"]:
             pg = _get(kube, podgroups_path(ns, out["pod"]["podGroup"]))
         elif (own := own_group_name(meta)) is not None:
             pg = _get(kube, podgroups_path(ns, own))  # before the podgrouper's stamp
             out["pod"]["podGroup"] = own if pg is not None else None
     else:
-        pg = find_podgroup(kube, ns, name)
+        pg = find_podgroup(kube, ns, name) or _upstream(kube, ns, name)
         if pg is None:
             raise ExplainError(f"no pod, PodGroup or PodGroup owner named {name!r} in namespace {ns!r}")
     all_events = kube.get(events_path(ns)).get("items") or []
-    if pg is not None:
+    if pg is not None and pg.get("apiVersion") == upstream.VERSION:
+        pg_name = pg["metadata"]["name"]
+        members = [
+            p for p in kube.get(pods_path(ns)).get("items") or [] if upstream.pod_group_name(p["spec"]) == pg_name
+        ]
+        out["podGroup"] = _upstream_facts(kube, ns, pg, members)
+        out["queue"] = _queue(kube, out["podGroup"]["queue"])
+        names = {pg_name} | {p["metadata"]["name"] for p in members}
+    elif pg is not None:
         pg_name = pg["metadata"]["name"]
         spec = pg.get("spec") or {}
         status = pg.get("status") or {}
@@ -103,19 +157,7 @@ def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
             },
         }
         if spec.get("queue"):
-            q = _get(kube, queues_path(spec["queue"]))
-            out["queue"] = (
-                {"name": spec["queue"], "exists": False}
-                if q is None
-                else {
-                    "name": spec["queue"],
-                    "exists": True,
-                    "gpuQuota": ((q.get("spec") or {}).get("resources") or {}).get("gpu", {}).get("quota"),
-                    "gpuLimit": ((q.get("spec") or {}).get("resources") or {}).get("gpu", {}).get("limit"),
-                    "status": {k: v for k, v in (q.get("status") or {}).items() if k != "conditions"},
-                    "valid": _cond(q, "Valid"),
-                }
-            )
+            out["queue"] = _queue(kube, spec["queue"])
         names = {pg_name} | {p["metadata"]["name"] for p in members}
     else:
         names = {name}
@@ -138,6 +180,20 @@ def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     return out
 
 
+def _queue(kube: Kube, name: str) -> dict[str, Any]:
+    q = _get(kube, queues_path(name))
+    if q is None:
+        return {"name": name, "exists": False}
+    return {
+        "name": name,
+        "exists": True,
+        "gpuQuota": ((q.get("spec") or {}).get("resources") or {}).get("gpu", {}).get("quota"),
+        "gpuLimit": ((q.get("spec") or {}).get("resources") or {}).get("gpu", {}).get("limit"),
+        "status": {k: v for k, v in (q.get("status") or {}).items() if k != "conditions"},
+        "valid": _cond(q, "Valid"),
+    }
+
+
 def summary(data: dict[str, Any]) -> str:
     pod = data.get("pod")
     pg = data.get("podGroup")
@@ -154,6 +210,11 @@ def summary(data: dict[str, Any]) -> str:
     if pg is None:
         return f"pending: its PodGroup {pod.get('podGroup') if pod else '?'} does not exist"
     sched = pg.get("scheduled")
+    if pg.get("apiVersion") == upstream.VERSION:
+        said = [e for e in data.get("events") or [] if e.get("reason") == "Unschedulable"]
+        if said:
+            return f"pending: {said[-1].get('message')}"
+        return f"PodGroup {pg['name']} ({upstream.VERSION}): no verdict from the scheduler yet"
     if sched is None:
         return f"PodGroup {pg['name']}: no verdict from the scheduler yet{_evicted_suffix(pg)}"
     if sched.get("status") == "True":
@@ -180,10 +241,17 @@ def render(data: dict[str, Any]) -> str:
         )
     pg = data.get("podGroup")
     if pg is not None:
-        lines.append(
-            f"podgroup: {pg['name']}  queue={pg.get('queue')}  priority={pg.get('priorityClassName')}  "
-            f"minMember={pg.get('minMember')}  pods bound {pg['pods']['bound']}/{pg['pods']['total']}"
-        )
+        if pg.get("apiVersion") == upstream.VERSION:
+            lines.append(
+                f"podgroup ({upstream.VERSION}): {pg['name']}  queue={pg.get('queue')}  priority={pg.get('priority')}"
+                f" ({pg.get('priorityClassName') or '-'})  minCount={pg.get('minMember')}  "
+                f"disruptionMode={pg.get('disruptionMode')}  pods bound {pg['pods']['bound']}/{pg['pods']['total']}"
+            )
+        else:
+            lines.append(
+                f"podgroup: {pg['name']}  queue={pg.get('queue')}  priority={pg.get('priorityClassName')}  "
+                f"minMember={pg.get('minMember')}  pods bound {pg['pods']['bound']}/{pg['pods']['total']}"
+            )
         for cond in (pg.get("scheduled"), pg.get("evicted")):
             if cond:
                 lines.append(

@@ -36,6 +36,7 @@ import time
 from functools import partial
 from typing import Any
 
+from kai_ray import constants as c
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.k8s.base.events import EventRecorder
 from kai_ray.k8s.base.informer import Informer, wait_all_synced
@@ -46,10 +47,11 @@ from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.ray.drainfirst import DrainDeadline, drain_deadline
 from kai_ray.k8s.ray.elastic import ElasticReclaimer
 from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
 from kai_ray.k8s.ray.rayplan import ray_owner
-from kai_ray.k8s.scheduling import dra
+from kai_ray.k8s.scheduling import dra, upstream
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
 from kai_ray.k8s.scheduling.dra import DraStore, slim_pod_claims
@@ -160,7 +162,7 @@ class SchedulerOperator:
         self.dispatch.dra_reserve = partial(dra.reserve, self.kube, self.dra)
         self.dra.release = self._release_claims
         self.reclaimer: ElasticReclaimer | None = None
-        if config.elastic_reclaim or config.suspend_kinds:
+        if config.elastic_reclaim or config.suspend_kinds or config.drain_deadline > 0:
             self.reclaimer = ElasticReclaimer(
                 self.kube,
                 shrink=config.elastic_reclaim,
@@ -172,6 +174,7 @@ class SchedulerOperator:
                 owner_of=self._cached_owner,
                 release=lambda p: self.cache.unmark_evicting(p.key),
                 on_record=self.dispatch.count_reclaim,
+                deadline_of=self._drain_deadline,
             )
             self.eviction_interceptors.append(self.reclaimer)
         self.gangs: SuspendedGangs | None = None
@@ -258,6 +261,11 @@ class SchedulerOperator:
                     label_selector=pool,
                 )
             )
+        infs.extend(
+            upstream.informers(
+                self.kube, cfg.namespaces, self.cache.on_upstream_podgroup, self.cache.on_workload, pool or None
+            )
+        )
         if self.gangs is not None:
             infs.extend(self.gangs.informers)
         return infs
@@ -553,6 +561,18 @@ class SchedulerOperator:
     def _cached_labels(self, p: PodEntry) -> dict[str, str]:
         meta = p.raw[0] if p.raw else None
         return dict(meta.get("labels") or {}) if isinstance(meta, dict) else {}
+
+    def _drain_deadline(self, namespace: str, podgroup: str | None) -> DrainDeadline:
+        """The gang's drain deadline from its PodGroup (the Ray object's annotation) and its Queue, as cached."""
+        pg = self.cache.pgs.get(f"{namespace}/{podgroup}") if podgroup else None
+        queue_name = (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg is not None and pg.model is not None else ""
+        q = self.cache.queues.get(queue_name) if queue_name else None
+        deadline = drain_deadline(pg.raw if pg else None, q.raw if q else None, self.config.drain_deadline)
+        if deadline.problem:
+            log.info(
+                "drain deadline of %s/%s: %s; using the %s one", namespace, podgroup, deadline.problem, deadline.source
+            )
+        return deadline
 
     def _cached_owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
         pg = self.cache.pgs.get(f"{namespace}/{podgroup}")

@@ -89,6 +89,7 @@ class Reporter:
     guard: Guard = field(default_factory=lambda: Guard("reporting", log))
     pruned: PruneGuard = field(default_factory=PruneGuard)  # status fields the installed CRDs do not store
     _verdicts: dict[str, _Verdict] = field(default_factory=dict, init=False)
+    _upstream_told: dict[str, set[str]] = field(default_factory=dict, init=False)  # upstream gang -> pods told
     _status_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _status_pending: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
     _status_written: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict, init=False)  # rv, status
@@ -182,6 +183,7 @@ class Reporter:
             del settled[key]
         for key in [k for k in self._verdicts if k not in verdicts]:
             del self._verdicts[key]
+            self._upstream_told.pop(key, None)
             with self._status_lock:
                 self._status_written.pop(key, None)
                 self._status_sent_at.pop(key, None)
@@ -214,6 +216,9 @@ class Reporter:
         changes; False when time must pass first (a pending verdict's delay, a message's ``status_interval``)."""
         pg = self.cache.pgs.get(key)
         if pg is None:
+            if key in self.cache.upstream:
+                self._report_upstream(key, v, now)
+                return v.scheduled  # a pending upstream gang is looked at again: pods may join it
             return True
         if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
             self._persist_stale_since(key, pg.model, v)
@@ -263,6 +268,27 @@ class Reporter:
                     if not p.node:
                         self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
         return True
+
+    def _report_upstream(self, key: str, v: JobStatus, now: float) -> None:
+        """An upstream Kubernetes PodGroup: kai-ray writes nothing on it (its conditions are kube-scheduler's gang
+        plugin's), so a pending verdict is a Warning Event on each waiting pod, once per pod and change of reason
+        (a pod that joins the gang later is told too)."""
+        prev = self._verdicts.get(key)
+        reason = v.reason.value
+        if prev is None or prev.scheduled != v.scheduled or prev.reason != reason:
+            self._verdicts[key] = prev = _Verdict(v.scheduled, reason, v.message, 0.0, now)
+            self._upstream_told.pop(key, None)
+        if v.scheduled:
+            return
+        if v.reason is not Reason.INVALID and now - prev.first_seen < PENDING_REPORT_DELAY:
+            return  # transient, as for KAI PodGroups
+        prev.written_at = now
+        told = self._upstream_told.setdefault(key, set())
+        with self.cache.lock:  # the cache's members: an invalid gang is in no snapshot
+            pods = [p for p in (self.cache.members.get(key) or {}).values() if not p.node and p.uid not in told]
+        for p in pods:
+            told.add(p.uid)
+            self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{reason}: {v.message}")
 
     def _ray_owner_event(self, raw: dict[str, Any], v: JobStatus) -> None:
         """What the Ray object's owner must see on the object itself (a RayService whose upgrade surge cannot

@@ -5,7 +5,9 @@ The objects are listed once and fed to the scheduler's own cache
 snapshot is built exactly as the scheduler builds it. The last cycle's word is read from what the scheduler wrote:
 ``status.fairShare`` / ``allocated`` / ``requested`` on Queues and the ``Scheduled`` condition on PodGroups (or KAI's
 ``schedulingConditions`` when KAI's scheduler schedules). The order is computed here from the snapshot, with the same
-code the scheduler's allocate action uses.
+code the scheduler's allocate action uses. Upstream Kubernetes PodGroups (``scheduling.k8s.io/v1beta1``, where the
+server serves them) are listed too and pend in the same order; kai-ray writes no status on them, so they carry no
+last verdict here (``kai-ray explain`` shows the Events on their pods).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.k8s.base.informer import UPSERT, object_key, slim
-from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.scheduling import upstream
 from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.scheduler.decisions import QueueStatus
 from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
@@ -142,6 +145,7 @@ def cluster_view(
     podgroups = list_all(kube, podgroups_path(), pool)
     for obj in podgroups:
         cache.on_podgroup(UPSERT, object_key(obj), slim(obj))
+    upstream_groups = _upstream_groups(kube, cache, pool)
     view = cache.build(config or SchedulerConfig())
     last_queues: dict[str, QueueStatus] = {}
     names: dict[str, str] = {}
@@ -163,4 +167,26 @@ def cluster_view(
         refs = (obj.get("metadata") or {}).get("ownerReferences") or []
         if refs:
             owners[key] = f"{refs[0].get('kind', '')}/{refs[0].get('name', '')}"
+    for obj in upstream_groups:
+        refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")]
+        if refs:
+            owners[object_key(obj)] = f"{refs[0].get('kind', '')}/{refs[0].get('name', '')}"
     return ClusterView(view.snapshot, LastCycle(last_queues, verdicts), names, owners)
+
+
+def _upstream_groups(kube: Kube, cache: SchedulerCache, pool: str | None) -> list[dict[str, Any]]:
+    """Feed the upstream PodGroups and their Workloads to ``cache`` where the server serves them; the PodGroups."""
+    try:
+        if not upstream.served(kube):
+            return []
+        workloads = list_all(kube, upstream.workloads_path())
+        groups = list_all(kube, upstream.podgroups_path(), pool)
+    except ApiError as exc:
+        if exc.status == 403:  # a user who may not read them sees the rest
+            return []
+        raise
+    for obj in workloads:
+        cache.on_workload(UPSERT, object_key(obj), slim(obj))
+    for obj in groups:
+        cache.on_upstream_podgroup(UPSERT, object_key(obj), slim(obj))
+    return groups

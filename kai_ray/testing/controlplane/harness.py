@@ -601,6 +601,54 @@ class ControlPlane:
             raise comp.failure(f"did not become ready: {exc}") from None
         return comp
 
+    def start_controller_manager(
+        self, controllers: Sequence[str] = ("job",), feature_gates: Sequence[str] = (), timeout: float = 120.0
+    ) -> Component:
+        """Run the real kube-controller-manager with only ``controllers`` (the Job controller by default) until
+        :meth:`stop`, so a test sees what that controller itself creates (a Job's pods, its Workload and PodGroup
+        under ``WorkloadWithJob``) instead of playing it. ``feature_gates``: ``Name=true`` entries."""
+        if "kube-controller-manager" in self.components and self.components["kube-controller-manager"].alive():
+            raise ControlPlaneError("kube-controller-manager is already running")
+        assert self.workdir is not None and self._pki is not None
+        binary = build.ensure("kube-controller-manager")
+        port = free_port()
+        argv = [
+            str(binary),
+            f"--kubeconfig={self.kubeconfig_path}",
+            f"--authentication-kubeconfig={self.kubeconfig_path}",
+            f"--authorization-kubeconfig={self.kubeconfig_path}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self.workdir / 'kcm'}",
+            f"--service-account-private-key-file={self._pki.sa_key}",
+            f"--root-ca-file={self._pki.ca_cert}",
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",
+            f"--controllers={','.join(controllers)}",
+            "--profiling=false",
+            "--v=1",
+            *([f"--feature-gates={','.join(feature_gates)}"] if feature_gates else []),
+        ]
+        comp = self._spawn("kube-controller-manager", argv)
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # its self-signed serving certificate
+
+        def healthy() -> bool:
+            if not comp.alive():
+                raise comp.failure("exited during startup")
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2, context=ctx) as resp:
+                return bool(resp.status == 200)
+
+        try:
+            wait_for("kube-controller-manager to report /healthz", healthy, timeout, interval=0.2)
+        except ControlPlaneError as exc:
+            comp.stop()
+            if "last lines" in str(exc):
+                raise
+            raise comp.failure(f"did not become ready: {exc}") from None
+        return comp
+
     def stop_component(self, name: str) -> None:
         """Stop one component (e.g. ``kuberay-operator``) and forget it."""
         comp = self.components.pop(name, None)

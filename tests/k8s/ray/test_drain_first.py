@@ -1,0 +1,183 @@
+"""Drain first: every path by which kai-ray takes a Ray pod drains its Ray node before the pod goes.
+
+What is real: kube-apiserver + etcd with KubeRay's CRDs (the RayCluster a shrink patches, the RayJob a suspend
+patches), the Eviction API, and Ray processes (``ray.cluster_utils.Cluster``: a GCS and one raylet per "pod", each
+raylet carrying the pod's name as ``RAY_CLOUD_INSTANCE_ID`` as KubeRay sets it). What stands in: the scheduler's cycle
+(the victims and their decisions are written here as the core writes them) and KubeRay's deletion of pods.
+
+Each path's victims go through the operator's :class:`ElasticReclaimer`; the plain eviction it falls back to looks at
+the GCS at the moment it is called and records whether the pod's Ray node had been drained. If any path skipped the
+drain, that record (or the suspend's drain record) says so and the test fails.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from kai_ray import constants as c
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, ray_path
+from kai_ray.k8s.ray import drainfirst
+from kai_ray.k8s.ray.elastic import ElasticReclaimer
+from kai_ray.k8s.ray.raygcs import ACCEPTED
+from kai_ray.scheduler.decisions import Action, Evict, Reason
+from tests.autoscaler.conftest import OBJECT_STORE
+from tests.autoscaler.helpers import podgroup, queue, ray_pod, raycluster, rayjob, worker_group
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.ray, pytest.mark.slow]
+
+
+@dataclass(frozen=True)
+class Victim:
+    """What the reclaimer reads of the operator's pod entry."""
+
+    namespace: str
+    name: str
+    group: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _node_states(gcs_address: str) -> dict[str, str]:
+    """pod name -> ``alive``, ``draining``, ``preempted`` (exited after a PREEMPTION drain) or another death reason."""
+    import ray
+    from ray.core.generated import common_pb2
+
+    client = ray._raylet.GcsClient(address=gcs_address)
+    draining = set(ray._private.state.state.get_draining_nodes())
+    out: dict[str, str] = {}
+    for nid, info in client.get_all_node_info(timeout=10).items():
+        if not info.instance_id:
+            continue
+        if info.state == 0:
+            out[info.instance_id] = "draining" if nid.hex() in draining else "alive"
+        else:
+            reason = info.death_info.reason
+            preempted = reason == common_pb2.NodeDeathInfo.Reason.Value("AUTOSCALER_DRAIN_PREEMPTED")
+            out[info.instance_id] = "preempted" if preempted else common_pb2.NodeDeathInfo.Reason.Name(reason)
+    return out
+
+
+def _wait(what: str, check: Any, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_every_eviction_path_drains_the_ray_node_first(ray_cluster: Any, kube: Kube, namespace: str) -> None:
+    import ray
+
+    ns = namespace
+    cluster = ray_cluster()
+    pods = {
+        "shrink-w": ("rc-shrink", "cpu"),
+        "head-h": ("rc-head", "headgroup"),
+        "move-w": ("rc-move", "cpu"),
+        "gang-w": ("rc-gang", "cpu"),
+        "job-w": ("job-cluster", "cpu"),
+        "min-w": ("rc-min", "cpu"),
+    }
+    for pod in pods:
+        cluster.add_node(num_cpus=0, object_store_memory=OBJECT_STORE, env_vars={"RAY_CLOUD_INSTANCE_ID": pod})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+
+    kube.create(queues_path(), queue(f"{ns}-q"))
+    for rc in ("rc-shrink", "rc-head", "rc-move", "rc-gang", "rc-min"):
+        kube.create(podgroups_path(ns), podgroup(f"pg-{rc}", queue=f"{ns}-q"))
+        replicas = 1 if rc == "rc-min" else 3  # rc-min is at its minReplicas: no shrink, an eviction
+        kube.create(ray_path("RayCluster", ns), raycluster(rc, worker_group("cpu", replicas, 1, 5)))
+    job = kube.create(ray_path("RayJob", ns), rayjob("job", worker_group("cpu", 1, 1, 1)))
+    pg_job = podgroup("pg-job", queue=f"{ns}-q")
+    pg_job["metadata"]["ownerReferences"] = [
+        {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "job", "uid": job["metadata"]["uid"]}
+    ]
+    kube.create(podgroups_path(ns), pg_job)
+    # shrink-w has two siblings so that the shrink stays above minReplicas
+    for pod, (rc, group) in {**pods, "shrink-w2": ("rc-shrink", "cpu"), "shrink-w3": ("rc-shrink", "cpu")}.items():
+        kube.create(pods_path(ns), ray_pod(pod, rc, group, podgroup="pg-job" if rc == "job-cluster" else f"pg-{rc}"))
+
+    evicted: dict[str, str] = {}
+
+    def evict(p: Victim, e: Evict) -> None:
+        evicted[p.name] = _node_states(cluster.gcs_address).get(p.name, "no Ray node")
+        try:
+            kube.create(
+                f"{pods_path(p.namespace, p.name)}/eviction",
+                {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": p.name, "namespace": ns}},
+            )
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    reclaimer = ElasticReclaimer(
+        kube,
+        shrink=True,
+        suspend_kinds=("RayJob",),
+        gcs_address=lambda _ns, _rc: cluster.gcs_address,
+        drain_deadline_s=20.0,
+        fallback=evict,
+    )
+
+    def victim(pod: str, action: Action, reason: Reason, **kw: Any) -> tuple[Victim, Evict]:
+        rc = pods[pod][0]
+        pg = "pg-job" if rc == "job-cluster" else f"pg-{rc}"
+        return Victim(ns, pod, pg), Evict(pod, f"{ns}/{pg}", action, reason, f"{ns}/burst", **kw)
+
+    try:
+        left = reclaimer(
+            [
+                victim("shrink-w", Action.RECLAIM, Reason.RECLAIMED, elastic=True),  # a shrink
+                victim("head-h", Action.RECLAIM, Reason.RECLAIMED, elastic=True),  # a head: no shrink, evicted
+                victim("min-w", Action.RECLAIM, Reason.RECLAIMED, elastic=True),  # a shrink refused: evicted
+                victim("move-w", Action.CONSOLIDATION, Reason.CONSOLIDATED, moved_to="node-b"),  # a move
+                victim("gang-w", Action.STALE_GANG_EVICTION, Reason.READY_TIMEOUT, whole_gang=True),  # RayCluster
+                victim("job-w", Action.PREEMPT, Reason.PREEMPTED, whole_gang=True),  # a RayJob suspended
+            ]
+        )
+        assert left == [], "every Ray pod is the reclaimer's to drain"
+        _wait("the reclaimer to finish every path", lambda: len(reclaimer.records) >= 7 and len(evicted) >= 4)
+    finally:
+        reclaimer.close()
+
+    by_kind = {}
+    for rec in reclaimer.records:
+        by_kind.setdefault(rec.kind, []).append(rec)
+    print("\nrecords:", [(r.kind, r.target, r.code, [(d.pod, d.status) for d in r.drains]) for r in reclaimer.records])
+    print("node state when each pod was evicted:", evicted)
+
+    shrink = next(r for r in by_kind["shrink"] if r.target == f"{ns}/rc-shrink")
+    assert shrink.ok and [(d.pod, d.status) for d in shrink.drains] == [("shrink-w", ACCEPTED)]
+    suspend = by_kind["suspend"][0]
+    assert suspend.ok, suspend.message
+    assert [(d.pod, d.status) for d in suspend.drains] == [("job-w", ACCEPTED)], "the suspend drained first"
+    assert kube.get(ray_path("RayJob", ns, "job"))["spec"]["suspend"] is True
+    assert set(evicted) == {"head-h", "move-w", "gang-w", "min-w"}
+    for pod, state in evicted.items():
+        assert state in ("draining", "preempted"), f"{pod} was evicted while its Ray node was {state}"
+    drained = {d.pod: d.status for r in reclaimer.records for d in r.drains}
+    assert drained == {p: ACCEPTED for p in pods}, drained
+
+
+def test_the_drain_deadline_comes_from_the_object_then_the_queue_then_the_flag() -> None:
+    def obj(kind: str, value: str | None) -> dict[str, Any]:
+        ann = {} if value is None else {c.DRAIN_DEADLINE: value}
+        return {"kind": kind, "metadata": {"name": kind.lower(), "annotations": ann}}
+
+    d = drainfirst.drain_deadline
+    assert d(obj("PodGroup", "45s"), obj("Queue", "2m"), 30.0) == drainfirst.DrainDeadline(45.0, "object")
+    assert d(obj("PodGroup", None), obj("Queue", "2m"), 30.0) == drainfirst.DrainDeadline(120.0, "queue")
+    assert d(None, None, 30.0) == drainfirst.DrainDeadline(30.0, "default")
+    assert d(obj("PodGroup", "0"), obj("Queue", "2m"), 30.0).seconds == 0.0  # this gang opts out of draining
+    bad = d(obj("PodGroup", "soon"), obj("Queue", "1m"), 30.0)
+    assert bad.seconds == 60.0 and bad.source == "queue"
+    assert "PodGroup podgroup annotations[kai-ray.io/drain-deadline]: 'soon' is not a duration" in bad.problem
