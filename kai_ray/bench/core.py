@@ -10,7 +10,7 @@ import gc
 import random
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kai_ray.scheduler.cycle import run_cycle
@@ -317,3 +317,124 @@ def reclaim_snapshot(nodes: int = 500, gpus_per_node: int = 8, queues: int = 50,
 def run_reclaim_bench(nodes: int = 500, gpus_per_node: int = 8, queues: int = 50) -> dict[str, Any]:
     snap = reclaim_snapshot(nodes, gpus_per_node, queues)
     return _bench_result("reclaim", snap, "reclaim", gpus_per_node=gpus_per_node, queues=queues)
+
+
+@dataclass
+class ChurnSpec:
+    """A steady stream: ``arrivals`` gangs of ``gang`` single-GPU pods arrive each cycle and as many running gangs
+    complete, on a cluster ``fill`` full at the start, for ``duration`` seconds or ``max_cycles`` cycles."""
+
+    nodes: int = 5000
+    gpus_per_node: int = 8
+    gang: int = 8
+    arrivals: int = 50
+    fill: float = 0.9
+    duration: float = 60.0
+    max_cycles: int = 100
+    queues: int = 4
+    seed: int = 0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (0 for no values): what a p99 over a run of cycles means."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+def _gang(key: str, queue: str, size: int, created: float) -> Job:
+    pods = [
+        Pod(f"bench/{key}-{k}", f"{key}-{k}", "bench", f"bench/{key}", Resources(1, 2000, 8 * GIB), created_at=created)
+        for k in range(size)
+    ]
+    return Job("bench", key, queue, priority=50, min_member=size, pods=pods, created_at=created)
+
+
+def run_churn_bench(spec: ChurnSpec) -> dict[str, Any]:
+    """Cycles of the core under a steady arrival and completion stream, as the operator runs them: each cycle gets
+    a new snapshot in which the jobs that did not change are the same objects (as the operator's cache keeps them)
+    and the ones that did are new; the binds of a cycle are running in the next. Reports the cycle's length and its
+    parts (session open, actions) as p50/p99 over the run, and pods and gangs bound per second of core time."""
+    rnd = random.Random(spec.seed)
+    nodes = _nodes(spec.nodes, spec.gpus_per_node)
+    queues = [Queue("bench", quota=Resources(-1, -1, -1))]
+    queues += [Queue(f"bench-{i}", parent="bench", quota=Resources(-1, -1, -1)) for i in range(spec.queues)]
+    jobs: dict[str, Job] = {}
+    running: list[str] = []  # oldest first: the order they complete in
+    slots = [n.name for n in nodes for _ in range(spec.gpus_per_node)]
+    seq = 0
+    for start in range(0, int(len(slots) * spec.fill) - spec.gang + 1, spec.gang):
+        job = _gang(f"run-{seq:07d}", f"bench-{rnd.randrange(spec.queues)}", spec.gang, float(seq))
+        for pod, node in zip(job.pods, slots[start : start + spec.gang], strict=True):
+            pod.phase, pod.node, pod.start_time = PodPhase.RUNNING, node, 0.0
+        jobs[job.key] = job
+        running.append(job.key)
+        seq += 1
+    cycles: list[float] = []
+    opens: list[float] = []
+    actions: list[float] = []
+    binds = gangs = completed = 0
+    internal: list[str] = []
+    now = 1e6
+    config = SchedulerConfig()
+    t_end = time.perf_counter() + spec.duration
+    gc.collect()
+    while len(cycles) < spec.max_cycles and time.perf_counter() < t_end:
+        for _ in range(min(spec.arrivals, len(running))):  # completions
+            del jobs[running.pop(0)]
+            completed += 1
+        for _ in range(spec.arrivals):  # arrivals
+            job = _gang(f"new-{seq:07d}", f"bench-{rnd.randrange(spec.queues)}", spec.gang, now)
+            jobs[job.key] = job
+            seq += 1
+        now += 1.0
+        snap = Snapshot(nodes, queues, list(jobs.values()), now=now, config=config)
+        t0 = time.perf_counter()
+        res = run_cycle(snap)
+        cycles.append(time.perf_counter() - t0)
+        opens.append(res.stats.get("open_seconds", 0.0))
+        actions.append(sum(res.stats.get(f"{a}_seconds", 0.0) for a in config.actions))
+        internal += [f.message for f in res.findings if f.kind == "Cycle"]
+        placed: dict[str, dict[str, str]] = {}
+        for b in res.binds:
+            if not b.pipelined:
+                placed.setdefault(b.job, {})[b.pod] = b.node
+        for key, where in placed.items():
+            old = jobs.get(key)
+            if old is None:
+                continue
+            pods = [
+                replace(p, phase=PodPhase.RUNNING, node=where[p.uid], start_time=now) if p.uid in where else p
+                for p in old.pods
+            ]
+            jobs[key] = replace(old, pods=pods)
+            binds += len(where)
+            if all(p.node for p in pods):
+                gangs += 1
+                running.append(key)
+    core = sum(cycles)
+    pending = sum(1 for j in jobs.values() if any(p.node is None for p in j.pods))
+    return {
+        "benchmark": "churn",
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "gang": spec.gang,
+        "arrivals_per_cycle": spec.arrivals,
+        "jobs": len(jobs),
+        "cycles": len(cycles),
+        "cycle_p50_seconds": _percentile(cycles, 0.5),
+        "cycle_p99_seconds": _percentile(cycles, 0.99),
+        "open_p50_seconds": _percentile(opens, 0.5),
+        "open_p99_seconds": _percentile(opens, 0.99),
+        "actions_p50_seconds": _percentile(actions, 0.5),
+        "actions_p99_seconds": _percentile(actions, 0.99),
+        "pods_bound": binds,
+        "gangs_bound": gangs,
+        "gangs_completed": completed,
+        "pending_gangs_at_end": pending,
+        "pods_per_second": binds / core if core > 0 else 0.0,
+        "gangs_per_second": gangs / core if core > 0 else 0.0,
+        "peak_rss_mb": peak_rss_mb(),
+        "internal_errors": internal[:5],
+    }

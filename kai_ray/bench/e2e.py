@@ -16,7 +16,9 @@ It starts the test control plane (kube-apiserver + etcd + KWOK on loopback), cre
    the podgrouper) to bound, with its victims evicted.
 
 Every pod's times come from one watch of the benchmark's pods. Afterwards it checks that no node holds more GPUs
-than it has, and reports the peak RSS of every process and the API writes per pod during the fill.
+than it has, and reports the peak RSS of every process, the API writes per pod during the fill and until the API
+server is quiet again (the writes the scheduler defers until its bindings are sent), and the scheduler's cycles over
+the fill: how many, their p50/p99 length, and the share of the fill its loop spent in each phase.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class E2EConfig:
     workers: int = 32  # concurrent creations in the benchmark and bindings in the scheduler
     timeout: float = 900.0
     preemption_trials: int = 3
+    settle_timeout: float = 300.0  # at most this long after the fill for the API server to be quiet
     keep_workdir: bool = False
 
 
@@ -80,6 +83,9 @@ class E2EResult:
     machine: dict[str, Any] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # per process, during the fill
     apiserver_writes_per_pod: dict[str, float] = field(default_factory=dict)  # during the fill, the bench's aside
+    settle_seconds: float = 0.0  # after the last pod bound, until the API server was quiet (deferred writes done)
+    apiserver_writes_per_pod_settled: dict[str, float] = field(default_factory=dict)  # from the start until quiet
+    cycles: dict[str, float] = field(default_factory=dict)  # the scheduler's cycles over the fill (cycle_stats)
     timed_out: bool = False
 
     def to_json(self) -> str:
@@ -201,6 +207,80 @@ def _metrics(port: int) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             with contextlib.suppress(ValueError):
                 out[name] = float(value)
+    return out
+
+
+def _histograms(port: int, name: str) -> dict[str, list[tuple[float, float]]]:
+    """The cumulative buckets ``(le, count)`` of one histogram family of an operator's /metrics, ``+Inf`` last, by
+    its labels other than ``le`` (as written, ``""`` when it has none)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{"):
+            labels = line[line.index("{") + 1 : line.rindex("}")]
+            le = labels[labels.index('le="') + 4 :].split('"', 1)[0]
+            rest = ",".join(part for part in labels.split(",") if not part.startswith("le="))
+            out.setdefault(rest, []).append((float(le), float(line.rpartition(" ")[2])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """The ``q`` quantile of a histogram, interpolated inside its bucket as Prometheus' histogram_quantile does;
+    None without observations, the largest finite bound when it falls in ``+Inf``."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if le == float("inf"):
+                return lower
+            return lower + (le - lower) * ((rank - below) / (count - below) if count > below else 1.0)
+        lower, below = le, count
+    return lower
+
+
+PHASES = ("snapshot", "core", "dispatch", "report")
+
+
+def cycle_stats(
+    before: dict[str, float],
+    after: dict[str, float],
+    buckets: list[tuple[float, float]],
+    span: float,
+    phases: dict[str, list[tuple[float, float]]] | None = None,
+) -> dict[str, float]:
+    """The scheduler's cycles between two /metrics reads: count, p50/p99 of their length (from the histogram,
+    which starts with the process), seconds per phase and each phase's share of ``span`` (the loop's share), and
+    p50/p99 per phase where the scheduler exports ``kai_ray_scheduler_phase_duration_seconds``."""
+    out: dict[str, float] = {}
+    for labels, phase_buckets in sorted((phases or {}).items()):
+        phase = labels.partition('phase="')[2].rstrip('"')
+        for q in (0.5, 0.99):
+            v = quantile(phase_buckets, q)
+            if phase and v is not None:
+                out[f"{phase}_p{round(q * 100)}_seconds"] = round(v, 4)
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    cycles = delta("kai_ray_scheduler_cycles_total")
+    out["cycles"] = cycles
+    for q in (0.5, 0.99):
+        v = quantile(buckets, q)
+        if v is not None:
+            out[f"p{round(q * 100)}_seconds"] = round(v, 4)
+    busy = 0.0
+    for phase in PHASES:
+        took = delta(f'kai_ray_scheduler_phase_seconds_total{{phase="{phase}"}}')
+        busy += took
+        out[f"{phase}_seconds"] = round(took, 2)
+        out[f"{phase}_share"] = round(took / span, 3) if span > 0 else 0.0
+    out["loop_share"] = round(busy / span, 3) if span > 0 else 0.0
     return out
 
 
@@ -448,6 +528,13 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
                 finished = False
             cpu = {n: round(cpu_seconds(pid) - cpu0.get(n, 0.0), 2) for n, pid in pids.items()}
             req1 = retry(lambda: apiserver_requests(kube))
+            port = ops.ports["scheduler"]
+            sched_fill = _metrics(port)
+            buckets = _histograms(port, "kai_ray_scheduler_cycle_duration_seconds").get("", [])
+            phases = _histograms(port, "kai_ray_scheduler_phase_duration_seconds")
+            settle = quiesce(kube, most=cfg.settle_timeout) if finished else 0.0
+            req2 = retry(lambda: apiserver_requests(kube))
+            say(f"the API server was quiet {settle:.0f}s after the fill (the scheduler's deferred writes)")
             times = tracker.of(ns)
             bound_at = sorted(t.bound for t in times.values() if t.bound is not None)
             last = bound_at[-1] if bound_at else time.time()
@@ -502,5 +589,8 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             },
             cpu_seconds=cpu,
             apiserver_writes_per_pod=_writes(req0, req1, cfg.pods),
+            settle_seconds=round(settle, 1),
+            apiserver_writes_per_pod_settled=_writes(req0, req2, cfg.pods),
+            cycles=cycle_stats({}, sched_fill, buckets, fill, phases),
             timed_out=not finished,
         )

@@ -47,6 +47,20 @@ def test_bench_core_preemption_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["decision_seconds"] > 0
 
 
+def test_bench_core_churn_keeps_up_with_a_steady_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every cycle 5 gangs of 8 arrive and 5 running ones complete on a 90%-full cluster: each cycle binds what
+    arrived (the completions made room for it), so nothing is left pending and the run is bounded by --cycles."""
+    argv = ["bench", "core", "--churn", "--nodes", "50", "--arrivals", "5", "--cycles", "12", "--json"]
+    _run(argv)
+    out = json.loads(capsys.readouterr().out)
+    assert out["cycles"] == 12 and not out["internal_errors"]
+    assert out["gangs_bound"] == out["gangs_completed"] == 60 and out["pods_bound"] == 480
+    assert out["pending_gangs_at_end"] == 0
+    assert 0 < out["cycle_p50_seconds"] <= out["cycle_p99_seconds"]
+    assert out["open_p50_seconds"] > 0 and out["actions_p50_seconds"] > 0
+    assert out["pods_per_second"] == pytest.approx(8 * out["gangs_per_second"])
+
+
 def test_bench_core_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["bench", "core", "--nodes", "-3"])

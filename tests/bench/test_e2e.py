@@ -46,3 +46,18 @@ def test_e2e_fills_the_cluster_and_preempts_without_overcommitting(capsys: pytes
     for process in ("scheduler", "podgrouper", "kube-apiserver", "etcd", "bench"):
         assert doc["peak_rss_mib"][process] > 0, process
     assert doc["apiserver_writes_per_pod"]["POST pods/binding"] >= 1.0
+    assert doc["apiserver_writes_per_pod_settled"]["POST pods/binding"] >= 1.0 and doc["settle_seconds"] >= 0
+    cycles = doc["cycles"]
+    assert cycles["cycles"] >= 1 and 0 < cycles["p50_seconds"] <= cycles["p99_seconds"]
+    assert 0 < cycles["loop_share"] <= 1.0
+    for phase in ("snapshot", "session_open", "actions", "dispatch", "report"):
+        assert 0 <= cycles[f"{phase}_p50_seconds"] <= cycles[f"{phase}_p99_seconds"], phase
+
+
+def test_quantile_interpolates_inside_its_bucket() -> None:
+    from kai_ray.bench.e2e import quantile
+
+    buckets = [(0.1, 0.0), (1.0, 10.0), (float("inf"), 10.0)]
+    assert quantile(buckets, 0.5) == pytest.approx(0.55)
+    assert quantile([(1.0, 0.0), (float("inf"), 0.0)], 0.5) is None
+    assert quantile([(1.0, 1.0), (float("inf"), 4.0)], 0.99) == 1.0

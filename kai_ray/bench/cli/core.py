@@ -23,18 +23,26 @@ def core(
         False, "--consolidation", help="Run the consolidation benchmark (a fragmented cluster) instead."
     ),
     reclaim: bool = typer.Option(False, "--reclaim", help="Run the reclaim benchmark (many queues) instead."),
+    churn: bool = typer.Option(
+        False, "--churn", help="Run cycles under a steady arrival and completion stream instead (p50/p99 cycle)."
+    ),
+    arrivals: int = typer.Option(50, "--arrivals", help="Churn: gangs arriving (and completing) per cycle."),
+    duration: float = typer.Option(60.0, "--duration", help="Churn: seconds of cycles at most."),
+    cycles: int = typer.Option(100, "--cycles", help="Churn: cycles at most."),
     running_jobs: int = typer.Option(4000, "--running-jobs", help="Preemption: running single-GPU jobs."),
     gpus_per_pod: int = typer.Option(1, "--gpus-per-pod", help="Preemption: GPUs per inference pod."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Time one scheduling cycle of the core and report throughput, cycle time and peak memory."""
-    if sum((preemption, consolidation, reclaim)) > 1:
-        raise CliError("choose one of --preemption, --consolidation, --reclaim")
+    if sum((preemption, consolidation, reclaim, churn)) > 1:
+        raise CliError("choose one of --preemption, --consolidation, --reclaim, --churn")
     if nodes == 0:
         nodes = 500 if (preemption or consolidation or reclaim) else 5000
     from kai_ray.bench.core import (
+        ChurnSpec,
         CoreBenchSpec,
         run_allocate_bench,
+        run_churn_bench,
         run_consolidation_bench,
         run_preemption_bench,
         run_reclaim_bench,
@@ -52,7 +60,11 @@ def core(
     for name, value in (("--jobs", jobs), ("--running-pods", running_pods), ("--running-jobs", running_jobs)):
         if value < 0:
             raise CliError(f"{name} must not be negative, got {value}")
-    if consolidation:
+    if arrivals < 1 or cycles < 1 or duration <= 0:
+        raise CliError("--arrivals, --cycles and --duration must be positive")
+    if churn:
+        out = run_churn_bench(ChurnSpec(nodes, gpus_per_node, gang, arrivals, duration=duration, max_cycles=cycles))
+    elif consolidation:
         out = run_consolidation_bench(nodes, gpus_per_node, jobs if jobs != 5000 else 20)
     elif reclaim:
         if queues == 4:

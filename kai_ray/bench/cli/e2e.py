@@ -21,14 +21,17 @@ def e2e(
     preemption_trials: Annotated[
         int, typer.Option("--preemption-trials", help="whole-node inference pods preempting, one after the other")
     ] = 3,
+    settle_timeout: Annotated[
+        float, typer.Option("--settle-timeout", help="seconds to wait after the fill for the API server to be quiet")
+    ] = 300.0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Time P single-GPU pods from creation to all bound through both operators, and the raw Binding API rate."""
     for flag, value in (("--nodes", nodes), ("--pods", pods), ("--gpus-per-node", gpus_per_node)):
         if value < 1:
             raise CliError(f"{flag}: {value} must be at least 1")
-    if raw_pods < 1 or workers < 1 or timeout <= 0:
-        raise CliError("--raw-pods, --workers and --timeout must be positive")
+    if raw_pods < 1 or workers < 1 or timeout <= 0 or settle_timeout < 0:
+        raise CliError("--raw-pods, --workers and --timeout must be positive, --settle-timeout not negative")
     if pods > nodes * gpus_per_node:
         raise CliError(f"--pods: {pods} single-GPU pods cannot all fit on {nodes} x {gpus_per_node} GPUs")
     if preemption_trials < 0 or preemption_trials > nodes // 2:
@@ -53,6 +56,7 @@ def e2e(
                 workers=workers,
                 timeout=timeout,
                 preemption_trials=preemption_trials,
+                settle_timeout=settle_timeout,
             ),
             progress,
         )
@@ -72,4 +76,12 @@ def e2e(
         f"{result.binding_ratio_to_raw_concurrent:.2f} of the raw concurrent rate "
         f"({result.raw_concurrent_bindings_per_second:.0f}/s; {result.raw_bindings_per_second:.0f}/s sequential); "
         f"preemption creation to bound: {preempt}; over-committed nodes: {result.overcommitted_nodes}"
+    )
+    cy = result.cycles
+    writes = ", ".join(f"{k} {v}" for k, v in sorted(result.apiserver_writes_per_pod_settled.items()))
+    typer.echo(
+        f"{cy.get('cycles', 0):.0f} cycles over the fill, p50 {cy.get('p50_seconds', 0):.3f}s / p99 "
+        f"{cy.get('p99_seconds', 0):.3f}s; the loop's share of the fill: "
+        + ", ".join(f"{ph} {cy.get(f'{ph}_share', 0):.2f}" for ph in ("snapshot", "core", "dispatch", "report"))
+        + f"; API writes per pod until quiet ({result.settle_seconds:.0f}s after the fill): {writes}"
     )

@@ -99,7 +99,10 @@ class Metrics:
         )
         self.operator = operator
         self.status_writes = Counter(
-            f"{p}_status_writes", "Status and Event writes by kind and result", ["kind", "result"], registry=r
+            f"{p}_status_writes",
+            "Status and Event writes by kind (podgroup, queue, event) and result",
+            ["kind", "result"],
+            registry=r,
         )
         self.findings = Counter(
             f"{p}_invalid_objects", "Bad objects reported (Queue, PodGroup, Ray CR)", ["kind"], registry=r
@@ -157,6 +160,13 @@ class SchedulerMetrics(Metrics):
             f"{p}_scheduler_phase_seconds",
             "Cycle time by phase (snapshot, core, dispatch, report)",
             ["phase"],
+            registry=r,
+        )
+        self.phase_duration = Histogram(
+            f"{p}_scheduler_phase_duration_seconds",
+            "One cycle's time in one phase: snapshot, session_open, actions, dispatch, report",
+            ["phase"],
+            buckets=CYCLE_BUCKETS,
             registry=r,
         )
         self.binds = Counter(f"{p}_binds", "Binding requests by result", ["result"], registry=r)

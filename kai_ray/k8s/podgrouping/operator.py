@@ -128,7 +128,9 @@ class PodgrouperOperator:
         self._last_group_write = 0.0
         self._deferred: dict[str, tuple[tuple[Any, ...], float]] = {}  # pod key -> (unstamped fingerprint, since)
         self._deferred_lock = threading.Lock()
-        self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
+        self.events = EventRecorder(
+            self.kube, COMPONENT, config.identity, self.writer, counter=self.metrics.status_writes
+        )
         self._leading = threading.Event()
         self._stop = threading.Event()
         self._local_pgs: dict[str, dict[str, Any]] = {}  # our own recent writes, until the watch catches up

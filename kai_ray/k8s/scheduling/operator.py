@@ -125,7 +125,9 @@ class SchedulerOperator:
         self._loop_thread: threading.Thread | None = None
         self.binder = Dispatcher("binder", config.bind_workers)
         self.writer = Dispatcher("writer", config.write_workers, gate=self._writes_may_go, gate_max_wait=1.0)
-        self.events = EventRecorder(self.kube, COMPONENT, config.identity, self.writer)
+        self.events = EventRecorder(
+            self.kube, COMPONENT, config.identity, self.writer, counter=self.metrics.status_writes
+        )
         # time-based fair share: the usage source (None: off, KAI's default)
         self.usage = make_source(config.usage_db, config.usage_params(), config.usage_db_url, config.usage_extra_params)
         self.quarantine = Quarantine(run_cycle, log, version=self._job_version)

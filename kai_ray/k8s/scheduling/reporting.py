@@ -1,12 +1,20 @@
 """What the scheduler operator says about a cycle: PodGroup and Queue status, Events, and metrics.
 
-Status is written on transitions, not every cycle: a verdict is remembered per PodGroup and written again only when
-its reason changes or its message does (at most every ``status_interval``); a pending verdict must last
-``PENDING_REPORT_DELAY`` before it is written, so the pods of a gang still arriving do not make it flap. Changes to one
-PodGroup accumulate until the writer pool gets to them, and are merged onto the freshest conditions known (the watch's,
-or our own last write when the watch lags), since a merge patch replaces the whole list. Queue status is compared with
-what was last written and rate-limited the same way. All writes go through the lower-priority writer pool, which waits
-while bindings are being sent.
+Writes scale with what changed, not with the pods or the cycles:
+
+- A cycle looks only at the verdicts that differ from the last ones it settled (or whose PodGroup changed): an
+  unchanged gang costs a dictionary lookup, however many cycles run.
+- Status is written on transitions: a verdict is remembered per PodGroup and written again only when its reason
+  changes or its message does (at most every ``status_interval``); a pending verdict must last
+  ``PENDING_REPORT_DELAY`` before it is written, so the pods of a gang still arriving do not make it flap.
+- Changes to one PodGroup (its verdict, an ``Evicted`` condition, a max-pending action) accumulate until the writer
+  pool gets to them and go out as one write, at most one per ``STATUS_COALESCE`` seconds per PodGroup. The body is
+  built there, off the cycle loop, on the freshest status known (the watch's, or our own last write when the watch
+  lags, since a merge patch replaces the whole list), and not sent when the stored status already says it.
+
+Queue status is compared with what was last written and rate-limited the same way. All writes go through the
+lower-priority writer pool, which waits while bindings are being sent; Events are aggregated and rate-limited per
+object by :class:`~kai_ray.k8s.base.events.EventRecorder`.
 
 The bodies themselves are pure functions in :mod:`kai_ray.k8s.scheduling.status`; this module decides when to send
 them and keeps the per-object memory that makes writes rare.
@@ -48,6 +56,7 @@ log = logging.getLogger(__name__)
 STATUS_PRIORITY = 10
 PATCH_FAILED = "PatchFailed"  # apply_suspend's code for an API error (a conflict past its retries, a 5xx)
 PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
+STATUS_COALESCE = 1.0  # at most one status write per PodGroup in this many seconds; changes meanwhile are merged
 
 
 @dataclass
@@ -84,6 +93,9 @@ class Reporter:
     _status_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _status_pending: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
     _status_written: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict, init=False)  # rv, status
+    _verdict_pending: dict[str, tuple[JobStatus, str]] = field(default_factory=dict, init=False)  # verdict, time
+    _status_sent_at: dict[str, float] = field(default_factory=dict, init=False)  # job -> monotonic, last write
+    _settled: dict[str, tuple[JobStatus, Any]] = field(default_factory=dict, init=False)  # (verdict, PodGroup sig)
     _queue_written: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict, init=False)
     _reported_invalid: dict[str, str] = field(default_factory=dict, init=False)
     _queue_fields_checked: dict[str, tuple[Any, ...]] = field(default_factory=dict, init=False)  # Queue -> version
@@ -101,10 +113,20 @@ class Reporter:
         m.cycle_seconds.observe(t4 - t0)
         for phase, dt in (("snapshot", t1 - t0), ("core", t2 - t1), ("dispatch", t3 - t2), ("report", t4 - t3)):
             m.phase_seconds.labels(phase).inc(dt)
+        opened = result.stats.get("open_seconds", 0.0)
+        acted = sum(result.stats.get(f"{a}_seconds", 0.0) for a in view.snapshot.config.actions)
+        for phase, dt in (
+            ("snapshot", t1 - t0),
+            ("session_open", opened),
+            ("actions", acted),
+            ("dispatch", t3 - t2),
+            ("report", t4 - t3),
+        ):
+            m.phase_duration.labels(phase).observe(dt)
         m.pending_pods.set(max(0, view.pending - len(result.binds)))
         m.inflight_binds.set(self.cache.inflight())
         m.e2e_latency.set(1000 * (t4 - t0))
-        m.open_session_latency.set(1000 * result.stats.get("open_seconds", 0.0))
+        m.open_session_latency.set(1000 * opened)
         for action in view.snapshot.config.actions:
             took = result.stats.get(f"{action}_seconds")
             if took is not None:
@@ -146,15 +168,25 @@ class Reporter:
             job = jobs.get(key)
             return [view.pods_by_uid[p.uid] for p in job.pods if p.uid in view.pods_by_uid] if job else []
 
+        settled = self._settled
         for key, v in verdicts.items():
-            self.guard(key, self._report_job, key, v, members, now, iso, default=None)
+            pg = self.cache.pgs.get(key)
+            seen = (v, pg.sig if pg is not None else None)
+            if settled.get(key) == seen:
+                continue  # said already, and neither the verdict nor its PodGroup changed
+            settled.pop(key, None)
+            if self.guard(key, self._report_job, key, v, members, now, iso, default=False):
+                settled[key] = seen
         for key in [k for k in self._max_pending_acted if k not in verdicts]:
             del self._max_pending_acted[key]
+        for key in [k for k in settled if k not in verdicts]:
+            del settled[key]
         for key in [k for k in self._verdicts if k not in verdicts]:
             del self._verdicts[key]
             self._upstream_told.pop(key, None)
             with self._status_lock:
                 self._status_written.pop(key, None)
+                self._status_sent_at.pop(key, None)
         self.on_verdicts(verdicts)
         self._queue_metrics(view, result, verdicts)
         self._report_findings(result)
@@ -179,12 +211,15 @@ class Reporter:
 
     def _report_job(
         self, key: str, v: JobStatus, members: Callable[[str], list[PodEntry]], now: float, iso: str
-    ) -> None:
+    ) -> bool:
+        """Say what is new about one verdict. True when nothing is left to say about it until it or its PodGroup
+        changes; False when time must pass first (a pending verdict's delay, a message's ``status_interval``)."""
         pg = self.cache.pgs.get(key)
         if pg is None:
             if key in self.cache.upstream:
                 self._report_upstream(key, v, now)
-            return
+                return v.scheduled  # a pending upstream gang is looked at again: pods may join it
+            return True
         if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
             self._persist_stale_since(key, pg.model, v)
         if v.details.get("maxPendingAction") and not v.details.get("maxPendingActed"):
@@ -198,27 +233,27 @@ class Reporter:
             and prev.reason == reason
             and (v.scheduled or prev.message == v.message)
         ):
-            return  # the common case: nothing new to say
+            return True  # the common case: nothing new to say
         same_kind = prev is not None and prev.scheduled == v.scheduled and prev.reason == reason
         first_seen = prev.first_seen if same_kind and prev is not None else now
         if prev is None or not same_kind:
             self._verdicts[key] = prev = _Verdict(v.scheduled, v.reason.value, v.message, 0.0, first_seen)
         if not v.scheduled and v.reason is not Reason.INVALID and now - first_seen < PENDING_REPORT_DELAY:
-            return  # transient pending state (e.g. the pods of a new gang are still arriving)
+            return False  # transient pending state (e.g. the pods of a new gang are still arriving)
         written = prev.written_at > 0
-        if written and (
-            v.scheduled or prev.message == v.message or now - prev.written_at < self.config.status_interval
-        ):
-            return
+        if written and (v.scheduled or prev.message == v.message):
+            return True
+        if written and now - prev.written_at < self.config.status_interval:
+            return False  # a new message, written once status_interval has passed
         prev.message = v.message
         prev.written_at = now
         current = self._current_pg_status(key, pg.raw)
         stored = _condition(current, st.SCHEDULED)
         if stored is not None and stored.get("reason") == v.reason.value and stored.get("message") == v.message:
-            return  # already says so (e.g. written by the previous leader)
-        self.write_pg_status(key, st.podgroup_status(current, v, iso, node_pool=self.config.node_pool or st.NODE_POOL))
+            return True  # already says so (e.g. written by the previous leader)
+        self.write_pg_verdict(key, v, iso)
         if written:
-            return  # a message refresh: Events are for transitions
+            return True  # a message refresh: Events are for transitions
         ref = kai_object_ref("PodGroup", pg.raw)
         if v.scheduled:
             if v.reason is not Reason.SCHEDULED or len(members(key)) > 1:
@@ -232,6 +267,7 @@ class Reporter:
                 for p in members(key):
                     if not p.node:
                         self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
+        return True
 
     def _report_upstream(self, key: str, v: JobStatus, now: float) -> None:
         """An upstream Kubernetes PodGroup: kai-ray writes nothing on it (its conditions are kube-scheduler's gang
@@ -500,6 +536,13 @@ class Reporter:
             return dict(mine[1])
         return raw_status
 
+    def write_pg_verdict(self, job: str, verdict: JobStatus, iso: str) -> None:
+        """Queue a verdict's status (``Scheduled``, ``phase``, ``schedulingConditions``); its body is built when
+        it is written, on the freshest status then known. A newer verdict queued meanwhile replaces it."""
+        with self._status_lock:
+            self._verdict_pending[job] = (verdict, iso)
+        self._submit_flush(job)
+
     def write_pg_status(self, job: str, status: dict[str, Any]) -> None:
         """Queue a status change. Changes to one PodGroup accumulate until written (conditions by type), and the
         write merges them onto the freshest known conditions, since a merge patch replaces the whole list."""
@@ -512,21 +555,42 @@ class Reporter:
                     pending["conditions"] = list(by_type.values())
                 else:
                     pending[k] = v
-        self.writer.submit(f"pgstatus/{job}", partial(self._flush_pg_status, job), priority=STATUS_PRIORITY)
+        self._submit_flush(job)
+
+    def _submit_flush(self, job: str) -> None:
+        """One write per PodGroup at a time, and at most one per ``STATUS_COALESCE``: a change soon after a write
+        waits for the rest of that time, and every change queued meanwhile goes out with it."""
+        with self._status_lock:
+            sent = self._status_sent_at.get(job)
+        delay = 0.0 if sent is None else max(0.0, sent + STATUS_COALESCE - time.monotonic())
+        self.writer.submit(f"pgstatus/{job}", partial(self._flush_pg_status, job), STATUS_PRIORITY, delay)
 
     def _flush_pg_status(self, job: str) -> None:
         with self._status_lock:
-            pending = self._status_pending.pop(job, None)
-        if not pending:
+            pending = self._status_pending.pop(job, None) or {}
+            verdict = self._verdict_pending.pop(job, None)
+        if not pending and verdict is None:
             return
         pg = self.cache.pgs.get(job)
+        current = self._current_pg_status(job, pg.raw if pg is not None else None)
+        if verdict is not None:
+            v, iso = verdict
+            body = st.podgroup_status(current, v, iso, node_pool=self.config.node_pool or st.NODE_POOL)
+            extra = pending.pop("conditions", [])
+            pending = {**body, **pending}
+            if extra:
+                pending["conditions"] = [*body["conditions"], *extra]
         if "conditions" in pending:
-            current = self._current_pg_status(job, pg.raw if pg is not None else None)
             by_type = {cond.get("type"): cond for cond in current.get("conditions") or []}
             by_type.update({cond["type"]: cond for cond in pending["conditions"]})
             pending["conditions"] = sorted(by_type.values(), key=lambda cond: str(cond.get("type")))
+        if st.status_says(current, pending):
+            self.metrics.status_writes.labels("podgroup", "unchanged").inc()
+            return  # the stored status says it already (our last write, the previous leader's)
         ns, _, name = job.partition("/")
         sent = self.pruned.strip("PodGroup", {"status": pending})
+        with self._status_lock:
+            self._status_sent_at[job] = time.monotonic()
         updated = self._patch_status("PodGroup", podgroups_path(ns, name), job, sent)
         if updated is None:
             return

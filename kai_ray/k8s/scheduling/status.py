@@ -126,6 +126,26 @@ def podgroup_status(
     return status
 
 
+def status_says(current: dict[str, Any] | None, change: dict[str, Any]) -> bool:
+    """Whether ``current`` already says everything ``change`` would write: every field equal, and every condition
+    of the change present with the same status, reason, message and transition (so a write would change nothing)."""
+    current = current or {}
+    for k, v in change.items():
+        if k != "conditions":
+            if current.get(k) != v and not (v in ([], None) and not current.get(k)):
+                return False
+            continue
+        stored = {cond.get("type"): cond for cond in current.get("conditions") or []}
+        for cond in v:
+            old = stored.get(cond.get("type"))
+            if old is None or any(old.get(f) != cond.get(f) for f in CONDITION_FIELDS):
+                return False
+    return True
+
+
+CONDITION_FIELDS = ("status", "reason", "message", "lastTransitionTime", "transitionID")
+
+
 def evicted_status(evictions: list[Evict], now: str) -> dict[str, Any]:
     """The ``Evicted`` condition after this cycle evicted pods of a group: action, reason and the preemptor."""
     cond = {

@@ -99,6 +99,12 @@ def test_metrics_after_a_preemption(
     assert _value(fam, "kai_task_bind_latency_milliseconds_count") >= 6  # type: ignore[operator]
     assert _value(fam, "kai_e2e_scheduling_latency_milliseconds") is not None
     assert _value(fam, "kai_action_scheduling_latency_milliseconds", action="preempt") is not None
+    cycles = _value(fam, "kai_ray_scheduler_cycles_total")
+    for phase in ("snapshot", "session_open", "actions", "dispatch", "report"):
+        # one observation per cycle and phase (the scrape may fall between a cycle's count and its phases)
+        seen = _value(fam, "kai_ray_scheduler_phase_duration_seconds_count", phase=phase)
+        assert seen is not None and cycles is not None and abs(seen - cycles) <= 1, (phase, seen, cycles)
+    assert _value(fam, "kai_ray_status_writes_total", kind="event", result="ok") >= 1  # type: ignore[operator]
     # process metrics, no _created series, and docs/metrics.md lists exactly what is exported
     assert _value(fam, "process_resident_memory_bytes") > 0  # type: ignore[operator]
     assert not [n for _, samples in fam.values() for n, _, _ in samples if n.endswith("_created")]
