@@ -78,17 +78,13 @@ def _renamed(obj: RayObject, pg: PodGroup) -> list[Finding]:
         return []
     path = cluster_spec_path(obj)
     index = {wg.group_name: i for i, wg in enumerate(effective_cluster_spec(obj).worker_group_specs)}
-    out = []
-    for name, subgroup in sorted(json.loads(raw).items()):
-        out.append(
-            Finding(
-                "Normal",
-                "SubGroupRenamed",
-                f"{path}.workerGroupSpecs[{index.get(name, '?')}].groupName: {name!r} is not a DNS label; its "
-                f"subgroup is {subgroup!r}",
-            )
-        )
-    return out
+    parts = [
+        f"{path}.workerGroupSpecs[{index.get(name, '?')}].groupName: {name!r} is not a DNS label; its subgroup is "
+        f"{subgroup!r}"
+        for name, subgroup in sorted(json.loads(raw).items())
+    ]
+    # one Event for all renamed groups: Events of one reason on one object fold into one (the latest message wins)
+    return [Finding("Normal", "SubGroupRenamed", "; ".join(parts))] if parts else []
 
 
 def _staleness(annotations: Mapping[str, str]) -> list[Finding]:

@@ -592,14 +592,7 @@ class ControlPlane:
             except urllib.error.HTTPError:
                 return False
 
-        try:
-            wait_for("kuberay-operator to report /readyz", ready, timeout, interval=0.2)
-        except ControlPlaneError as exc:
-            comp.stop()
-            if "last lines" in str(exc):
-                raise
-            raise comp.failure(f"did not become ready: {exc}") from None
-        return comp
+        return self._await_ready(comp, "kuberay-operator to report /readyz", ready, timeout)
 
     def start_controller_manager(
         self, controllers: Sequence[str] = ("job",), feature_gates: Sequence[str] = (), timeout: float = 120.0
@@ -640,8 +633,13 @@ class ControlPlane:
             with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2, context=ctx) as resp:
                 return bool(resp.status == 200)
 
+        return self._await_ready(comp, "kube-controller-manager to report /healthz", healthy, timeout)
+
+    @staticmethod
+    def _await_ready(comp: Component, what: str, ready: Callable[[], bool], timeout: float) -> Component:
+        """Wait for a started component's probe; one that never answers is stopped and its log's end raised."""
         try:
-            wait_for("kube-controller-manager to report /healthz", healthy, timeout, interval=0.2)
+            wait_for(what, ready, timeout, interval=0.2)
         except ControlPlaneError as exc:
             comp.stop()
             if "last lines" in str(exc):
