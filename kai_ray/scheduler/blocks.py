@@ -1,0 +1,107 @@
+"""What one PodGroup brings to a session, worked out once per change of the PodGroup or its pods.
+
+Why a record of its own: turning a :class:`Job` and its pods into session rows (validating requests, resolving
+nodes, sizing GPU-memory requests on their node, building the gang tree, counting what the job holds and asks
+for) is most of the cost of opening a session, and between two cycles most PodGroups do not change. A
+:class:`JobBlock` keeps that work; the session places a block (appends its rows, counts its pods on their nodes)
+the same way whether the block is new or kept from an earlier cycle, so both paths give the same session.
+
+A block depends on the job, on the node list it resolved node names against (``NodeBase``) and on the
+extended-resource rows (``xnames``); :class:`~kai_ray.scheduler.incremental.IncrementalState` drops it when any of
+them changes. Queue resolution is not part of it: the session redoes it every cycle (a dictionary lookup).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kai_ray.scheduler.decisions import Finding, Reason
+from kai_ray.scheduler.gang import PodSet, SubGroupSet
+from kai_ray.scheduler.snapshot import Job, Pod
+
+if TYPE_CHECKING:
+    from kai_ray.scheduler.nodebase import NodeBase
+
+
+class PodRow:
+    """One pod as the session counts it: state, node, request (GPU-memory requests sized on their node)."""
+
+    __slots__ = ("frac", "gpumem", "mig", "node", "pod", "req", "set", "status", "xreq")
+
+    def __init__(
+        self,
+        pod: Pod,
+        status: int,
+        node: int,
+        pset: PodSet | None,
+        req: tuple[float, float, float],
+        frac: float,
+        gpumem: float,
+        xreq: tuple[np.ndarray, np.ndarray] | None,
+        mig: float,
+    ) -> None:
+        self.pod = pod
+        self.status = status
+        self.node = node
+        self.set = pset
+        self.req = req
+        self.frac = frac
+        self.gpumem = gpumem
+        self.xreq = xreq
+        self.mig = mig
+
+
+class JobBlock:
+    """A PodGroup's rows, gang tree and totals, with the findings that building them raised (in order)."""
+
+    __slots__ = (
+        "act",
+        "base",
+        "findings",
+        "invalid",
+        "key",
+        "max_total",
+        "n_active",
+        "n_pend",
+        "pend",
+        "podsets",
+        "ready",
+        "root",
+        "rows",
+        "set_counts",
+        "simple",
+        "spec",
+        "uids",
+        "xnames",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        spec: Job,
+        root: SubGroupSet,
+        podsets: dict[str, PodSet],
+        invalid: tuple[Reason, str] | None,
+        base: NodeBase,
+        xnames: list[str],
+    ) -> None:
+        self.key = key
+        self.spec = spec
+        self.root = root
+        self.podsets = podsets
+        self.simple: PodSet | None = None if spec.subgroups else podsets["default"]
+        self.invalid = invalid  # the gang tree's error (the queue's is the session's)
+        self.base = base
+        self.xnames = xnames
+        self.findings: list[Finding] = []
+        self.rows: list[PodRow] = []
+        self.uids: list[str] = []  # of every pod of the job, in pod order (duplicates across jobs)
+        self.max_total = 1 << 30
+        self.act = [0.0, 0.0, 0.0]  # held by its active pods at session open
+        self.pend = [0.0, 0.0, 0.0]  # asked for by its pending pods (under the elastic ceilings)
+        self.ready = True
+        self.n_pend = 0  # pods pending at session open
+        self.n_active = 0  # pods holding resources at session open
+        self.set_counts: list[tuple[PodSet, int, int]] = []  # (set, n_active, n_alive) once every row is counted
