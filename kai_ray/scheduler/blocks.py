@@ -59,12 +59,23 @@ class JobBlock:
     __slots__ = (
         "act",
         "base",
+        "col_frac",
+        "col_gpumem",
+        "col_node",
+        "col_pods",
+        "col_req",
+        "col_sets",
+        "col_start",
+        "col_status",
+        "col_xreq",
         "findings",
         "invalid",
         "key",
         "max_total",
+        "migs",
         "n_active",
         "n_pend",
+        "on_node",
         "pend",
         "podsets",
         "ready",
@@ -74,6 +85,7 @@ class JobBlock:
         "simple",
         "spec",
         "uids",
+        "unstarted",
         "xnames",
     )
 
@@ -104,4 +116,39 @@ class JobBlock:
         self.ready = True
         self.n_pend = 0  # pods pending at session open
         self.n_active = 0  # pods holding resources at session open
-        self.set_counts: list[tuple[PodSet, int, int]] = []  # (set, n_active, n_alive) once every row is counted
+        # (set, n_active, n_alive, rows in the set) once every row is counted
+        self.set_counts: list[tuple[PodSet, int, int, list[int]]] = []
+        # the rows by column, as the session's per-pod lists hold them (filled by seal)
+        self.col_pods: list[Pod] = []
+        self.col_sets: list[PodSet | None] = []
+        self.col_status: list[int] = []
+        self.col_node: list[int] = []
+        self.col_req: list[tuple[float, float, float]] = []
+        self.col_frac: list[float] = []
+        self.col_gpumem: list[float] = []
+        self.col_start: list[float | None] = []  # None: not started, the session's clock
+        self.col_xreq: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self.unstarted: list[int] = []
+        self.migs: list[tuple[int, float]] = []
+        self.on_node: list[int] = []  # rows of pods that hold room on a node
+
+    def seal(self) -> None:
+        """Lay the rows out by column (and the gang counters per set), so a session places the block with a few
+        list extensions instead of a loop over its pods."""
+        rows = self.rows
+        self.col_pods = [r.pod for r in rows]
+        self.col_sets = [r.set for r in rows]
+        self.col_status = [r.status for r in rows]
+        self.col_node = [r.node for r in rows]
+        self.col_req = [r.req for r in rows]
+        self.col_frac = [r.frac for r in rows]
+        self.col_gpumem = [r.gpumem for r in rows]
+        self.col_start = [r.pod.start_time for r in rows]
+        self.col_xreq = [r.xreq for r in rows]
+        self.unstarted = [i for i, t in enumerate(self.col_start) if t is None]
+        self.migs = [(i, r.mig) for i, r in enumerate(rows) if r.mig]
+        self.on_node = [i for i, r in enumerate(rows) if r.node >= 0]
+        self.set_counts = [
+            (ps, ps.n_active, ps.n_alive, [i for i, r in enumerate(rows) if r.set is ps])
+            for ps in self.podsets.values()
+        ]

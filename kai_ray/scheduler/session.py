@@ -413,7 +413,7 @@ class Session:
         block.ready = simple.n_alive >= simple.min if simple is not None else is_ready(root)
         block.n_pend = n_pend
         block.n_active = n_active
-        block.set_counts = [(ps, ps.n_active, ps.n_alive) for ps in podsets.values()]
+        block.seal()
         return block
 
     def _place_block(self, block: JobBlock) -> None:
@@ -443,39 +443,41 @@ class Session:
         info.ready = block.ready
         info.init_active = list(block.act)
         info.init_pending = list(block.pend)
-        for ps, n_active, n_alive in block.set_counts:
-            ps.n_active = n_active
-            ps.n_alive = n_alive
-            ps.pods = []
         self.job_index[key] = info.idx
         self.jobs.append(info)
         jidx = info.idx
-        now = self.now
-        for row in block.rows:
-            p = len(self.pods)
+        p0 = len(self.pods)
+        n = len(block.rows)
+        info.pods = list(range(p0, p0 + n))
+        for ps, n_active, n_alive, members in block.set_counts:
+            ps.n_active = n_active
+            ps.n_alive = n_alive
+            ps.pods = [p0 + i for i in members]
+        self.pods.extend(block.col_pods)
+        self.p_job.extend([jidx] * n)
+        self.p_set.extend(block.col_sets)
+        self.p_status.extend(block.col_status)
+        self.p_node.extend(block.col_node)
+        self.p_group.extend([None] * n)
+        self.p_req.extend(block.col_req)
+        self.p_frac.extend(block.col_frac)
+        self.p_gpumem.extend(block.col_gpumem)
+        if block.unstarted:
+            now = self.now
+            self.p_start.extend(now if t is None else t for t in block.col_start)
+        else:
+            self.p_start.extend(block.col_start)  # type: ignore[arg-type]  # no None when nothing is unstarted
+        self.p_xreq.extend(block.col_xreq)
+        for i, mig in block.migs:
+            self.p_mig[p0 + i] = mig
+        rows = block.rows
+        for i in block.on_node:
+            row = rows[i]
+            p = p0 + i
             pod = row.pod
-            self.pods.append(pod)
-            info.pods.append(p)
-            self.p_job.append(jidx)
-            pset = row.set
-            if pset is not None:
-                pset.pods.append(p)
             status = row.status
-            self.p_set.append(pset)
-            self.p_status.append(status)
             node = row.node
-            self.p_node.append(node)
-            self.p_group.append(None)
-            self.p_req.append(row.req)
-            self.p_frac.append(row.frac)
-            self.p_gpumem.append(row.gpumem)
-            self.p_start.append(pod.start_time if pod.start_time is not None else now)
             xreq = row.xreq
-            self.p_xreq.append(xreq)
-            if row.mig:
-                self.p_mig[p] = row.mig
-            if node < 0:
-                continue
             if row.frac or row.gpumem:
                 group, _ = self._occupy(p, node, pod.gpu_group)
                 if status == RELEASING:
