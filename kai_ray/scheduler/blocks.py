@@ -81,6 +81,7 @@ class JobBlock:
         "ready",
         "root",
         "rows",
+        "sealed",
         "set_counts",
         "simple",
         "spec",
@@ -88,6 +89,21 @@ class JobBlock:
         "unstarted",
         "xnames",
     )
+
+    # filled by seal (a block kept across cycles); a block placed once is placed row by row and never has them
+    set_counts: list[tuple[PodSet, int, int, list[int]]]  # (set, n_active, n_alive, rows in the set)
+    col_pods: list[Pod]  # the rows by column, as the session's per-pod lists hold them
+    col_sets: list[PodSet | None]
+    col_status: list[int]
+    col_node: list[int]
+    col_req: list[tuple[float, float, float]]
+    col_frac: list[float]
+    col_gpumem: list[float]
+    col_start: list[float | None]  # None: not started, the session's clock
+    col_xreq: list[tuple[np.ndarray, np.ndarray] | None]
+    unstarted: list[int]
+    migs: list[tuple[int, float]]
+    on_node: list[int]  # rows of pods that hold room on a node
 
     def __init__(
         self,
@@ -116,26 +132,13 @@ class JobBlock:
         self.ready = True
         self.n_pend = 0  # pods pending at session open
         self.n_active = 0  # pods holding resources at session open
-        # (set, n_active, n_alive, rows in the set) once every row is counted
-        self.set_counts: list[tuple[PodSet, int, int, list[int]]] = []
-        # the rows by column, as the session's per-pod lists hold them (filled by seal)
-        self.col_pods: list[Pod] = []
-        self.col_sets: list[PodSet | None] = []
-        self.col_status: list[int] = []
-        self.col_node: list[int] = []
-        self.col_req: list[tuple[float, float, float]] = []
-        self.col_frac: list[float] = []
-        self.col_gpumem: list[float] = []
-        self.col_start: list[float | None] = []  # None: not started, the session's clock
-        self.col_xreq: list[tuple[np.ndarray, np.ndarray] | None] = []
-        self.unstarted: list[int] = []
-        self.migs: list[tuple[int, float]] = []
-        self.on_node: list[int] = []  # rows of pods that hold room on a node
+        self.sealed = False  # laid out by column (a block kept across cycles)
 
     def seal(self) -> None:
         """Lay the rows out by column (and the gang counters per set), so a session places the block with a few
         list extensions instead of a loop over its pods."""
         rows = self.rows
+        self.sealed = True
         self.col_pods = [r.pod for r in rows]
         self.col_sets = [r.set for r in rows]
         self.col_status = [r.status for r in rows]

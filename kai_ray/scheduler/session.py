@@ -297,7 +297,10 @@ class Session:
             by_key[key] = j
         for key in sorted(by_key):
             j = by_key[key]
-            block = blocks.get(key) if blocks is not None else None
+            if blocks is None:  # from scratch: each block is built for this session and placed once
+                self._place_block(self._job_block(key, j, seen_pods))
+                continue
+            block = blocks.get(key)
             if (
                 block is None
                 or block.spec is not j
@@ -307,7 +310,8 @@ class Session:
             ):
                 fresh = seen_pods.isdisjoint(_pod_uids(j))
                 block = self._job_block(key, j, set() if fresh else seen_pods)
-                if blocks is not None and fresh:
+                if fresh:
+                    block.seal()  # kept: laid out by column once, placed with list extensions from now on
                     blocks[key] = block
             seen_pods.update(block.uids)
             self._place_block(block)
@@ -413,7 +417,6 @@ class Session:
         block.ready = simple.n_alive >= simple.min if simple is not None else is_ready(root)
         block.n_pend = n_pend
         block.n_active = n_active
-        block.seal()
         return block
 
     def _place_block(self, block: JobBlock) -> None:
@@ -446,6 +449,9 @@ class Session:
         self.job_index[key] = info.idx
         self.jobs.append(info)
         jidx = info.idx
+        if not block.sealed:
+            self._place_rows(info, block)
+            return
         p0 = len(self.pods)
         n = len(block.rows)
         info.pods = list(range(p0, p0 + n))
@@ -472,31 +478,63 @@ class Session:
             self.p_mig[p0 + i] = mig
         rows = block.rows
         for i in block.on_node:
-            row = rows[i]
-            p = p0 + i
+            self._hold_row(p0 + i, rows[i])
+
+    def _place_rows(self, info: JobInfo, block: JobBlock) -> None:
+        """``_place_block`` for a block built for this session alone: row by row, without the column layout a
+        kept block pays for once (a from-scratch session places each block once)."""
+        for ps in block.podsets.values():
+            ps.pods = []
+        jidx = info.idx
+        now = self.now
+        for row in block.rows:
+            p = len(self.pods)
             pod = row.pod
-            status = row.status
-            node = row.node
-            xreq = row.xreq
-            if row.frac or row.gpumem:
-                group, _ = self._occupy(p, node, pod.gpu_group)
+            self.pods.append(pod)
+            info.pods.append(p)
+            self.p_job.append(jidx)
+            pset = row.set
+            if pset is not None:
+                pset.pods.append(p)
+            self.p_set.append(pset)
+            self.p_status.append(row.status)
+            self.p_node.append(row.node)
+            self.p_group.append(None)
+            self.p_req.append(row.req)
+            self.p_frac.append(row.frac)
+            self.p_gpumem.append(row.gpumem)
+            self.p_start.append(pod.start_time if pod.start_time is not None else now)
+            self.p_xreq.append(row.xreq)
+            if row.mig:
+                self.p_mig[p] = row.mig
+            if row.node >= 0:
+                self._hold_row(p, row)
+
+    def _hold_row(self, p: int, row: PodRow) -> None:
+        """Count pod ``p`` (``row``), which runs, is pipelined or is releasing, on its node."""
+        pod = row.pod
+        status = row.status
+        node = row.node
+        xreq = row.xreq
+        if row.frac or row.gpumem:
+            group, _ = self._occupy(p, node, pod.gpu_group)
+            if status == RELEASING:
+                self._release(p)
+            elif status == PIPELINED and group is not None:
+                # a shared GPU whose tenant is only pipelined has no bound reservation yet (KAI): the rest of
+                # it can only be pipelined onto, so its idle room is held as if it were being released
+                rec = self.groups[node][group]
+                rec[1] += max(0.0, 1.0 - rec[0])
+                rec[0] = 1.0
+                self._refresh_frac(node)
+        else:
+            self._init_nodes.append(node)
+            self._init_req.append(row.req)
+            self._init_rel.append(status == RELEASING)
+            if xreq is not None:  # the shared-GPU path above holds them through _occupy and _release
+                self.xfree[xreq[0], node] -= xreq[1]
                 if status == RELEASING:
-                    self._release(p)
-                elif status == PIPELINED and group is not None:
-                    # a shared GPU whose tenant is only pipelined has no bound reservation yet (KAI): the rest of
-                    # it can only be pipelined onto, so its idle room is held as if it were being released
-                    rec = self.groups[node][group]
-                    rec[1] += max(0.0, 1.0 - rec[0])
-                    rec[0] = 1.0
-                    self._refresh_frac(node)
-            else:
-                self._init_nodes.append(node)
-                self._init_req.append(row.req)
-                self._init_rel.append(status == RELEASING)
-                if xreq is not None:  # the shared-GPU path above holds them through _occupy and _release
-                    self.xfree[xreq[0], node] -= xreq[1]
-                    if status == RELEASING:
-                        self.xrel[xreq[0], node] += xreq[1]
+                    self.xrel[xreq[0], node] += xreq[1]
 
     def _pod_row(
         self, key: str, pod: Pod, podsets: dict[str, PodSet], simple: PodSet | None, findings: list[Finding]
