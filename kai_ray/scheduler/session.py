@@ -444,8 +444,9 @@ class Session:
         info.n_pend = block.n_pend
         info.n_active = block.n_active
         info.ready = block.ready
-        info.init_active = list(block.act)
-        info.init_pending = list(block.pend)
+        # read only (queue accounting); a kept block's own lists are shared with the sessions that place it
+        info.init_active = block.act
+        info.init_pending = block.pend
         self.job_index[key] = info.idx
         self.jobs.append(info)
         jidx = info.idx
