@@ -15,6 +15,7 @@ from kai_ray.scheduler.allocate import allocate_action
 from kai_ray.scheduler.bounded import annotate, hold
 from kai_ray.scheduler.consolidation import consolidation_action
 from kai_ray.scheduler.decisions import CycleResult, Finding
+from kai_ray.scheduler.incremental import IncrementalState
 from kai_ray.scheduler.preempt import preempt_action
 from kai_ray.scheduler.proportion import compute_fair_share
 from kai_ray.scheduler.reclaim import reclaim_action
@@ -33,22 +34,23 @@ ACTIONS = {
 }
 
 
-def open_session(snapshot: Snapshot) -> Session:
-    ses = Session(snapshot)
+def open_session(snapshot: Snapshot, state: IncrementalState | None = None) -> Session:
+    ses = Session(snapshot) if state is None else state.open(snapshot)
     assess(ses)
     hold(ses)
     compute_fair_share(ses)
     return ses
 
 
-def run_cycle(snapshot: Snapshot) -> CycleResult:
-    """Decide binds and evictions for one snapshot. Deterministic: same snapshot => same result."""
+def run_cycle(snapshot: Snapshot, state: IncrementalState | None = None) -> CycleResult:
+    """Decide binds and evictions for one snapshot. Deterministic: same snapshot => same result, with or without
+    ``state`` (the incremental session an adapter keeps across cycles, told what changed since the last one)."""
     t0 = time.perf_counter()
     c0 = time.process_time()
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the cycle allocates many short-lived objects; generation scans would dominate its time
     try:
-        ses = open_session(snapshot)
+        ses = open_session(snapshot, state)
         t1 = time.perf_counter()
         ses.stats["open_seconds"] = t1 - t0
         ses.stats["open_cpu_seconds"] = time.process_time() - c0
@@ -62,6 +64,9 @@ def run_cycle(snapshot: Snapshot) -> CycleResult:
             ses.stats[f"{name}_cpu_seconds"] = time.process_time() - ca
         result = build_result(ses)
         annotate(ses, result)
+        # dropped while the collector is still paused: what the session held is freed by reference counting,
+        # not scanned by the young-generation collection the next allocation would trigger
+        del ses
     except Exception as exc:  # pragma: no cover - defensive: the core must not crash its caller
         result = CycleResult()
         result.findings.append(

@@ -14,21 +14,18 @@ operations over all nodes rather than a Python loop.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kai_ray.scheduler.blocks import JobBlock, PodRow
 from kai_ray.scheduler.decisions import Action, Finding, Reason
 from kai_ray.scheduler.dra import DeviceLedger, Taken
 from kai_ray.scheduler.gang import PodSet, SubGroupSet, build_gang_tree, has_surplus, is_ready
-from kai_ray.scheduler.placement import StaticMasks
+from kai_ray.scheduler.nodebase import CPU, EPS, GPU, MEM, NodeBase, mig_gpus
 from kai_ray.scheduler.queues import QueueTree, build_queue_tree
 from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Snapshot
-
-GPU, CPU, MEM = 0, 1, 2
-EPS = 1e-9
 
 # pod states inside a session
 PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED, STUCK, MOVED = range(10)
@@ -45,22 +42,12 @@ _PHASES = {
 }
 
 
-MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+)g\.(\d+)gb$")
-
-
-def mig_gpus(extended: dict[str, float]) -> float:
-    """GPUs a request of MIG slices counts as in KAI: the profile's compute slices (the ``N`` of ``mig-Ng.Mgb``)
-    times the count; a 1g.10gb slice is one GPU, a 3g.40gb slice three."""
-    total = 0.0
-    for name, v in extended.items():
-        hit = MIG_RESOURCE.match(name)
-        if hit is not None and v > 0:
-            total += int(hit.group(1)) * v
-    return total
-
-
 def _pod_sort_key(p: Pod) -> tuple[str, str]:
     return (p.uid, p.name)
+
+
+def _pod_uids(j: Job) -> list[str]:
+    return [p.uid for p in j.pods]
 
 
 def le(a: float, b: float) -> bool:
@@ -193,7 +180,14 @@ Op = Allocated | Evicted | Moved | Unevicted  # slotted dataclasses: half the co
 class Session:
     """All state of one scheduling cycle. Built from a :class:`Snapshot`; never mutates the snapshot."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(
+        self, snapshot: Snapshot, nodes: NodeBase | None = None, blocks: dict[str, JobBlock] | None = None
+    ) -> None:
+        """``nodes``: the node arrays of an earlier cycle over the same nodes (:class:`NodeBase`), reused when they
+        have the extended-resource rows this snapshot needs; built from ``snapshot.nodes`` otherwise. ``blocks``:
+        PodGroups as earlier cycles saw them (:class:`JobBlock` by key), reused when still valid (same ``Job``
+        object, same nodes and rows) and refilled with the ones this session builds; the caller drops the block of
+        a PodGroup that changed (:class:`~kai_ray.scheduler.incremental.IncrementalState`)."""
         self.snapshot = snapshot
         self.cfg = snapshot.config
         self.now = snapshot.now
@@ -203,8 +197,10 @@ class Session:
         self.topologies = {t.name: t for t in snapshot.topologies}
         self.topology_trees: dict[str, Any] = {}  # built on first use by topology.tree_of
         self._name_extended(snapshot)
-        self._build_nodes(snapshot.nodes)
-        self._build_jobs(snapshot.jobs)
+        if nodes is None or nodes.xnames != self.xnames:
+            nodes = NodeBase(snapshot.nodes, self.xnames)
+        self._open_nodes(nodes)
+        self._build_jobs(snapshot.jobs, blocks)
         self._build_queue_accounting()
         self.dra: DeviceLedger | None = None
         if snapshot.claims:
@@ -237,71 +233,40 @@ class Session:
         self.xnames: list[str] = sorted(names)
         self.xindex: dict[str, int] = {k: i for i, k in enumerate(self.xnames)}
 
-    def _build_nodes(self, nodes: list[Node]) -> None:
-        seen: dict[str, Node] = {}
-        for n in nodes:
-            if n.name in seen:
-                self.findings.append(Finding("Node", n.name, "name", "duplicate node name; the first is used"))
-                continue
-            seen[n.name] = n
-        self.nodes: list[Node] = [seen[k] for k in sorted(seen)]
-        self.node_index: dict[str, int] = {n.name: i for i, n in enumerate(self.nodes)}
+    def _open_nodes(self, base: NodeBase) -> None:
+        """Take the node arrays from ``base``: shared where the cycle only reads them, copied where it writes."""
+        self.node_base = base
+        self.findings.extend(base.findings)
+        self.nodes: list[Node] = base.nodes
+        self.node_index: dict[str, int] = base.node_index
         nn = len(self.nodes)
-        alloc = (
-            np.array(
-                [(n.allocatable.gpu, n.allocatable.cpu, n.allocatable.memory) for n in self.nodes], dtype=np.float64
-            )
-            .reshape(nn, 3)
-            .T.copy()
-        )
-        bad = ~((alloc >= 0) & (alloc < math.inf))  # NaN fails both comparisons
-        if bad.any():
-            for i in np.flatnonzero(bad.any(axis=0)):
-                self.findings.append(
-                    Finding(
-                        "Node", self.nodes[i].name, "allocatable", "negative, infinite or NaN allocatable treated as 0"
-                    )
-                )
-            alloc[bad] = 0.0
-        alloc[GPU] = np.floor(alloc[GPU] + EPS)
+        alloc = base.alloc
         self.alloc = alloc
         self.free = alloc.copy()  # alloc - everything on the node (bound, allocated, pipelined, releasing)
         self.rel = np.zeros((3, nn))  # held by releasing pods
         self.rel_pods = np.zeros(nn, dtype=np.int64)  # pod slots held by releasing pods
-        self.pods_free = np.array([n.max_pods for n in self.nodes], dtype=np.int64)
-        self.ready = np.array([n.ready for n in self.nodes], dtype=bool)
-        self.node_arange = np.arange(nn, dtype=np.float64)
-        self.masks = StaticMasks(self.nodes)
-        self.gpu_mem = np.array([n.gpu_memory_mib for n in self.nodes], dtype=np.float64)
+        self.pods_free = base.max_pods.copy()
+        self.ready = base.ready
+        self.node_arange = base.node_arange
+        self.masks = base.masks
+        self.gpu_mem = base.gpu_mem
         # fractional GPU sharing: node -> group -> [used fraction, releasing fraction]
         self.groups: list[dict[str, list[float]]] = [{} for _ in range(nn)]
         self.frac_room = np.zeros(nn)  # best idle room on an existing shared GPU
         self.frac_room_future = np.zeros(nn)  # same, counting releasing fractions as free
         self.frac_room_shared = np.zeros(nn)  # future room on a shared GPU that keeps a running tenant
-        self.cpu_only = alloc[GPU] <= 0  # KAI's resourcetype plugin: CPU-only pods prefer CPU-only nodes
+        self.cpu_only = base.cpu_only  # KAI's resourcetype plugin: CPU-only pods prefer CPU-only nodes
         self.slot_dirty: set[int] = set()  # nodes whose per-GPU free shares changed (fragmentation model)
         self.memo: dict[str, Any] = {}  # derived data kept for the cycle (fragmentation model, victim steps)
         self.any_releasing = False
-        known = self.gpu_mem[self.gpu_mem > 0]
-        self.min_gpu_mem = float(known.min()) if known.size else 0.0
-        self.max_gpu_mem = float(known.max()) if known.size else 0.0
-        ready_alloc = alloc[:, self.ready] if nn else alloc
-        self.capacity = [float(ready_alloc[r].sum()) for r in range(3)]
-        # KAI counts a node's MIG slices as GPUs of its capacity (what fair shares divide)
-        self.capacity[GPU] += sum(mig_gpus(n.extended) for n in self.nodes if n.extended and n.ready)
-        xalloc = np.zeros((len(self.xnames), nn))
-        for ni, n in enumerate(self.nodes):
-            for name, v in n.extended.items():
-                if v >= 0 and v < math.inf:
-                    xalloc[self.xindex[name], ni] = v
-                else:
-                    msg = f"negative, infinite or NaN allocatable {name} treated as 0"
-                    self.findings.append(Finding("Node", n.name, "allocatable", msg))
-        self.xalloc = xalloc
-        self.xfree = xalloc.copy()  # as free, for the extended resources (one row per name in xnames)
-        self.xrel = np.zeros_like(xalloc)  # as rel
+        self.min_gpu_mem = base.min_gpu_mem
+        self.max_gpu_mem = base.max_gpu_mem
+        self.capacity = list(base.capacity)
+        self.xalloc = base.xalloc
+        self.xfree = base.xalloc.copy()  # as free, for the extended resources (one row per name in xnames)
+        self.xrel = np.zeros_like(base.xalloc)  # as rel
 
-    def _build_jobs(self, jobs: list[Job]) -> None:
+    def _build_jobs(self, jobs: list[Job], blocks: dict[str, JobBlock] | None) -> None:
         self._queues_seen: dict[str, tuple[int, tuple[Reason, str] | None]] = {}
         self.jobs: list[JobInfo] = []
         self.job_index: dict[str, int] = {}
@@ -331,7 +296,25 @@ class Session:
                 continue
             by_key[key] = j
         for key in sorted(by_key):
-            self._add_job(key, by_key[key], seen_pods)
+            j = by_key[key]
+            if blocks is None:  # from scratch: each block is built for this session and placed once
+                self._place_block(self._job_block(key, j, seen_pods))
+                continue
+            block = blocks.get(key)
+            if (
+                block is None
+                or block.spec is not j
+                or block.base is not self.node_base
+                or block.xnames != self.xnames
+                or not seen_pods.isdisjoint(block.uids)
+            ):
+                fresh = seen_pods.isdisjoint(_pod_uids(j))
+                block = self._job_block(key, j, set() if fresh else seen_pods)
+                if fresh:
+                    block.seal()  # kept: laid out by column once, placed with list extensions from now on
+                    blocks[key] = block
+            seen_pods.update(block.uids)
+            self._place_block(block)
         self._apply_initial_nodes()
         for rank, job in enumerate(sorted(self.jobs, key=lambda jb: (jb.created_at, jb.uid))):
             job.rank = rank
@@ -370,29 +353,15 @@ class Session:
             return -1, (Reason.QUEUE_NOT_LEAF, f"queue {queue!r} has child queues; only leaf queues hold jobs")
         return q.idx, None
 
-    def _add_job(self, key: str, j: Job, seen_pods: set[str]) -> None:
-        findings = self.findings
-        invalid: tuple[Reason, str] | None = None
+    def _job_block(self, key: str, j: Job, seen_pods: set[str]) -> JobBlock:
+        """What ``j`` brings to the session, with the findings it raises; pods whose uid is in ``seen_pods`` (an
+        earlier PodGroup's) are left out, and the block's own uids are added to it."""
         root, podsets, err = build_gang_tree(j)
+        block = JobBlock(key, j, root, podsets, None, self.node_base, self.xnames)
+        findings = block.findings
         if err:
             findings.append(Finding("PodGroup", key, "subGroups", err))
-            invalid = (Reason.INVALID, err)
-        qidx, qerr = self._queue_for(key, j.queue)
-        invalid = invalid or qerr
-        preemptible = j.preemptible
-        info = JobInfo(
-            idx=len(self.jobs),
-            spec=j,
-            key=key,
-            queue=qidx,
-            priority=int(j.priority),
-            preemptible=preemptible,
-            created_at=float(j.created_at),
-            uid=j.uid or key,
-            root=root,
-            podsets=podsets,
-            invalid=invalid,
-        )
+            block.invalid = (Reason.INVALID, err)
         if j.max_member is not None:
             total_min = sum(ps.min for ps in podsets.values())
             if j.max_member < total_min:
@@ -404,27 +373,35 @@ class Session:
                         f"max-member {j.max_member} is below the gang minimum {total_min}; using {total_min}",
                     )
                 )
-            info.max_total = max(j.max_member, total_min)
-        simple = None if j.subgroups else podsets["default"]
-        info.simple = simple
-        self.job_index[key] = info.idx
-        self.jobs.append(info)
+            block.max_total = max(j.max_member, total_min)
+        simple = block.simple
         pods = j.pods if len(j.pods) < 2 else sorted(j.pods, key=_pod_sort_key)
         # running totals for queue accounting: active, pending (under the elastic ceilings)
-        act = [0.0, 0.0, 0.0]
-        pend = [0.0, 0.0, 0.0]
+        act = block.act
+        pend = block.pend
         pend_count: dict[int, int] = {}
+        n_pend = n_active = 0
         for pod in pods:
             uid = pod.uid
             if uid in seen_pods:
                 findings.append(Finding("Pod", uid, "uid", "duplicate pod uid; the first is used"))
                 continue
             seen_pods.add(uid)
-            p, status, pset = self._add_pod(info, pod, podsets, simple)
-            if pset is None:
+            block.uids.append(uid)
+            row = self._pod_row(key, pod, podsets, simple, findings)
+            block.rows.append(row)
+            ps = row.set
+            if ps is None:
                 continue
-            ps = pset
-            req = self.charged(p) if self.p_mig else self.p_req[p]
+            status = row.status
+            if status == PENDING:
+                n_pend += 1
+            elif status in ACTIVE:
+                ps.n_active += 1
+                n_active += 1
+            if status not in (DONE, STUCK) and not pod.gated:
+                ps.n_alive += 1
+            req = row.req if not row.mig else (row.req[0] + row.mig, row.req[1], row.req[2])
             if status in ACTIVE:
                 act[0] += req[0]
                 act[1] += req[1]
@@ -437,18 +414,132 @@ class Session:
                     pend[0] += req[0]
                     pend[1] += req[1]
                     pend[2] += req[2]
-        info.ready = simple.n_alive >= simple.min if simple is not None else is_ready(root)
-        info.init_active = act
-        info.init_pending = pend
+        block.ready = simple.n_alive >= simple.min if simple is not None else is_ready(root)
+        block.n_pend = n_pend
+        block.n_active = n_active
+        return block
 
-    def _add_pod(
-        self, info: JobInfo, pod: Pod, podsets: dict[str, PodSet], simple: PodSet | None
-    ) -> tuple[int, int, PodSet | None]:
-        findings = self.findings
-        p = len(self.pods)
-        self.pods.append(pod)
-        info.pods.append(p)
-        self.p_job.append(info.idx)
+    def _place_block(self, block: JobBlock) -> None:
+        """Append ``block``'s job and pods to the session and count its pods on their nodes and GPUs; a block kept
+        from an earlier cycle is placed exactly as a new one (its gang counters are set back to the block's)."""
+        j = block.spec
+        key = block.key
+        self.findings.extend(block.findings)
+        qidx, qerr = self._queue_for(key, j.queue)
+        info = JobInfo(
+            idx=len(self.jobs),
+            spec=j,
+            key=key,
+            queue=qidx,
+            priority=int(j.priority),
+            preemptible=j.preemptible,
+            created_at=float(j.created_at),
+            uid=j.uid or key,
+            root=block.root,
+            podsets=block.podsets,
+            invalid=block.invalid or qerr,
+        )
+        info.max_total = block.max_total
+        info.simple = block.simple
+        info.n_pend = block.n_pend
+        info.n_active = block.n_active
+        info.ready = block.ready
+        # read only (queue accounting); a kept block's own lists are shared with the sessions that place it
+        info.init_active = block.act
+        info.init_pending = block.pend
+        self.job_index[key] = info.idx
+        self.jobs.append(info)
+        jidx = info.idx
+        if not block.sealed:
+            self._place_rows(info, block)
+            return
+        p0 = len(self.pods)
+        n = len(block.rows)
+        info.pods = list(range(p0, p0 + n))
+        for ps, n_active, n_alive, members in block.set_counts:
+            ps.n_active = n_active
+            ps.n_alive = n_alive
+            ps.pods = [p0 + i for i in members]
+        self.pods.extend(block.col_pods)
+        self.p_job.extend([jidx] * n)
+        self.p_set.extend(block.col_sets)
+        self.p_status.extend(block.col_status)
+        self.p_node.extend(block.col_node)
+        self.p_group.extend([None] * n)
+        self.p_req.extend(block.col_req)
+        self.p_frac.extend(block.col_frac)
+        self.p_gpumem.extend(block.col_gpumem)
+        if block.unstarted:
+            now = self.now
+            self.p_start.extend(now if t is None else t for t in block.col_start)
+        else:
+            self.p_start.extend(block.col_start)  # type: ignore[arg-type]  # no None when nothing is unstarted
+        self.p_xreq.extend(block.col_xreq)
+        for i, mig in block.migs:
+            self.p_mig[p0 + i] = mig
+        rows = block.rows
+        for i in block.on_node:
+            self._hold_row(p0 + i, rows[i])
+
+    def _place_rows(self, info: JobInfo, block: JobBlock) -> None:
+        """``_place_block`` for a block built for this session alone: row by row, without the column layout a
+        kept block pays for once (a from-scratch session places each block once)."""
+        for ps in block.podsets.values():
+            ps.pods = []
+        jidx = info.idx
+        now = self.now
+        for row in block.rows:
+            p = len(self.pods)
+            pod = row.pod
+            self.pods.append(pod)
+            info.pods.append(p)
+            self.p_job.append(jidx)
+            pset = row.set
+            if pset is not None:
+                pset.pods.append(p)
+            self.p_set.append(pset)
+            self.p_status.append(row.status)
+            self.p_node.append(row.node)
+            self.p_group.append(None)
+            self.p_req.append(row.req)
+            self.p_frac.append(row.frac)
+            self.p_gpumem.append(row.gpumem)
+            self.p_start.append(pod.start_time if pod.start_time is not None else now)
+            self.p_xreq.append(row.xreq)
+            if row.mig:
+                self.p_mig[p] = row.mig
+            if row.node >= 0:
+                self._hold_row(p, row)
+
+    def _hold_row(self, p: int, row: PodRow) -> None:
+        """Count pod ``p`` (``row``), which runs, is pipelined or is releasing, on its node."""
+        pod = row.pod
+        status = row.status
+        node = row.node
+        xreq = row.xreq
+        if row.frac or row.gpumem:
+            group, _ = self._occupy(p, node, pod.gpu_group)
+            if status == RELEASING:
+                self._release(p)
+            elif status == PIPELINED and group is not None:
+                # a shared GPU whose tenant is only pipelined has no bound reservation yet (KAI): the rest of
+                # it can only be pipelined onto, so its idle room is held as if it were being released
+                rec = self.groups[node][group]
+                rec[1] += max(0.0, 1.0 - rec[0])
+                rec[0] = 1.0
+                self._refresh_frac(node)
+        else:
+            self._init_nodes.append(node)
+            self._init_req.append(row.req)
+            self._init_rel.append(status == RELEASING)
+            if xreq is not None:  # the shared-GPU path above holds them through _occupy and _release
+                self.xfree[xreq[0], node] -= xreq[1]
+                if status == RELEASING:
+                    self.xrel[xreq[0], node] += xreq[1]
+
+    def _pod_row(
+        self, key: str, pod: Pod, podsets: dict[str, PodSet], simple: PodSet | None, findings: list[Finding]
+    ) -> PodRow:
         status = _PHASES[pod.phase]
         node = -1
         if status in (BOUND, PIPELINED, RELEASING, STUCK):
@@ -469,7 +560,7 @@ class Session:
         else:
             ps = podsets.get(pod.subgroup or "")
             if ps is None:
-                msg = f"subgroup {pod.subgroup!r} is not in PodGroup {info.key}; the pod is never scheduled"
+                msg = f"subgroup {pod.subgroup!r} is not in PodGroup {key}; the pod is never scheduled"
                 findings.append(Finding("Pod", pod.uid, "subgroup", msg))
         req = pod.request
         g, c, m = req.gpu, req.cpu, req.memory
@@ -503,67 +594,24 @@ class Session:
             msg = f"whole-GPU request {g} is not an integer; using {math.ceil(g)}"
             findings.append(Finding("Pod", pod.uid, "nvidia.com/gpu", msg))
             g = float(math.ceil(g))
-        xreq = self._extended_request(pod) if pod.extended else None
+        xreq = self._extended_request(pod, findings) if pod.extended else None
         if xreq is not None and xreq[1].size and math.inf in xreq[1]:
             findings.append(Finding("Pod", pod.uid, "resources", "infinite request; the pod is never scheduled"))
             ps = None
-        if ps is None:
-            if status == PENDING:
-                status = IGNORED
-        else:
-            ps.pods.append(p)
-            if status == PENDING:
-                info.n_pend += 1
-            elif status in ACTIVE:
-                ps.n_active += 1
-                info.n_active += 1
-            if status not in (DONE, STUCK) and not pod.gated:
-                ps.n_alive += 1
-        self.p_set.append(ps)
-        self.p_status.append(status)
-        self.p_node.append(node)
-        self.p_group.append(None)
-        self.p_req.append((g, c, m))
-        self.p_frac.append(frac)
-        self.p_gpumem.append(gpumem)
-        self.p_start.append(pod.start_time if pod.start_time is not None else self.now)
-        self.p_xreq.append(xreq)
-        if pod.extended:
-            mig = mig_gpus(pod.extended)
-            if mig:
-                self.p_mig[p] = mig
-        if node >= 0:
-            if frac or gpumem:
-                if gpumem and self.gpu_mem[node] > 0:
-                    g = min(1.0, gpumem / self.gpu_mem[node])
-                    self.p_req[p] = (g, c, m)
-                    self.p_frac[p] = g
-                group, _ = self._occupy(p, node, pod.gpu_group)
-                if status == RELEASING:
-                    self._release(p)
-                elif status == PIPELINED and group is not None:
-                    # a shared GPU whose tenant is only pipelined has no bound reservation yet (KAI): the rest of
-                    # it can only be pipelined onto, so its idle room is held as if it were being released
-                    rec = self.groups[node][group]
-                    rec[1] += max(0.0, 1.0 - rec[0])
-                    rec[0] = 1.0
-                    self._refresh_frac(node)
-            else:
-                self._init_nodes.append(node)
-                self._init_req.append((g, c, m))
-                self._init_rel.append(status == RELEASING)
-                if xreq is not None:  # the shared-GPU path above holds them through _occupy and _release
-                    self.xfree[xreq[0], node] -= xreq[1]
-                    if status == RELEASING:
-                        self.xrel[xreq[0], node] += xreq[1]
-        return p, status, ps
+        if ps is None and status == PENDING:
+            status = IGNORED
+        mig = mig_gpus(pod.extended) if pod.extended else 0.0
+        if node >= 0 and gpumem and self.gpu_mem[node] > 0:
+            g = min(1.0, gpumem / self.gpu_mem[node])
+            frac = g
+        return PodRow(pod, status, node, ps, (g, c, m), frac, gpumem, xreq, mig)
 
-    def _extended_request(self, pod: Pod) -> tuple[np.ndarray, np.ndarray] | None:
+    def _extended_request(self, pod: Pod, findings: list[Finding]) -> tuple[np.ndarray, np.ndarray] | None:
         rows: list[int] = []
         amounts: list[float] = []
         for name, v in pod.extended.items():
             if not v >= 0:  # also catches NaN
-                self.findings.append(Finding("Pod", pod.uid, "resources", f"negative {name} request treated as 0"))
+                findings.append(Finding("Pod", pod.uid, "resources", f"negative {name} request treated as 0"))
                 continue
             if v > 0:
                 rows.append(self.xindex[name])

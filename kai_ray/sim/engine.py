@@ -26,6 +26,7 @@ from kai_ray.bridge_dra import DraCatalog
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
 from kai_ray.scheduler.dra import Claim
+from kai_ray.scheduler.incremental import IncrementalState
 from kai_ray.scheduler.snapshot import (
     ZERO,
     Node,
@@ -168,6 +169,9 @@ class Engine:
         if self.config.usage_params is not None:
             self.usage = SimUsage(self.config.usage_params, self.config.k_value, queues, nodes)
         self.queue_res: dict[str, Resources] = {}
+        # the incremental session: what one cycle built and the next keeps, told of every PodGroup an event
+        # touches (the nodes and queues never change here); None builds every cycle's session from scratch
+        self.state: IncrementalState | None = IncrementalState()
 
     # ------------------------------------------------------------------ setup
     def add(self, w: WorkloadBase) -> None:
@@ -345,6 +349,11 @@ class Engine:
         return kind == CYCLE and payload != self._cycle_at
 
     # ------------------------------------------------------------------ handlers
+    def _changed(self, w: WorkloadBase) -> None:
+        """Tell the incremental session that ``w``'s PodGroup or pods changed (or that it is gone)."""
+        if self.state is not None and w.job is not None:
+            self.state.job_changed(w.job.key)
+
     def _arrive(self, w: WorkloadBase, t: float) -> None:
         if isinstance(w, RayWorkload) and w.user_suspended:
             w.set_state(t, SUSPENDED)
@@ -352,6 +361,7 @@ class Engine:
             self._event(t, "suspended", w, "Suspended", message)
             return
         job = w.create(t)
+        self._changed(w)
         w.last_update = t
         w.set_state(t, PENDING)
         self.active[job.key] = w
@@ -362,6 +372,7 @@ class Engine:
 
     def _complete(self, w: WorkloadBase, t: float) -> None:
         assert w.job is not None
+        self._changed(w)
         w.advance(t, self._gpus_held(w))
         for pod in list(w.job.pods):
             if pod.phase in (PodPhase.RUNNING, PodPhase.RELEASING):
@@ -383,6 +394,7 @@ class Engine:
     def _release(self, payload: tuple[WorkloadBase, Pod], t: float) -> None:
         w, pod = payload
         if pod.phase is PodPhase.RELEASING:
+            self._changed(w)
             w.advance(t, self._gpus_held(w))
             self._unbind(w, pod)
             assert w.job is not None
@@ -403,6 +415,7 @@ class Engine:
         if w.job is not None:
             w.advance(t, self._gpus_held(w))
         removed = w.scale_to(t, group, replicas)
+        self._changed(w)
         gpus = sum(p.request.gpu for p in removed)
         for pod in removed:
             self._unbind(w, pod)
@@ -419,6 +432,7 @@ class Engine:
         if w.state == COMPLETED or w.job is None:
             return
         if isinstance(w, RayWorkload) and w.autoscale(t):
+            self._changed(w)
             self._refresh_pending(w)
             self._dirty = True
         self._arm_autoscaler(w, t)
@@ -457,7 +471,7 @@ class Engine:
         snap = self.snapshot(t)
         self._last_cycle = t
         t0 = time.perf_counter()
-        res = run_cycle(snap)
+        res = run_cycle(snap, self.state)
         self.cycle_seconds += time.perf_counter() - t0
         self.cycles += 1
         for f in res.findings:
@@ -472,6 +486,7 @@ class Engine:
         if self.opt.ray_facts:
             for w in self.active.values():
                 self._report_ray_facts(w, t)
+                self._changed(w)  # Ray's answers and each run's checkpoint move with time
         jobs = [w.job for w in self.active.values() if w.job is not None]
         return Snapshot(
             nodes=self.nodes,
@@ -598,6 +613,8 @@ class Engine:
             w = touched[key]
             w.evicted_pods += len(items)
             w.replace_evicted(t, [(pod, e.elastic and self.opt.ray_aware) for pod, e in items])
+        for w in touched.values():  # pods bound, evicted or recreated; start, stale and backoff times follow
+            self._changed(w)
         return touched
 
     def _record(self, evicted: dict[str, list[tuple[Pod, Evict]]], binds: dict[str, list[Bind]], t: float) -> None:
