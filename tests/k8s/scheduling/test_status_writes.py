@@ -96,7 +96,9 @@ def test_a_pending_gang_that_gets_room_is_written_scheduled_with_kai_conditions_
     queues("dept")
     team = queues("team", parent="dept")
     run_scheduler(node_selector=selector)
-    make_gang(kube, namespace, "first", pods=2, gpus=4, queue=team)
+    first = make_gang(kube, namespace, "first", pods=2, gpus=4, queue=team)
+    # bound before the second exists: two gangs created in the same second tie on age and either may go first
+    wait_until("the first gang bound", lambda: len(bound(kube, namespace, first)) == 2, 30)
     second = make_gang(kube, namespace, "second", pods=2, gpus=4, queue=team)
     wait_until(
         "the second gang pending",
