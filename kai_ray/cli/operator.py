@@ -73,6 +73,7 @@ def build_config(**opts: Any) -> OperatorConfig:
             upstream_gangs=opts.get("upstream_gangs") or False,
             webhook_port=opts.get("webhook_port") or 9443,
             webhook_url=opts.get("webhook_url") or "",
+            webhook_service=opts.get("webhook_service") or "kai-ray-podgrouper-webhook",
             default_priority=_priorities(opts["default_priority"]),
             max_gang_pods=opts["max_gang_pods"],
             idle_aware_victims=opts["idle_aware_victims"],
@@ -289,6 +290,12 @@ def _define(kind: str) -> None:
         ),
         webhook_port: int = o(
             9443, "port of the admission webhook (--upstream-gangs)", panel="podgrouper", metavar="N"
+        ),
+        webhook_service: str = o(
+            "kai-ray-podgrouper-webhook",
+            "Service in front of the webhook, in the operator's namespace (its certificate names it)",
+            panel="podgrouper",
+            metavar="NAME",
         ),
         webhook_url: str | None = o(
             None,

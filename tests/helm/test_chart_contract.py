@@ -10,7 +10,7 @@ import pytest
 
 from kai_ray.cli import CliError
 from kai_ray.cli.operator import parse_args
-from kai_ray.k8s.base.rbac import LEASE_RULES, rules_for
+from kai_ray.k8s.base.rbac import LEASE_RULES, WEBHOOK_TLS_RULES, rules_for
 from kai_ray.k8s.config import OperatorConfig
 from tests.helm.test_chart import NON_DEFAULT, args_of, by_kind, helm, render  # noqa: F401
 
@@ -32,6 +32,7 @@ VALUE_SETS = {
         "--set", "scheduler.headroomInterval=0s",
     ],
     "coexistence-with-election": ["--set", "mode=kai-coexistence"],
+    "upstream-gangs": ["--set", "podgrouper.upstreamGangs=true", "--set", "podgrouper.webhookPort=9555"],
 }  # fmt: skip
 
 Triple = tuple[str, str, str]
@@ -54,6 +55,10 @@ def _mode(values: list[str]) -> str:
     return "kai-coexistence" if "mode=kai-coexistence" in values else "standalone"
 
 
+def _upstream(values: list[str]) -> bool:
+    return "podgrouper.upstreamGangs=true" in values
+
+
 @pytest.mark.parametrize("values", list(VALUE_SETS.values()), ids=list(VALUE_SETS))
 def test_the_real_parser_accepts_every_rendered_argument_list(helm, values):  # noqa: F811
     configs = _configs(render(helm, *values))
@@ -61,6 +66,17 @@ def test_the_real_parser_accepts_every_rendered_argument_list(helm, values):  # 
     assert set(configs) == ({"podgrouper"} if mode == "kai-coexistence" else {"podgrouper", "scheduler"})
     grouper = configs["podgrouper"]
     assert grouper.kai_coexistence == (mode == "kai-coexistence")
+    services = {s["metadata"]["name"]: s for s in by_kind(render(helm, *values), "Service")}
+    assert grouper.upstream_gangs == _upstream(values)
+    if _upstream(values):  # the Service the webhook configuration names fronts the port the podgrouper listens on
+        (deploy,) = [d for d in by_kind(render(helm, *values), "Deployment") if "podgrouper" in d["metadata"]["name"]]
+        ports = {p["name"]: p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
+        assert (grouper.webhook_port, ports["webhook"]) == (9555, 9555)
+        assert services[grouper.webhook_service]["spec"]["ports"] == [
+            {"name": "webhook", "port": 443, "targetPort": "webhook"}
+        ]
+    else:
+        assert not any(name.endswith("-podgrouper-webhook") for name in services)
     assert grouper.default_priority["RayService"] == ("build" if values is NON_DEFAULT else "inference")
     if values is NON_DEFAULT:
         assert grouper.scheduler_name == "my-scheduler" and grouper.queue_label_key == "runai/queue"
@@ -96,7 +112,7 @@ def test_parser_refuses_what_the_chart_must_not_render() -> None:
 def test_chart_rbac_is_exactly_what_the_operators_declare(helm, values):  # noqa: F811
     docs = render(helm, *values)
     mode = _mode(values)
-    needed = set().union(*(_triples(rules) for rules in rules_for(mode).values()))
+    needed = set().union(*(_triples(rules) for rules in rules_for(mode, _upstream(values)).values()))
     (role,) = by_kind(docs, "ClusterRole")
     granted = _triples(role["rules"])
     assert needed - granted == set(), f"the chart does not grant what the operators call: {needed - granted}"
@@ -109,6 +125,14 @@ def test_chart_rbac_is_exactly_what_the_operators_declare(helm, values):  # noqa
     configs = _configs(docs)
     electing = [c for c in configs.values() if c.leader_elect]
     roles = by_kind(docs, "Role")
+    tls = [r for r in roles if r["metadata"]["name"].endswith("-webhook-tls")]
+    if _upstream(values):
+        (tls_role,) = tls
+        assert tls_role["metadata"]["namespace"] == "kai-system"
+        assert _triples(tls_role["rules"]) == _triples(WEBHOOK_TLS_RULES)
+    else:
+        assert tls == []
+    roles = [r for r in roles if r not in tls]
     if electing:
         (lease_role,) = roles
         assert lease_role["metadata"]["namespace"] == electing[0].lease_namespace

@@ -73,10 +73,12 @@ affinity:
 {{- end }}
 {{- end -}}
 
+{{- define "kai-ray.ports" -}}
+- {name: metrics, containerPort: {{ .Values.metrics.port }}}
+- {name: health, containerPort: {{ .Values.health.port }}}
+{{- end -}}
+
 {{- define "kai-ray.probes" -}}
-ports:
-  - {name: metrics, containerPort: {{ .Values.metrics.port }}}
-  - {name: health, containerPort: {{ .Values.health.port }}}
 livenessProbe:
   httpGet: {path: /healthz, port: health}
   initialDelaySeconds: 10

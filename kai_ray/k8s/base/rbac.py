@@ -69,19 +69,18 @@ PODGROUPER_RULES: list[Rule] = [
     *EVENT_RULES,
 ]
 
-# --upstream-gangs (not set up by the chart yet): the podgrouper writes upstream Workloads and PodGroups, reads the
-# gang's PriorityClass for its pods, keeps its webhook certificate in a Secret of its namespace and registers the
-# webhook
+# --upstream-gangs (chart: podgrouper.upstreamGangs): the podgrouper writes upstream Workloads and PodGroups and
+# registers its admission webhook (the gang's PriorityClass for its pods: PODGROUPER_RULES already reads it) ...
 PODGROUPER_UPSTREAM_RULES: list[Rule] = [
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups", "workloads"], "verbs": ["get", "create", "patch"]},
-    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
     {
         "apiGroups": ["admissionregistration.k8s.io"],
         "resources": ["mutatingwebhookconfigurations"],
         "verbs": ["get", "create", "update"],
     },
 ]
+# ... and keeps the webhook's certificate in a Secret of its own namespace (a Role there is enough)
+WEBHOOK_TLS_RULES: list[Rule] = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]}]
 
 # KAI-coexistence: the podgrouper marks Ray objects with kai.scheduler/skip-podgrouper (an annotation patch)
 PODGROUPER_COEXISTENCE_RULES: list[Rule] = [
@@ -93,10 +92,15 @@ RULES: dict[str, list[Rule]] = {"scheduler": SCHEDULER_RULES, "podgrouper": PODG
 MODES = ("standalone", "kai-coexistence")
 
 
-def rules_for(mode: str) -> dict[str, list[Rule]]:
-    """Per operator that runs in ``mode`` (the Helm chart's ``mode`` value), the cluster-wide rules it needs."""
+def rules_for(mode: str, upstream_gangs: bool = False) -> dict[str, list[Rule]]:
+    """Per operator that runs in ``mode`` (the Helm chart's ``mode`` value), the cluster-wide rules it needs;
+    ``upstream_gangs``: the podgrouper also writes upstream gangs (``podgrouper.upstreamGangs``)."""
     if mode == "standalone":
-        return dict(RULES)
-    if mode == "kai-coexistence":
-        return {"podgrouper": [*PODGROUPER_RULES, *PODGROUPER_COEXISTENCE_RULES]}
-    raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+        rules = dict(RULES)
+    elif mode == "kai-coexistence":
+        rules = {"podgrouper": [*PODGROUPER_RULES, *PODGROUPER_COEXISTENCE_RULES]}
+    else:
+        raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+    if upstream_gangs:
+        rules["podgrouper"] = [*rules["podgrouper"], *PODGROUPER_UPSTREAM_RULES]
+    return rules
