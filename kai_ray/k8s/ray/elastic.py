@@ -317,7 +317,7 @@ class ElasticReclaimer:
         gcs_address: str | Callable[[str, str], str | None] | None = "auto",
         drain_deadline_s: float = 30.0,
         fallback: Callable[[Any, Any], None] | None = None,
-        workers: int = 4,
+        workers: int = 16,  # a drain waits up to its deadline: many clusters drain at once
         labels_of: Callable[[Any], Mapping[str, str] | None] | None = None,
         owner_of: Callable[[str, str], tuple[str, str] | None] | None = None,
         release: Callable[[Any], None] | None = None,
