@@ -195,4 +195,4 @@ def demo_cmd(
     if paths:
         console.print(f"Plots written to {target}/ ({', '.join(p.name for p in paths)})")
     elif plots_note:
-        console.print(plots_note, markup=False)  # keeps the [plots] of the pip command
+        console.print(plots_note, markup=False, soft_wrap=True)  # one line; markup off keeps the [plots]
