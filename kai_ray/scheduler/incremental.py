@@ -14,6 +14,7 @@ does not report is a bug in the adapter; reporting too much only costs time.
 from __future__ import annotations
 
 from kai_ray.scheduler.blocks import JobBlock
+from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.nodebase import NodeBase
 from kai_ray.scheduler.session import Session
 from kai_ray.scheduler.snapshot import Snapshot
@@ -37,6 +38,6 @@ class IncrementalState:
 
     def open(self, snapshot: Snapshot) -> Session:
         """The session of one cycle over ``snapshot``, built from the parts no reported change touched."""
-        ses = Session(snapshot, self._nodes, self._blocks)
+        ses = build_session(snapshot, self._nodes, self._blocks)
         self._nodes = ses.node_base
         return ses
