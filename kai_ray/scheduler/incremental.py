@@ -27,6 +27,11 @@ class IncrementalState:
         self._nodes: NodeBase | None = None
         self._blocks: dict[str, JobBlock] = {}
 
+    @property
+    def node_base(self) -> NodeBase | None:
+        """The node arrays the next session reuses (None: it builds them)."""
+        return self._nodes
+
     def job_changed(self, key: str) -> None:
         """The PodGroup ``key`` (``namespace/name``) was added, changed or deleted, or one of its pods was."""
         self._blocks.pop(key, None)

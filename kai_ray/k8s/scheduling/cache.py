@@ -39,6 +39,7 @@ from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.k8s.scheduling import upstream
+from kai_ray.k8s.scheduling.changes import ChangeRecorder
 from kai_ray.k8s.scheduling.dra import DraStore
 from kai_ray.podgrouper.defaultgrouper import own_group_name
 from kai_ray.scheduler import snapshot as s
@@ -156,6 +157,7 @@ class SchedulerCache:
         self.dra: DraStore | None = None  # DRA devices and claims (the operator sets it)
         self.upstream: dict[str, UpstreamEntry] = {}  # upstream PodGroups by "<namespace>/<name>"
         self.workload_labels: dict[str, dict[str, str]] = {}  # their Workloads' labels (the queue label)
+        self.recorder = ChangeRecorder()  # what changed since the last cycle, for the leader's incremental session
 
     def _changed(self) -> None:
         self.changes += 1
@@ -170,12 +172,14 @@ class SchedulerCache:
         with self.lock:
             if kind == DELETE:
                 if self.nodes.pop(key, None) is not None:
+                    self.recorder.nodes()
                     self._changed()
                 return
             node = node_from_api(obj)
             old = self.nodes.get(key)
             self.nodes[key] = node
             if old is None or _node_sig(old) != _node_sig(node):
+                self.recorder.nodes()
                 self._changed()
 
     def on_priority_class(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -191,6 +195,7 @@ class SchedulerCache:
                     self.global_default = int(obj.get("value") or 0)
             if (self.priority_classes, self.global_default) != before:
                 self.pc_generation += 1
+                self.recorder.everything()
                 self._changed()
 
     def on_pod(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -240,6 +245,7 @@ class SchedulerCache:
             if p.spod is not None:
                 self.by_uid[p.spod.uid] = p
             self._dirty.add(p.job_key)
+            self.recorder.job(p.job_key)
         elif p.node and not p.terminal:
             u = self.foreign.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
             u[0] += p.request.gpu
@@ -262,6 +268,7 @@ class SchedulerCache:
             if p.spod is not None and self.by_uid.get(p.spod.uid) is p:
                 del self.by_uid[p.spod.uid]
             self._dirty.add(p.job_key)
+            self.recorder.job(p.job_key)
         elif p.node and not p.terminal:
             u = self.foreign.get(p.node)
             if u is not None:
@@ -276,6 +283,7 @@ class SchedulerCache:
         entry = self.pods.get(key)
         if entry is not None and entry.job_key is not None:
             self._dirty.add(entry.job_key)
+            self.recorder.job(entry.job_key)
 
     def _bound_entry(self, old: PodEntry, obj: dict[str, Any], raw: tuple[Any, ...]) -> PodEntry | None:
         """The entry after a binding (only ``spec.nodeName`` and the start time changed), derived from the old one
@@ -378,6 +386,7 @@ class SchedulerCache:
             old = self.pgs.get(key)
             if kind == DELETE:
                 self.suspended.discard(key)
+                self.recorder.job(key)
                 if old is not None:
                     del self.pgs[key]
                     self._changed()
@@ -419,6 +428,7 @@ class SchedulerCache:
                 entry.errors = [str(exc)]
             self.pgs[key] = entry
             self._dirty.add(key)
+            self.recorder.job(key)
             if old is None or _unstamped(old.sig) != _unstamped(sig):
                 self._changed()
 
@@ -429,6 +439,7 @@ class SchedulerCache:
             if kind == DELETE:
                 if self.upstream.pop(key, None) is not None:
                     self._dirty.add(key)
+                    self.recorder.job(key)
                     self._changed()
                 return
             meta = obj.get("metadata") or {}
@@ -439,6 +450,7 @@ class SchedulerCache:
             wl = upstream.workload_name(obj)
             self.upstream[key] = UpstreamEntry(key, obj, f"{meta.get('namespace', '')}/{wl}" if wl else None, sig)
             self._dirty.add(key)
+            self.recorder.job(key)
             self._changed()
 
     def on_workload(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -456,6 +468,7 @@ class SchedulerCache:
                 if entry.workload == key:
                     entry.template = None
                     self._dirty.add(entry.key)
+                    self.recorder.job(entry.key)
             self._changed()
 
     def on_queue(self, kind: str, key: str, obj: dict[str, Any]) -> None:

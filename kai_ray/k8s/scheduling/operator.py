@@ -60,7 +60,6 @@ from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
 from kai_ray.k8s.usagedb import capacity_of, make_source
 from kai_ray.podgrouper import PodgrouperConfig
-from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
 
@@ -130,7 +129,8 @@ class SchedulerOperator:
         )
         # time-based fair share: the usage source (None: off, KAI's default)
         self.usage = make_source(config.usage_db, config.usage_params(), config.usage_db_url, config.usage_extra_params)
-        self.quarantine = Quarantine(run_cycle, log, version=self._job_version)
+        # the cycle runs on the leader's incremental session, told what the cache's handlers saw change
+        self.quarantine = Quarantine(self.cache.recorder.run, log, version=self._job_version)
         self.reporter = Reporter(
             config,
             self.kube,
@@ -157,7 +157,7 @@ class SchedulerOperator:
             is_leader=self.is_leader,
         )
         # Dynamic Resource Allocation: devices and claims join the snapshot; a deleted pod's claims are released
-        self.dra = DraStore(self.wake)
+        self.dra = DraStore(self._dra_changed)
         self.cache.dra = self.dra
         self.dispatch.dra_reserve = partial(dra.reserve, self.kube, self.dra)
         self.dra.release = self._release_claims
@@ -269,6 +269,10 @@ class SchedulerOperator:
         if self.gangs is not None:
             infs.extend(self.gangs.informers)
         return infs
+
+    def _dra_changed(self) -> None:
+        self.cache.recorder.everything()  # devices and claims: their reach into the kept session is not tracked
+        self.wake()
 
     def _on_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
         self.dra.on_pod(event, key, obj)
@@ -398,6 +402,7 @@ class SchedulerOperator:
                 return
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
                 return
+            self.cache.recorder.new_term()
             self._leading.set()
             self.startup["leading"] = since_process_start()
             self.startup.pop("first_cycle", None)
@@ -514,6 +519,7 @@ class SchedulerOperator:
         t0 = time.perf_counter()
         leading = self._leading.is_set()
         virtual = self.gangs.virtual_pods() if self.gangs is not None and leading else {}
+        self.cache.recorder.take()  # before the build: a change landing meanwhile is told again next cycle
         view = self.cache.build(self.core_config(), extra=virtual)
         if self.usage is not None and leading:
             with self.cache.lock:
