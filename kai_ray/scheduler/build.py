@@ -17,7 +17,7 @@ from kai_ray.scheduler.blocks import JobBlock, PodRow
 from kai_ray.scheduler.decisions import Finding, Reason
 from kai_ray.scheduler.dra import DeviceLedger
 from kai_ray.scheduler.gang import PodSet, build_gang_tree, is_ready
-from kai_ray.scheduler.nodebase import NodeBase, mig_gpus
+from kai_ray.scheduler.nodebase import NodeBase, mig_gpus, node_extended_names
 from kai_ray.scheduler.session import (
     ACTIVE,
     BOUND,
@@ -52,15 +52,13 @@ def _pod_uids(j: Job) -> list[str]:
     return [p.uid for p in j.pods]
 
 
-def extended_names(snapshot: Snapshot) -> list[str]:
-    """One row per resource beyond gpu, cpu and memory that some node has or some pod asks for.
+def extended_names(snapshot: Snapshot, nodes: NodeBase | None = None) -> list[str]:
+    """One row per resource beyond gpu, cpu and memory that some node has or some pod asks for; ``nodes``: the
+    node arrays of an earlier cycle over the same nodes, which know what the nodes have.
 
     Why dense rows over the names the cluster actually has, and not a mapping per pod: fitting stays one
     vectorised comparison per pod, and a cluster without such resources pays nothing (zero rows)."""
-    names: set[str] = set()
-    for n in snapshot.nodes:
-        if n.extended:
-            names.update(n.extended)
+    names = set(nodes.node_xnames) if nodes is not None else node_extended_names(snapshot.nodes)
     for j in snapshot.jobs:
         for pod in j.pods:
             if pod.extended:
@@ -78,7 +76,7 @@ def build_session(
     earlier cycles saw them (by key), reused when still valid (same ``Job`` object, same nodes and rows) and
     refilled with the ones this build makes; the caller drops the block of a PodGroup that changed
     (:class:`~kai_ray.scheduler.incremental.IncrementalState`)."""
-    xnames = extended_names(snapshot)
+    xnames = extended_names(snapshot, nodes)
     if nodes is None or nodes.xnames != xnames:
         nodes = NodeBase(snapshot.nodes, xnames)
     ses = Session(snapshot, nodes)
@@ -135,7 +133,7 @@ class SessionBuild:
                 fresh = seen_pods.isdisjoint(_pod_uids(j))
                 block = self._job_block(key, j, set() if fresh else seen_pods)
                 if fresh:
-                    block.seal()  # kept: laid out by column once, placed with list extensions from now on
+                    block.seal(RELEASING)  # kept: laid out by column once, placed with list extensions from now on
                     blocks[key] = block
             seen_pods.update(block.uids)
             self._place_block(block)
@@ -252,7 +250,7 @@ class SessionBuild:
         j = block.spec
         key = block.key
         ses.findings.extend(block.findings)
-        qidx, qerr = self._queue_for(key, j.queue)
+        qidx, qerr = self._queues_seen.get(j.queue) or self._queue_for(key, j.queue)
         info = JobInfo(
             idx=len(ses.jobs),
             spec=j,
@@ -292,7 +290,7 @@ class SessionBuild:
         ses.p_set.extend(block.col_sets)
         ses.p_status.extend(block.col_status)
         ses.p_node.extend(block.col_node)
-        ses.p_group.extend([None] * n)
+        ses.p_group.extend(block.col_none)
         ses.p_req.extend(block.col_req)
         ses.p_frac.extend(block.col_frac)
         ses.p_gpumem.extend(block.col_gpumem)
@@ -305,7 +303,14 @@ class SessionBuild:
         for i, mig in block.migs:
             ses.p_mig[p0 + i] = mig
         rows = block.rows
-        for i in block.on_node:
+        if block.hold_nodes:
+            self._init_nodes.extend(block.hold_nodes)
+            self._init_req.extend(block.hold_req)
+            self._init_rel.extend(block.hold_rel)
+            for i in block.hold_x:
+                row = rows[i]
+                self._hold_extended(row.xreq, row.node, row.status == RELEASING)
+        for i in block.hold_rows:
             self._hold_row(p0 + i, rows[i])
 
     def _place_rows(self, info: JobInfo, block: JobBlock) -> None:
@@ -372,9 +377,16 @@ class SessionBuild:
             self._init_req.append(row.req)
             self._init_rel.append(status == RELEASING)
             if xreq is not None:  # the shared-GPU path above holds them through occupy and release
-                ses.xfree[xreq[0], node] -= xreq[1]
-                if status == RELEASING:
-                    ses.xrel[xreq[0], node] += xreq[1]
+                self._hold_extended(xreq, node, status == RELEASING)
+
+    def _hold_extended(self, xreq: tuple[np.ndarray, np.ndarray] | None, node: int, releasing: bool) -> None:
+        """Count a whole-GPU pod's extended resources on its node (its GPU, CPU and memory are counted in bulk)."""
+        if xreq is None:
+            return
+        ses = self.ses
+        ses.xfree[xreq[0], node] -= xreq[1]
+        if releasing:
+            ses.xrel[xreq[0], node] += xreq[1]
 
     def _pod_row(
         self, key: str, pod: Pod, podsets: dict[str, PodSet], simple: PodSet | None, findings: list[Finding]
