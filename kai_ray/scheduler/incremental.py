@@ -6,9 +6,11 @@ rather than with what happened (replaying 8,000 pods on 1,500 nodes spent most o
 cycle a complete :class:`Snapshot`, and also says what changed since the last one (a node, a PodGroup and its
 pods, the queues); the state reuses every part of the previous session that no change touched.
 
-Decisions do not depend on the path: a session opened from the state equals one built from the same snapshot from
-scratch (``tests/scheduler/test_incremental.py`` runs random event sequences through both). A change the adapter
-does not report is a bug in the adapter; reporting too much only costs time.
+The simulator's engine and the scheduler operator (``kai_ray/k8s/scheduling/changes.py``: one state per leadership
+term, fed by the cache's informer handlers) both keep one. Decisions do not depend on the path: a session opened
+from the state equals one built from the same snapshot from scratch (``tests/scheduler/test_incremental.py`` runs
+random event sequences through both). A change the adapter does not report is a bug in the adapter; reporting too
+much only costs time.
 """
 
 from __future__ import annotations
