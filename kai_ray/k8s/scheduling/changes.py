@@ -64,12 +64,8 @@ class ChangeRecorder:
     # --- the cycle thread ------------------------------------------------------------------------------------
 
     def new_term(self) -> None:
-        """Becoming leader: a fresh state, and nothing recorded so far matters."""
+        """Becoming leader: a fresh state (what is still recorded stays: told twice costs time, never correctness)."""
         with self._lock:
-            self._jobs.clear()
-            self._nodes = self._all = False
-            self._taken_jobs = set()
-            self._taken_nodes = self._taken_all = False
             self._fresh()
 
     def take(self) -> None:
@@ -83,9 +79,9 @@ class ChangeRecorder:
 
     def run(self, snapshot: Snapshot) -> CycleResult:
         """``run_cycle`` over ``snapshot`` with the term's state, told the changes taken (the quarantine's cycle)."""
-        self._apply(snapshot)
+        state = self._apply(snapshot)
         try:
-            result = run_cycle(snapshot, self.state)
+            result = run_cycle(snapshot, state)
         except Exception:
             self._fresh()
             raise
@@ -93,7 +89,8 @@ class ChangeRecorder:
             self._fresh()
         return result
 
-    def _apply(self, snapshot: Snapshot) -> None:
+    def _apply(self, snapshot: Snapshot) -> IncrementalState:
+        """Tell the state what was taken; the state this cycle uses (a fresh one if everything changed)."""
         state = self.state
         if self._taken_all:
             self._fresh()
@@ -106,6 +103,7 @@ class ChangeRecorder:
         self._taken_jobs = set()
         self._taken_nodes = self._taken_all = False
         self._last_nodes = snapshot.nodes
+        return state
 
     def _same_nodes(self, nodes: list[Node]) -> bool:
         last = self._last_nodes
