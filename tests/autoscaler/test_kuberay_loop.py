@@ -28,7 +28,7 @@ from kai_ray.k8s.base.rest import ApiError, Kube, events_path, podgroups_path, p
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.ray import elastic, raygcs
-from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.operator import build_scheduler
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
 from tests.autoscaler.conftest import OBJECT_STORE
 from tests.autoscaler.helpers import queue, raycluster, start_autoscaler, stop_process, wait_until, worker_group
@@ -169,7 +169,7 @@ def _operators(
     kube.create(queues_path(), queue(made_queues[1], gpu_quota=1, parent=made_queues[0]))
     kube.create(queues_path(), queue(made_queues[2], gpu_quota=2, parent=made_queues[0]))
     grouper = PodgrouperOperator(_config(control_plane, ns)).start()
-    sched = SchedulerOperator(
+    sched = build_scheduler(
         _config(
             control_plane,
             ns,

@@ -128,7 +128,9 @@ class SnapshotView:
 
 
 class SchedulerCache:
-    def __init__(self, config: OperatorConfig, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, config: OperatorConfig, on_change: Callable[[], None] = lambda: None, dra: DraStore | None = None
+    ) -> None:
         self.config = config
         self.on_change = on_change
         self.lock = threading.RLock()
@@ -153,7 +155,7 @@ class SchedulerCache:
         self._dirty: set[str] = set()
         self.suspended: set[str] = set()  # PodGroups whose owner kai-ray suspended (kai-ray.io/suspended)
         self.problems: dict[str, dict[str, tuple[str, ...]]] = {}  # job -> pod key -> bad fields of the pod
-        self.dra: DraStore | None = None  # DRA devices and claims (the operator sets it)
+        self.dra = dra  # DRA devices and claims
         self.upstream: dict[str, UpstreamEntry] = {}  # upstream PodGroups by "<namespace>/<name>"
         self.workload_labels: dict[str, dict[str, str]] = {}  # their Workloads' labels (the queue label)
 

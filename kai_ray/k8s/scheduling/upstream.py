@@ -34,7 +34,7 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.bridge import parse_time
 from kai_ray.k8s.base.informer import Informer
-from kai_ray.k8s.base.rest import ApiError, Kube
+from kai_ray.k8s.base.rest import ApiError, Kube, serves
 from kai_ray.scheduler import snapshot as s
 
 log = logging.getLogger(__name__)
@@ -55,17 +55,6 @@ def workloads_path(namespace: str | None = None, name: str | None = None) -> str
 def _path(plural: str, namespace: str | None, name: str | None) -> str:
     base = f"/apis/{VERSION}/namespaces/{namespace}/{plural}" if namespace else f"/apis/{VERSION}/{plural}"
     return f"{base}/{name}" if name else base
-
-
-def served(kube: Kube) -> bool:
-    """Whether the server serves upstream PodGroups (``scheduling.k8s.io/v1beta1``, resource ``podgroups``)."""
-    try:
-        found = kube.get(f"/apis/{VERSION}")
-    except ApiError as exc:
-        if exc.not_found:
-            return False
-        raise
-    return any(r.get("name") == "podgroups" for r in (found or {}).get("resources") or [] if isinstance(r, dict))
 
 
 def pod_group_name(spec: Mapping[str, Any]) -> str | None:
@@ -156,7 +145,7 @@ def informers(
 ) -> list[Informer]:
     """Informers on upstream PodGroups and Workloads when the server serves them, else none (and one log line)."""
     try:
-        on = served(kube)
+        on = serves(kube, VERSION, "podgroups")
     except ApiError as exc:
         if not exc.unreachable:
             raise
