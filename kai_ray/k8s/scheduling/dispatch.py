@@ -31,7 +31,8 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.reclaim import RayReclaim
 from kai_ray.k8s.ray.victims import ReclaimOutcome, StopOutcome
 from kai_ray.k8s.scheduling import status as st
-from kai_ray.k8s.scheduling.cache import PgEntry, PodEntry, SchedulerCache, SnapshotView
+from kai_ray.k8s.scheduling.cache import SchedulerCache
+from kai_ray.k8s.scheduling.entries import PgEntry, PodEntry, SnapshotView
 from kai_ray.k8s.scheduling.maxpending import max_pending_report
 from kai_ray.k8s.scheduling.rayvictims import count_outcome, pending_stop, victim_of
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, kai_object_ref, pod_ref, ray_owner_ref

@@ -44,6 +44,7 @@ from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.scheduling import dra, upstream
 from kai_ray.k8s.scheduling.assembly import SchedulerParts, assemble
+from kai_ray.k8s.scheduling.cyclemetrics import record_cycle
 from kai_ray.k8s.scheduling.dra import slim_pod_claims
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY
 from kai_ray.k8s.usagedb import capacity_of
@@ -449,7 +450,7 @@ class SchedulerOperator:
         self.last_cycle = time.monotonic()
         self._last_cycle_seconds = t4 - t0
         self.last_result = result
-        self.reporter.record_cycle(view, result, (t0, t1, t2, t3, t4))
+        record_cycle(self.metrics, view, result, (t0, t1, t2, t3, t4), self.cache.inflight())
         if leading and "first_cycle" not in self.startup:
             self.startup["first_cycle"] = since_process_start()
             self.startup["first_cycle_seconds"] = round(t4 - t0, 3)

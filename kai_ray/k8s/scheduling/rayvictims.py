@@ -15,7 +15,7 @@ from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.ray.drainfirst import drain_deadline
 from kai_ray.k8s.ray.rayplan import FALLBACK_CODES, ray_owner
 from kai_ray.k8s.ray.victims import PendingStop, RayOwner, ReclaimOutcome, Victim
-from kai_ray.k8s.scheduling.cache import PgEntry, PodEntry, QueueEntry
+from kai_ray.k8s.scheduling.entries import PgEntry, PodEntry, QueueEntry
 from kai_ray.k8s.scheduling.reporting import ray_owner_ref
 from kai_ray.scheduler.decisions import Evict, StopPending
 

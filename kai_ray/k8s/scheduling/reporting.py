@@ -43,7 +43,8 @@ from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, queues_path, r
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.scheduling import status as st
-from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
+from kai_ray.k8s.scheduling.cache import SchedulerCache
+from kai_ray.k8s.scheduling.entries import PodEntry, SnapshotView
 from kai_ray.k8s.usagedb import LEDGER_FIELD, UsageSource
 from kai_ray.scheduler.decisions import CycleResult, JobStatus, Reason
 from kai_ray.scheduler.snapshot import PodPhase
@@ -91,37 +92,6 @@ class Reporter:
     _queue_written: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict, init=False)
     _reported_invalid: dict[str, str] = field(default_factory=dict, init=False)
     _queue_fields_checked: dict[str, tuple[Any, ...]] = field(default_factory=dict, init=False)  # Queue -> version
-
-    def record_cycle(
-        self, view: SnapshotView, result: CycleResult, marks: tuple[float, float, float, float, float]
-    ) -> None:
-        """The cycle's own metrics; ``marks``: ``perf_counter`` at its start, after the snapshot, after the core,
-        after dispatch and at its end."""
-        t0, t1, t2, t3, t4 = marks
-        m = self.metrics
-        m.cycles.inc()
-        m.core_seconds.observe(t2 - t1)
-        m.cycle_seconds.observe(t4 - t0)
-        for phase, dt in (("snapshot", t1 - t0), ("core", t2 - t1), ("dispatch", t3 - t2), ("report", t4 - t3)):
-            m.phase_seconds.labels(phase).inc(dt)
-        opened = result.stats.get("open_seconds", 0.0)
-        acted = sum(result.stats.get(f"{a}_seconds", 0.0) for a in view.snapshot.config.actions)
-        for phase, dt in (
-            ("snapshot", t1 - t0),
-            ("session_open", opened),
-            ("actions", acted),
-            ("dispatch", t3 - t2),
-            ("report", t4 - t3),
-        ):
-            m.phase_duration.labels(phase).observe(dt)
-        m.pending_pods.set(max(0, view.pending - len(result.binds)))
-        m.inflight_binds.set(self.cache.inflight())
-        m.e2e_latency.set(1000 * (t4 - t0))
-        m.open_session_latency.set(1000 * opened)
-        for action in view.snapshot.config.actions:
-            took = result.stats.get(f"{action}_seconds")
-            if took is not None:
-                m.action_latency.labels(action).set(1000 * took)
 
     def report(self, view: SnapshotView, result: CycleResult) -> dict[str, JobStatus]:
         """Every verdict of the cycle on its PodGroup (status, Events), then findings, Queue status and metrics.

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from kai_ray import constants as c
-from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, serves
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.scheduling import upstream
 from kai_ray.k8s.scheduling.explain import explain_data, render
@@ -143,7 +143,7 @@ def _unschedulable(kube: Kube, ns: str, pod: str) -> Callable[[], str | None]:
 
 
 def test_the_api_is_discovered(kube: Kube) -> None:
-    assert upstream.served(kube)
+    assert serves(kube, upstream.VERSION, "podgroups")
 
 
 def test_a_gang_that_does_not_fit_waits_whole_then_is_bound_together(cluster: Cluster) -> None:
