@@ -289,7 +289,7 @@ class Dispatch:
         return out
 
     def evict(self, p: PodEntry, e: Evict) -> None:
-        """One pod, evicted or deleted (``eviction_mode``); also the interceptors' fallback."""
+        """One pod, evicted or deleted (``eviction_mode``); also what the Ray path leaves to evict."""
         if not self.is_leader():
             self.cache.unmark_evicting(p.key)
             return
