@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from kai_ray import constants as c
 from kai_ray.bridge import node_from_api
 from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
@@ -42,6 +41,7 @@ from kai_ray.k8s.scheduling.entries import (
     SnapshotView,
     UpstreamEntry,
     bound_entry,
+    charge,
     freeze,
     job_template,
     node_sig,
@@ -180,11 +180,7 @@ class SchedulerCache:
                 self.by_uid[p.spod.uid] = p
             self._dirty.add(p.job_key)
         elif p.node and not p.terminal:
-            u = self.foreign.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
-            u[0] += p.request.gpu
-            u[1] += p.request.cpu
-            u[2] += p.request.memory
-            u[3] += 1
+            charge(self.foreign, p.node, p)
 
     def _unindex(self, p: PodEntry) -> None:
         if p.job_key is not None:
@@ -201,15 +197,10 @@ class SchedulerCache:
             if p.spod is not None and self.by_uid.get(p.spod.uid) is p:
                 del self.by_uid[p.spod.uid]
             self._dirty.add(p.job_key)
-        elif p.node and not p.terminal:
-            u = self.foreign.get(p.node)
-            if u is not None:
-                u[0] -= p.request.gpu
-                u[1] -= p.request.cpu
-                u[2] -= p.request.memory
-                u[3] -= 1
-                if u[3] <= 0:
-                    del self.foreign[p.node]
+        elif p.node and p.node in self.foreign and not p.terminal:
+            left = charge(self.foreign, p.node, p, -1)
+            if left <= 0:
+                del self.foreign[p.node]
 
     def _touch(self, key: str) -> None:
         entry = self.pods.get(key)
@@ -371,18 +362,10 @@ class SchedulerCache:
         return entry.template
 
     def _build_upstream_job(self, key: str, tmpl: upstream.UpstreamTemplate) -> Built:
-        """:meth:`_build_job`, then what the pods settle: the queue label and the priority when the PodGroup and
-        its Workload say nothing (the pods of one gang normally share both; the first pod by name decides the
-        queue, the highest priority wins)."""
+        """:meth:`_build_job`, then what the pods settle (:func:`~kai_ray.k8s.scheduling.upstream.settle`)."""
         job, _, active, pending = self._build_job(key, tmpl.job)
         members = sorted((self.members.get(key) or {}).values(), key=lambda p: p.key)
-        if tmpl.queue_from_pods:
-            queue = next((q for p in members if (q := ((p.raw[0] or {}).get("labels") or {}).get(c.QUEUE_LABEL))), None)
-            job.queue = queue or c.DEFAULT_QUEUE
-        if tmpl.priority_from_pods:
-            values = [v for p in members if isinstance(v := (p.raw[1] or {}).get("priority"), int)]
-            if values:
-                job.priority = max(values)
+        upstream.settle(job, tmpl, [(p.raw[0] or {}, p.raw[1] or {}) for p in members])
         return job, tmpl.job, active, pending
 
     def upstream_queue(self, key: str) -> str | None:

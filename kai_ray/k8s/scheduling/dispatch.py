@@ -225,6 +225,8 @@ class Dispatch:
     def _reclaimed(self, fut: Future[ReclaimOutcome]) -> None:
         """Apply what a Ray-aware reclaim left to do (on the reclaim's thread, as soon as it is done): evict, release,
         count."""
+        if fut.cancelled():  # the replica is stopping
+            return
         try:
             out = fut.result()
         except Exception:
@@ -253,6 +255,8 @@ class Dispatch:
 
     def _stopped(self, raw: dict[str, Any], fut: Future[StopOutcome]) -> None:
         """Record the max-pending action on the PodGroup (record, condition) and say so on the Ray object."""
+        if fut.cancelled():
+            return
         try:
             out = fut.result()
         except Exception:

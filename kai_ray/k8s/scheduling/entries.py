@@ -216,6 +216,17 @@ def job_template(model: PodGroup, priority_classes: dict[str, int], global_defau
     return job
 
 
+def charge(used: dict[str, list[float]], node: str, p: PodEntry, sign: int = 1) -> float:
+    """Add what a pod holds to its node's use (gpu, cpu, memory, pods), or take it back (``sign=-1``); returns the
+    pods left counted on the node."""
+    u = used.setdefault(node, [0.0, 0.0, 0.0, 0.0])
+    u[0] += sign * p.request.gpu
+    u[1] += sign * p.request.cpu
+    u[2] += sign * p.request.memory
+    u[3] += sign
+    return u[3]
+
+
 def nodes_with_room(
     nodes: Mapping[str, s.Node], foreign: Mapping[str, list[float]], held: Iterable[PodEntry]
 ) -> list[s.Node]:
@@ -225,11 +236,7 @@ def nodes_with_room(
     used = {node: list(u) for node, u in foreign.items()}
     for p in held:
         if p.node and not p.terminal:
-            u = used.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
-            u[0] += p.request.gpu
-            u[1] += p.request.cpu
-            u[2] += p.request.memory
-            u[3] += 1
+            charge(used, p.node, p)
     out = []
     for name, node in nodes.items():
         usage = used.get(name)

@@ -27,11 +27,15 @@ def victim_of(p: PodEntry, e: Evict, pg: PgEntry | None, q: QueueEntry | None, d
     meta = p.raw[0] if p.raw else None
     labels: dict[str, Any] = dict(meta.get("labels") or {}) if isinstance(meta, dict) else {}
     owner = ray_owner(pg.raw) if pg is not None else None
-    deadline = drain_deadline(pg.raw if pg else None, q.raw if q else None, default_deadline)
-    if deadline.problem:
-        log.info(
-            "drain deadline of %s/%s: %s; using the %s one", p.namespace, p.group, deadline.problem, deadline.source
-        )
+    cluster = labels.get(c.RAY_CLUSTER) or None
+    seconds = default_deadline
+    if cluster is not None:  # only a Ray node is drained
+        deadline = drain_deadline(pg.raw if pg else None, q.raw if q else None, default_deadline)
+        seconds = deadline.seconds
+        if deadline.problem:
+            log.info(
+                "drain deadline of %s/%s: %s; using the %s one", p.namespace, p.group, deadline.problem, deadline.source
+            )
     return Victim(
         namespace=p.namespace,
         pod=p.name,
@@ -41,12 +45,12 @@ def victim_of(p: PodEntry, e: Evict, pg: PgEntry | None, q: QueueEntry | None, d
         queue=e.queue,
         reason=e.reason.value,
         preemptor=e.preemptor,
-        cluster=labels.get(c.RAY_CLUSTER) or None,
+        cluster=cluster,
         node_type=labels.get(c.RAY_NODE_TYPE),
         owner=RayOwner(*owner) if owner is not None else None,
         elastic=e.elastic,
         whole_gang=e.whole_gang,
-        drain_deadline_s=deadline.seconds,
+        drain_deadline_s=seconds,
     )
 
 

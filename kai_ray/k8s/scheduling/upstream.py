@@ -27,7 +27,7 @@ server predates 1.37) gets no informers, so nothing changes there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,19 @@ def workloads_path(namespace: str | None = None, name: str | None = None) -> str
 def _path(plural: str, namespace: str | None, name: str | None) -> str:
     base = f"/apis/{VERSION}/namespaces/{namespace}/{plural}" if namespace else f"/apis/{VERSION}/{plural}"
     return f"{base}/{name}" if name else base
+
+
+def settle(job: s.Job, tmpl: UpstreamTemplate, pods: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> None:
+    """What the gang's pods (metadata, spec; by name) settle when the PodGroup and its Workload say nothing: the queue
+    label and the priority. The pods of one gang normally share both; the first pod by name decides the queue, the
+    highest priority wins."""
+    if tmpl.queue_from_pods:
+        queue = next((q for meta, _ in pods if (q := (meta.get("labels") or {}).get(c.QUEUE_LABEL))), None)
+        job.queue = queue or c.DEFAULT_QUEUE
+    if tmpl.priority_from_pods:
+        values = [v for _, spec in pods if isinstance(v := spec.get("priority"), int)]
+        if values:
+            job.priority = max(values)
 
 
 def pod_group_name(spec: Mapping[str, Any]) -> str | None:
