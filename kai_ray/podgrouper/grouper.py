@@ -238,10 +238,11 @@ def resolve_preemptibility(
         return "non-preemptible"  # it cannot be preempted without failing it (the podgrouper says so in an Event)
     label = _first_label(c.PREEMPTIBILITY_LABEL, obj.metadata, pod.metadata if pod else None)
     if label is not None:
-        if label not in ("preemptible", "non-preemptible"):
+        if label not in c.PREEMPTIBILITY_VALUES:
+            allowed = ", ".join(repr(v) for v in c.PREEMPTIBILITY_VALUES)
             raise GroupingError(
-                f"{obj.kind} {obj.metadata.name}: metadata.labels[{c.PREEMPTIBILITY_LABEL}]: {label!r} is not "
-                "'preemptible' or 'non-preemptible'"
+                f"{obj.kind} {obj.metadata.name}: metadata.labels[{c.PREEMPTIBILITY_LABEL}]: {label!r} is not one "
+                f"of {allowed}"
             )
         return label
     value = config.priority_classes.get(priority_class)
@@ -328,7 +329,15 @@ def group(
     priority = resolve_priority(obj, spec, pod, config)
     annotations = dict(obj.metadata.annotations)
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    for key in (c.INVALID, c.MAX_MEMBER, c.SUBGROUP_MAX, c.SUBGROUP_NAMES, c.MAX_PENDING_ACTED, c.RAY_RESOURCES):
+    for key in (
+        c.INVALID,
+        c.MAX_MEMBER,
+        c.SUBGROUP_MAX,
+        c.SUBGROUP_NAMES,
+        c.MAX_PENDING_ACTED,
+        c.RAY_RESOURCES,
+        c.SUBGROUP_CORE,
+    ):
         annotations.pop(key, None)  # ours to write, whatever the Ray object says
     annotations[c.TOP_OWNER_METADATA] = yaml.safe_dump(
         {
@@ -342,6 +351,8 @@ def group(
     )
     annotations[c.MAX_MEMBER] = str(max_member)
     annotations[c.SUBGROUP_MAX] = json.dumps(subgroup_max, sort_keys=True)
+    if submitter:  # the submitter is core when semi-preemptible (its minMember is 0: it starts after the cluster)
+        annotations[c.SUBGROUP_CORE] = json.dumps({c.SUBMITTER_SUBGROUP: 1}, sort_keys=True)
     if desired_pods > limit:
         annotations[c.INVALID] = gang_too_large(obj, spec, desired_pods, limit)
     renamed = {p.group_name: p.subgroup for p in plans if p.group_name != p.subgroup}

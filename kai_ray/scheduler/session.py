@@ -25,7 +25,8 @@ from kai_ray.scheduler.dra import DeviceLedger, Taken
 from kai_ray.scheduler.gang import PodSet, SubGroupSet, build_gang_tree, has_surplus, is_ready
 from kai_ray.scheduler.nodebase import CPU, EPS, GPU, MEM, NodeBase, mig_gpus
 from kai_ray.scheduler.queues import QueueTree, build_queue_tree
-from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Snapshot
+from kai_ray.scheduler.semipreemptible import core_charge, job_mode
+from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Preemptibility, Snapshot
 
 # pod states inside a session
 PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED, STUCK, MOVED = range(10)
@@ -92,6 +93,10 @@ class JobInfo:
     # kai-ray victim order among equals (:mod:`.workloss`): seconds of work an eviction would lose, and why
     risk: float = 0.0
     risk_note: str = ""
+    # semi-preemptible (:mod:`.semipreemptible`): its core is non-preemptible, the rest is its preemptible burst;
+    # ``core`` is what each PodSet's core (by name) charges the queue's non-preemptible allocation now
+    semi: bool = False
+    core: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def has_pending(self, ses: Session) -> bool:
         return self.n_pend > 0
@@ -426,13 +431,17 @@ class Session:
         key = block.key
         self.findings.extend(block.findings)
         qidx, qerr = self._queue_for(key, j.queue)
+        mode, note = job_mode(j, block.root, self.tree.nodes[qidx].default_preemptibility if qidx >= 0 else None)
+        if note:
+            self.findings.append(Finding("PodGroup", key, "preemptibility", note))
         info = JobInfo(
             idx=len(self.jobs),
             spec=j,
             key=key,
             queue=qidx,
             priority=int(j.priority),
-            preemptible=j.preemptible,
+            preemptible=mode is not Preemptibility.NON_PREEMPTIBLE,
+            semi=mode is Preemptibility.SEMI_PREEMPTIBLE,
             created_at=float(j.created_at),
             uid=j.uid or key,
             root=block.root,
@@ -640,6 +649,7 @@ class Session:
                 continue
             act, pend = job.init_active, job.init_pending
             np_ = not job.preemptible
+            core = self._open_core(job) if job.semi else None
             for qi in nodes[job.queue].chain:
                 a, r = self.q_alloc[qi], self.q_request[qi]
                 for k in range(3):
@@ -649,6 +659,10 @@ class Session:
                     b = self.q_alloc_np[qi]
                     for k in range(3):
                         b[k] += act[k]
+                elif core is not None:
+                    b = self.q_alloc_np[qi]
+                    for k in range(3):
+                        b[k] += core[k]
         self.q_fair = [[0.0, 0.0, 0.0] for _ in range(nq)]
 
     # ------------------------------------------------------------------ node accounting
@@ -795,6 +809,28 @@ class Session:
                 b[1] += sign * req[1]
                 b[2] += sign * req[2]
 
+    def _open_core(self, job: JobInfo) -> list[float]:
+        """What a semi-preemptible job's core charges at session open, per PodSet kept in ``job.core``."""
+        total = [0.0, 0.0, 0.0]
+        for ps in job.podsets.values():
+            c = job.core[ps.name] = core_charge(self, ps, ACTIVE)
+            for k in range(3):
+                total[k] += c[k]
+        return total
+
+    def _recharge_core(self, job: JobInfo, ps: PodSet, p: int, sign: int) -> None:
+        """Pod ``p`` joins (+1) or leaves (-1) the active pods of a semi-preemptible job: its PodSet's core charge is
+        recomputed from the pods themselves (so a rollback restores it exactly) and the difference is charged."""
+        new = core_charge(self, ps, ACTIVE, p, sign)
+        old = job.core.get(ps.name, (0.0, 0.0, 0.0))
+        if new == old or job.queue < 0:
+            return
+        job.core[ps.name] = new
+        for qi in self.tree.nodes[job.queue].chain:
+            b = self.q_alloc_np[qi]
+            for k in range(3):
+                b[k] += new[k] - old[k]
+
     # ------------------------------------------------------------------ statement operations
     def checkpoint(self) -> int:
         return len(self.log)
@@ -842,6 +878,8 @@ class Session:
         ps = self.p_set[p]
         if ps is not None:
             self.charge(job, self.charged(p) if self.p_mig else self.p_req[p], sign)
+            if job.semi:
+                self._recharge_core(job, ps, p, sign)
             ps.n_active += sign
             job.n_active += sign
         job.version += 1
