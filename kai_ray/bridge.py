@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import yaml
+
 from kai_ray import constants as c
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.podgroup import PodGroup, TopologyConstraint, leaf_min_member
@@ -286,7 +288,7 @@ def job_from_podgroup(
         preemptibility=preempt,
         # kai-ray's Ray podgrouper writes the value it derived from the priority class when the Ray object has no
         # preemptibility label: the queue's default preemptibility may replace it, an explicit setting never
-        preemptibility_derived=_top_owner_kind(pg) in RAY_KINDS and c.PREEMPTIBILITY_LABEL not in meta.labels,
+        preemptibility_derived=c.PREEMPTIBILITY_LABEL not in meta.labels and _ray_grouped(pg),
         min_member=spec.min_member if spec.min_member is not None else (0 if spec.min_sub_group is not None else 1),
         min_subgroup=spec.min_sub_group,
         subgroups=[
@@ -314,6 +316,21 @@ def job_from_podgroup(
 
 
 RAY_KINDS = ("RayCluster", "RayJob", "RayService")
+
+
+def _ray_grouped(pg: PodGroup) -> bool:
+    """Whether kai-ray's Ray podgrouper made this PodGroup: its owner is a Ray object (by owner reference, or by the
+    top-owner annotation where the object has no uid, as in the simulator)."""
+    if pg.metadata.owner_references:
+        return _top_owner_kind(pg) in RAY_KINDS
+    raw = pg.metadata.annotations.get(c.TOP_OWNER_METADATA)
+    if not raw:
+        return False
+    try:
+        top = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return False
+    return isinstance(top, dict) and top.get("kind") in RAY_KINDS
 
 
 def _subgroup_core(pg: PodGroup, problems: list[str] | None) -> dict[str, int]:

@@ -21,7 +21,7 @@ Pure functions over a narrow view of the session (:class:`PodView`): the session
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Protocol
 
 from kai_ray.scheduler.gang import PodSet, SubGroupSet
@@ -112,6 +112,28 @@ def core_charge(view: PodView, ps: PodSet, active: Collection[int], changing: in
         r = view.charged(p)
         g, c, m = g + r[0], c + r[1], m + r[2]
     return (g, c, m)
+
+
+def open_core(view: PodView, podsets: Iterable[PodSet], active: Collection[int], charged: dict[str, Vec]) -> Vec:
+    """What a semi-preemptible job's core charges at session open; each PodSet's part is kept in ``charged``."""
+    g = c = m = 0.0
+    for ps in podsets:
+        part = charged[ps.name] = core_charge(view, ps, active)
+        g, c, m = g + part[0], c + part[1], m + part[2]
+    return (g, c, m)
+
+
+def core_delta(
+    view: PodView, ps: PodSet, active: Collection[int], charged: dict[str, Vec], changing: int, sign: int
+) -> Vec | None:
+    """How the core charge of ``ps`` moves when pod ``changing`` joins (+1) or leaves (-1) the active pods (None: it
+    does not). Recomputed from the pods rather than adjusted, so undoing a change restores the charge exactly."""
+    new = core_charge(view, ps, active, changing, sign)
+    old = charged.get(ps.name, ZERO)
+    if new == old:
+        return None
+    charged[ps.name] = new
+    return (new[0] - old[0], new[1] - old[1], new[2] - old[2])
 
 
 def core_slots(ps: PodSet) -> int:

@@ -25,7 +25,7 @@ from kai_ray.scheduler.dra import DeviceLedger, Taken
 from kai_ray.scheduler.gang import PodSet, SubGroupSet, build_gang_tree, has_surplus, is_ready
 from kai_ray.scheduler.nodebase import CPU, EPS, GPU, MEM, NodeBase, mig_gpus
 from kai_ray.scheduler.queues import QueueTree, build_queue_tree
-from kai_ray.scheduler.semipreemptible import core_charge, job_mode
+from kai_ray.scheduler.semipreemptible import core_delta, job_mode, open_core
 from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Preemptibility, Snapshot
 
 # pod states inside a session
@@ -649,7 +649,7 @@ class Session:
                 continue
             act, pend = job.init_active, job.init_pending
             np_ = not job.preemptible
-            core = self._open_core(job) if job.semi else None
+            core = open_core(self, job.podsets.values(), ACTIVE, job.core) if job.semi else None
             for qi in nodes[job.queue].chain:
                 a, r = self.q_alloc[qi], self.q_request[qi]
                 for k in range(3):
@@ -809,28 +809,6 @@ class Session:
                 b[1] += sign * req[1]
                 b[2] += sign * req[2]
 
-    def _open_core(self, job: JobInfo) -> list[float]:
-        """What a semi-preemptible job's core charges at session open, per PodSet kept in ``job.core``."""
-        total = [0.0, 0.0, 0.0]
-        for ps in job.podsets.values():
-            c = job.core[ps.name] = core_charge(self, ps, ACTIVE)
-            for k in range(3):
-                total[k] += c[k]
-        return total
-
-    def _recharge_core(self, job: JobInfo, ps: PodSet, p: int, sign: int) -> None:
-        """Pod ``p`` joins (+1) or leaves (-1) the active pods of a semi-preemptible job: its PodSet's core charge is
-        recomputed from the pods themselves (so a rollback restores it exactly) and the difference is charged."""
-        new = core_charge(self, ps, ACTIVE, p, sign)
-        old = job.core.get(ps.name, (0.0, 0.0, 0.0))
-        if new == old or job.queue < 0:
-            return
-        job.core[ps.name] = new
-        for qi in self.tree.nodes[job.queue].chain:
-            b = self.q_alloc_np[qi]
-            for k in range(3):
-                b[k] += new[k] - old[k]
-
     # ------------------------------------------------------------------ statement operations
     def checkpoint(self) -> int:
         return len(self.log)
@@ -878,8 +856,12 @@ class Session:
         ps = self.p_set[p]
         if ps is not None:
             self.charge(job, self.charged(p) if self.p_mig else self.p_req[p], sign)
-            if job.semi:
-                self._recharge_core(job, ps, p, sign)
+            if job.semi and job.queue >= 0:  # its core's charge, recomputed from its pods (rollback-exact)
+                d = core_delta(self, ps, ACTIVE, job.core, p, sign)
+                if d is not None:
+                    for qi in self.tree.nodes[job.queue].chain:
+                        b = self.q_alloc_np[qi]
+                        b[0], b[1], b[2] = b[0] + d[0], b[1] + d[1], b[2] + d[2]
             ps.n_active += sign
             job.n_active += sign
         job.version += 1

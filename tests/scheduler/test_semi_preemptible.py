@@ -283,3 +283,33 @@ def test_a_core_that_would_move_runs_non_preemptible_with_a_finding() -> None:
         f.name == "ns/train" and f.field == "preemptibility" and "minSubGroup 1 of 2" in f.message for f in res.findings
     )
     assert not res.evictions  # non-preemptible: no victim at all
+
+
+def test_the_core_charge_follows_evictions_and_rollbacks_exactly() -> None:
+    """The session recomputes the core's charge from its pods at every change, so a what-if undone leaves the
+    queue's non-preemptible allocation as it was, and evicting a core pod (not preemption: e.g. a stale gang) moves
+    the core onto the next pod that started."""
+    from kai_ray.scheduler.decisions import Action
+    from kai_ray.scheduler.session import EvictInfo
+
+    ses = Session(Snapshot([Node("n0", Resources(8, 64000, 512 * GiB))], [Queue("a")], [_running_train()], now=100))
+    job = ses.jobs[0]
+    q = job.queue
+    info = EvictInfo(Action.STALE_GANG_EVICTION, Reason.STALE_GANG, None, "", False, True)
+    by_uid = {ses.pods[p].uid: p for p in job.pods}
+    assert ses.q_alloc_np[q] == [3.0, 3000.0, 3 * GiB]
+    cp = ses.checkpoint()
+    ses.evict(by_uid["train-w5"], info)  # burst: no change
+    assert ses.q_alloc_np[q][0] == 3.0
+    ses.evict(by_uid["train-w0"], info)  # core: the next worker to start (w2) takes its place, same charge
+    assert ses.q_alloc_np[q][0] == 3.0
+    for uid in ("train-w1", "train-w2", "train-w3", "train-w4"):
+        ses.evict(by_uid[uid], info)
+    assert ses.q_alloc_np[q][0] == 1.0  # only the head is left
+    ses.rollback(cp)
+    assert ses.q_alloc_np[q] == [3.0, 3000.0, 3 * GiB]
+    assert {ses.pods[p].uid for ps in job.podsets.values() for p in core_rows(ses, ps, ACTIVE)} == {
+        "train-head",
+        "train-w0",
+        "train-w1",
+    }

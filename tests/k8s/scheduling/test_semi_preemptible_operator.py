@@ -1,0 +1,68 @@
+"""Semi-preemptible Ray gangs through the real API server: the label on a RayCluster reaches its PodGroup (our CRD
+accepts KAI's value), the scheduler charges only the core to the Queue's ``allocatedNonPreemptible``, and a core
+beyond the deserved quota stays pending with KAI's reason (podgrouper and scheduler operators, KWOK nodes; the test
+plays KubeRay and creates the pods)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kai_ray import constants as c
+from kai_ray.k8s.base.rest import Kube, queues_path
+from tests.k8s.helpers import bound, kuberay_pods, wait_until
+from tests.k8s.podgrouping.test_podgrouper_operator import QUEUE, _cluster_spec, _create_ray, _pg_for, _worker
+
+pytestmark = [pytest.mark.controlplane]
+
+
+def _semi_cluster(kube: Kube, ns: str, name: str, queue: str, selector: dict[str, str], **worker: Any) -> list[str]:
+    spec = _cluster_spec(_worker("gpu", gpus=2, **worker))
+    for group_spec in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        group_spec["template"]["spec"]["nodeSelector"] = selector
+    labels = {QUEUE: queue, "priorityClassName": "train", c.PREEMPTIBILITY_LABEL: "semi-preemptible"}
+    return kuberay_pods(kube, ns, _create_ray(kube, ns, "RayCluster", name, spec, labels=labels))
+
+
+def _reasons(pg: dict[str, Any] | None) -> list[str]:
+    conds = ((pg or {}).get("status") or {}).get("schedulingConditions") or []
+    return [r.get("reason", "") for cond in conds for r in cond.get("reasons") or []]
+
+
+def test_the_core_is_charged_in_quota_and_a_core_beyond_quota_waits(
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: Any,
+    run_scheduler: Any,
+    run_podgrouper: Any,
+    priority_classes: Any,
+) -> None:
+    _, selector = node_pool(2, gpus=8)
+    queues("dept", gpu_quota=16)
+    team = queues("team", gpu_quota=4, parent="dept")
+    run_podgrouper()
+    run_scheduler(node_selector=selector)
+
+    # head + 1 core worker (2 GPUs, in quota) and 3 burst workers (6 GPUs, over quota)
+    train = _semi_cluster(kube, namespace, "train", team, selector, replicas=4, min_replicas=1, max_replicas=4)
+    wait_until("the whole cluster to run", lambda: len(bound(kube, namespace, train)) == 5, 60)
+    pg = _pg_for(kube, namespace, "train")
+    assert pg is not None and pg["spec"]["preemptibility"] == "semi-preemptible"
+
+    def status() -> dict[str, Any]:
+        return dict(kube.get(queues_path(team)).get("status") or {})
+
+    wait_until("the queue's allocation", lambda: (status().get("allocated") or {}).get(c.GPU_RESOURCE) == "8", 30)
+    assert status()["allocatedNonPreemptible"][c.GPU_RESOURCE] == "2"
+
+    # a second cluster whose core (2 workers, 4 GPUs) would take the non-preemptible allocation to 6 > 4
+    big = _semi_cluster(kube, namespace, "big", team, selector, replicas=2, min_replicas=2, max_replicas=2)
+    wait_until(
+        "NonPreemptibleOverQuota on the second cluster's PodGroup",
+        lambda: "NonPreemptibleOverQuota" in _reasons(_pg_for(kube, namespace, "big")),
+        60,
+    )
+    assert bound(kube, namespace, big) == {}
+    assert len(bound(kube, namespace, train)) == 5  # nothing of the first cluster was taken for it
