@@ -239,6 +239,7 @@ def pod_from_api(pod: ApiPod, job_key: str, problems: list[str] | None = None) -
         start_time=parse_time(pod.status.start_time if pod.status else None),
         gated=bool(pod.spec.scheduling_gates),
         ready=pod_ready(pod),
+        bound_at=pod_bound_at(pod) if pod.spec.node_name else None,
     )
 
 
@@ -421,6 +422,15 @@ def pod_ready(pod: ApiPod) -> bool | None:
     for cond in extra.get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             return cond.get("status") == "True"
+    return None
+
+
+def pod_bound_at(pod: ApiPod) -> float | None:
+    """When the pod was bound: its ``PodScheduled`` condition's transition time (set by the API server's binding)."""
+    extra = (pod.status.model_extra or {}) if pod.status is not None else {}
+    for cond in extra.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            return parse_time(cond.get("lastTransitionTime"))
     return None
 
 

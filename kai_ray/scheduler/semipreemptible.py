@@ -10,9 +10,9 @@ membership is unstable across sessions").
 A Ray object has a natural core that never moves: its head, the RayJob submitter and each worker group's
 ``minReplicas`` workers. Here the core is a *count per PodSet*, fixed by the spec (``PodSet.core``: the podgrouper's
 ``kai-ray.io/subgroup-core`` where it differs from the minimum, else the PodSet's ``minMember``), and its members
-are the PodSet's first ``core`` active pods by start time, then creation time, then uid. A pod that arrives or starts
-later is always behind the incumbents, whatever order the pods are listed or created in, so the same pods stay
-protected and the charge stays the same from one cycle to the next.
+are the PodSet's first ``core`` active pods by bind time, then creation time, then uid. A pod that arrives or is bound
+later is always behind the incumbents, whatever order the pods are listed, created or started in, so the same pods
+stay protected and the charge stays the same from one cycle to the next.
 
 Pure functions over a narrow view of the session (:class:`PodView`): the session calls them to keep
 ``q_alloc_np`` current, the actions to size a step's in-quota part and to pick burst victims.
@@ -83,10 +83,12 @@ def _moving_core(sgs: SubGroupSet) -> str:
 
 
 def core_key(view: PodView, p: int) -> tuple[float, float, str]:
-    """Core order within a PodSet: started first (a pod not started yet counts as starting now), then created
-    first, then uid. Nothing in it changes once a pod runs, and nothing depends on the order pods are listed in."""
+    """Core order within a PodSet: bound first (``Pod.bound_at``, else its start time; a pod placed in this cycle
+    counts as now), then created first, then uid. Nothing in it changes once a pod is bound, and nothing depends on
+    the order pods are listed in."""
     pod = view.pods[p]
-    return (view.p_start[p], pod.created_at, pod.uid)
+    at = pod.bound_at
+    return (view.p_start[p] if at is None else at, pod.created_at, pod.uid)
 
 
 def core_rows(view: PodView, ps: PodSet, active: Collection[int], changing: int = -1, sign: int = 0) -> list[int]:

@@ -156,6 +156,9 @@ class Pod:
     # kai-ray Ray-native facts: what Ray says about this pod's Ray node; None unknown
     ray_activity: RayActivity | None = None
     ready: bool | None = None  # the pod's Ready condition; None unknown (ready-timeout ignores it)
+    # when it was bound (its PodScheduled condition): a semi-preemptible core is its PodSet's first-bound pods, an
+    # order fixed at binding (containers may start in any order); None: unknown, start_time stands in
+    bound_at: float | None = None
     # request of every resource beyond gpu, cpu and memory, by its Kubernetes name (as Node.extended); fitted
     # against nodes, never charged to queues (KAI's quotas are on gpu, cpu and memory)
     extended: dict[str, float] = field(default_factory=dict)

@@ -69,3 +69,25 @@ def test_queue_default_preemptibility() -> None:
         "metadata.annotations[kai-ray.io/default-preemptibility]: 'sometimes' is not one of 'preemptible', "
         "'non-preemptible', 'semi-preemptible'"
     )
+
+
+def test_a_bound_pod_carries_its_bind_time() -> None:
+    from kai_ray.api.meta import Pod as ApiPod
+    from kai_ray.bridge import pod_from_api
+
+    pod = ApiPod.model_validate(
+        {
+            "metadata": {"name": "w", "namespace": "ns", "uid": "u"},
+            "spec": {"nodeName": "n0", "containers": [{"name": "c"}]},
+            "status": {
+                "phase": "Running",
+                "startTime": "2026-01-01T00:00:09Z",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:10Z"},
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:02Z"},
+                ],
+            },
+        }
+    )
+    got = pod_from_api(pod, "ns/pg")
+    assert got.bound_at is not None and got.start_time is not None and got.start_time - got.bound_at == 7

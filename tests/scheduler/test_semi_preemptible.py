@@ -313,3 +313,12 @@ def test_the_core_charge_follows_evictions_and_rollbacks_exactly() -> None:
         "train-w0",
         "train-w1",
     }
+
+
+def test_the_core_follows_bind_order_not_container_start_order() -> None:
+    """Pods bound in one order may start their containers in another; the core is the first bound, so a burst pod
+    whose container happened to start first does not take a core slot."""
+    pods = [_pod("train", "head", 1, "headgroup", node="n0", t=1, bound_at=1.0)]
+    for name, bound, started in (("w0", 2.0, 9.0), ("w1", 3.0, 8.0), ("late", 5.0, 6.0)):
+        pods.append(_pod("train", name, 1, "workers", node="n0", t=started, bound_at=bound))
+    assert _protected([_ray("train", "a", pods)], 100, 3) == ({"train-head", "train-w0", "train-w1"}, 3)

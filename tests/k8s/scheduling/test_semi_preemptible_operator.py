@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kai_ray import constants as c
-from kai_ray.k8s.base.rest import Kube, queues_path
-from tests.k8s.helpers import bound, kuberay_pods, wait_until
+from kai_ray.k8s.base.rest import Kube, queues_path, ray_path
+from tests.k8s.helpers import bound, kuberay_pods, make_gang, pods, wait_until
 from tests.k8s.podgrouping.test_podgrouper_operator import QUEUE, _cluster_spec, _create_ray, _pg_for, _worker
 
 pytestmark = [pytest.mark.controlplane]
@@ -66,3 +66,44 @@ def test_the_core_is_charged_in_quota_and_a_core_beyond_quota_waits(
     )
     assert bound(kube, namespace, big) == {}
     assert len(bound(kube, namespace, train)) == 5  # nothing of the first cluster was taken for it
+
+
+def _bind_order(pod: dict[str, Any]) -> tuple[str, str]:
+    """What the scheduler orders a core by, as the API server has it: the PodScheduled time, then the uid."""
+    conds = (pod.get("status") or {}).get("conditions") or []
+    at = next((cd.get("lastTransitionTime", "") for cd in conds if cd.get("type") == "PodScheduled"), "")
+    return (at, pod["metadata"]["uid"])
+
+
+def test_a_preemption_shrinks_the_burst_and_keeps_the_core(
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: Any,
+    run_scheduler: Any,
+    run_podgrouper: Any,
+    priority_classes: Any,
+) -> None:
+    _, selector = node_pool(1, gpus=8)
+    queues("dept", gpu_quota=8)
+    team = queues("team", gpu_quota=4, parent="dept")
+    run_podgrouper()
+    run_scheduler(node_selector=selector, drain_deadline=0.0)
+    train = _semi_cluster(kube, namespace, "train", team, selector, replicas=4, min_replicas=1, max_replicas=4)
+    wait_until("the cluster to fill the node", lambda: len(bound(kube, namespace, train)) == 5, 60)
+    workers = {n: p for n, p in pods(kube, namespace).items() if n in train and "worker" in n}
+    assert all(_bind_order(p)[0] for p in workers.values())  # the binding set PodScheduled on every worker
+    core = min(workers, key=lambda n: _bind_order(workers[n]))
+
+    # a non-preemptible service of the same queue: in quota (2 core + 2 <= 4), it needs one worker's GPUs
+    make_gang(kube, namespace, "serve", pods=1, gpus=2, queue=team, priority="inference")
+
+    def group() -> dict[str, Any]:
+        rc = kube.get(ray_path("RayCluster", namespace, "train"))
+        return dict(rc["spec"]["workerGroupSpecs"][0])
+
+    wait_until("the worker group shrunk by one", lambda: group()["replicas"] == 3, 60)
+    deleted = group()["scaleStrategy"]["workersToDelete"]
+    assert len(deleted) == 1 and deleted[0] in workers and deleted[0] != core
+    rc = kube.get(ray_path("RayCluster", namespace, "train"))
+    assert not rc["spec"].get("suspend")
