@@ -107,3 +107,42 @@ def test_a_preemption_shrinks_the_burst_and_keeps_the_core(
     assert len(deleted) == 1 and deleted[0] in workers and deleted[0] != core
     rc = kube.get(ray_path("RayCluster", namespace, "train"))
     assert not rc["spec"].get("suspend")
+
+
+def test_a_queue_default_set_on_a_running_queue_takes_effect(
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    node_pool: Any,
+    run_scheduler: Any,
+    run_podgrouper: Any,
+    priority_classes: Any,
+) -> None:
+    """An unlabelled `train` cluster is preemptible (nothing charged non-preemptible); annotating its Queue with
+    the default semi-preemptible makes its core the queue's non-preemptible allocation, without a spec change."""
+    _, selector = node_pool(1, gpus=8)
+    queues("dept", gpu_quota=8)
+    team = queues("team", gpu_quota=4, parent="dept")
+    run_podgrouper()
+    run_scheduler(node_selector=selector)
+    spec = _cluster_spec(_worker("gpu", gpus=2, replicas=3, min_replicas=1, max_replicas=3))
+    for group_spec in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        group_spec["template"]["spec"]["nodeSelector"] = selector
+    rc = _create_ray(kube, namespace, "RayCluster", "train", spec, labels={QUEUE: team, "priorityClassName": "train"})
+    names = kuberay_pods(kube, namespace, rc)
+    wait_until("the cluster to run", lambda: len(bound(kube, namespace, names)) == 4, 60)
+
+    def charged() -> tuple[str | None, str | None]:
+        st = kube.get(queues_path(team)).get("status") or {}
+        gpu = c.GPU_RESOURCE
+        return (st.get("allocated") or {}).get(gpu), (st.get("allocatedNonPreemptible") or {}).get(gpu)
+
+    wait_until("the allocation in the status", lambda: charged()[0] == "6", 30)
+    assert charged()[1] in (None, "0")
+    kube.request(
+        "PATCH",
+        queues_path(team),
+        body={"metadata": {"annotations": {c.DEFAULT_PREEMPTIBILITY: "semi-preemptible"}}},
+        content_type="application/merge-patch+json",
+    )
+    wait_until("the core charged non-preemptible", lambda: charged() == ("6", "2"), 30)
