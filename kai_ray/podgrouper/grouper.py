@@ -251,6 +251,14 @@ def resolve_preemptibility(
     return "preemptible" if value < c.PREEMPTIBLE_BELOW else "non-preemptible"
 
 
+def _preemptibility_set(obj: RayObject, pod: Pod | None) -> bool:
+    """Whether the preemptibility is the object's own (its or its pod's label) or forced (a RayJob kai-ray cannot
+    suspend), not derived from the priority class."""
+    if _first_label(c.PREEMPTIBILITY_LABEL, obj.metadata, pod.metadata if pod else None) is not None:
+        return True
+    return isinstance(obj, RayJob) and suspend_blocker(obj.kind, obj.metadata.name, obj.spec.to_dict()) is not None
+
+
 def topology_from(annotations: dict[str, str], where: str) -> TopologyConstraint | None:
     topology = annotations.get(c.TOPOLOGY)
     required = annotations.get(c.TOPOLOGY_REQUIRED)
@@ -327,6 +335,11 @@ def group(
         subgroup_max[c.SUBMITTER_SUBGROUP] = 1
 
     priority = resolve_priority(obj, spec, pod, config)
+    preemptibility = resolve_preemptibility(obj, pod, priority, config)
+    labels = dict(obj.metadata.labels)
+    if preemptibility and _preemptibility_set(obj, pod):
+        # explicit on the PodGroup too: the scheduler lets a queue's default replace only a derived value
+        labels[c.PREEMPTIBILITY_LABEL] = preemptibility
     annotations = dict(obj.metadata.annotations)
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
     for key in (
@@ -371,7 +384,7 @@ def group(
         metadata=ObjectMeta(
             name=podgroup_name(obj),
             namespace=obj.metadata.namespace,
-            labels=dict(obj.metadata.labels),
+            labels=labels,
             annotations=annotations,
             owner_references=_owner_ref(obj),
         ),
@@ -380,7 +393,7 @@ def group(
             sub_groups=subgroups,
             queue=resolve_queue(obj.metadata, pod, config),
             priority_class_name=priority,
-            preemptibility=resolve_preemptibility(obj, pod, priority, config),
+            preemptibility=preemptibility,
             topology_constraint=topology_from(obj.metadata.annotations, owner_where),
             preemption_delay=obj.metadata.annotations.get(c.PREEMPTION_DELAY),
             staleness_grace_period=obj.metadata.annotations.get(c.STALENESS_GRACE),

@@ -91,3 +91,24 @@ def test_a_bound_pod_carries_its_bind_time() -> None:
     )
     got = pod_from_api(pod, "ns/pg")
     assert got.bound_at is not None and got.start_time is not None and got.start_time - got.bound_at == 7
+
+
+def test_an_explicit_or_forced_preemptibility_is_marked_on_the_podgroup() -> None:
+    from kai_ray.api.meta import Pod as ApiPod
+
+    pod = ApiPod.model_validate({"metadata": {"name": "h", "labels": {c.PREEMPTIBILITY_LABEL: "semi-preemptible"}}})
+    from_pod = group(parse_object(ray_doc("RayCluster", cluster_spec(worker("w")))), pod=pod)
+    assert from_pod.metadata.labels[c.PREEMPTIBILITY_LABEL] == "semi-preemptible"
+    assert not job_from_podgroup(from_pod, []).preemptibility_derived
+    # a RayJob kai-ray cannot suspend is non-preemptible, label or queue default notwithstanding
+    spec = {
+        "entrypoint": "x",
+        "rayClusterSpec": cluster_spec(worker("w")),
+        "deletionStrategy": {"deletionRules": [{"policy": "DeleteCluster"}]},
+    }
+    doc = ray_doc("RayJob", cluster_spec(worker("w")), labels=SEMI)
+    doc["spec"] = spec
+    forced = group(parse_object(doc))
+    assert forced.spec.preemptibility == "non-preemptible"
+    assert forced.metadata.labels[c.PREEMPTIBILITY_LABEL] == "non-preemptible"
+    assert not job_from_podgroup(forced, []).preemptibility_derived
