@@ -39,6 +39,8 @@ def reclaim_for(
     req = quota_request(ses, tasks)
     # in quota: a non-preemptible job, a semi-preemptible job's core; never a RayService upgrade surge
     np_req = in_quota_request(ses, job, tasks) if upgrade_surge_of(ses, job) is None else None
+    if job.semi and np_req is not None and not any(np_req):
+        np_req = None  # only burst pods: nothing of it is charged in quota
     in_quota_free = np_req is None
     why = can_reclaim(ses, job.queue, req, in_quota_free, np_req)
     if why is not None:

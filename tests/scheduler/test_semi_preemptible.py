@@ -322,3 +322,22 @@ def test_the_core_follows_bind_order_not_container_start_order() -> None:
     for name, bound, started in (("w0", 2.0, 9.0), ("w1", 3.0, 8.0), ("late", 5.0, 6.0)):
         pods.append(_pod("train", name, 1, "workers", node="n0", t=started, bound_at=bound))
     assert _protected([_ray("train", "a", pods)], 100, 3) == ({"train-head", "train-w0", "train-w1"}, 3)
+
+
+def test_burst_growth_may_reclaim_while_the_core_is_above_a_lowered_quota() -> None:
+    """A running core above its queue's quota (the quota was lowered after it started): growing the burst charges
+    nothing in quota, so the job may still reclaim another queue's over-quota work for it, as a preemptible job."""
+    pods = [_pod("train", "head", 1, "headgroup", node="n0", t=1)]
+    pods += [_pod("train", f"w{i}", 1, "workers", node="n0", t=2 + i) for i in range(2)]
+    pods += [_pod("train", "w2", 1, "workers")]  # a pending burst worker
+    greedy = _ray(
+        "greedy",
+        "b",
+        [_pod("greedy", "head", 0, "headgroup", node="n0", t=1)]
+        + [_pod("greedy", f"w{i}", 1, "workers", node="n0", t=2) for i in range(5)],
+        min_workers=0,
+        preemptibility=Preemptibility.PREEMPTIBLE,
+    )
+    res = _cycle([_ray("train", "a", pods), greedy], quota_a=2, quota_b=0)
+    assert {b.pod for b in res.binds} == {"train-w2"}
+    assert len([e for e in res.evictions if e.job == "ns/greedy"]) == 1
