@@ -129,7 +129,7 @@ def single_pod_group(pod: Pod, config: PodgrouperConfig) -> PodGroup:
             min_member=1,
             queue=pod_queue(pod, config),
             priority_class_name=pod_priority(pod),
-            preemptibility=preemptibility if preemptibility in ("preemptible", "non-preemptible") else None,
+            preemptibility=preemptibility if preemptibility in c.PREEMPTIBILITY_VALUES else None,
             preemption_delay=meta.annotations.get(c.PREEMPTION_DELAY),
             staleness_grace_period=meta.annotations.get(c.STALENESS_GRACE),
         ),

@@ -280,7 +280,12 @@ class SchedulerCache:
                     self._changed()
                 return
             meta = obj.get("metadata") or {}
-            sig = (meta.get("uid"), meta.get("generation"))
+            # the generation and the one annotation the scheduler reads (a metadata change bumps no generation)
+            sig = (
+                meta.get("uid"),
+                meta.get("generation"),
+                (meta.get("annotations") or {}).get(c.DEFAULT_PREEMPTIBILITY),
+            )
             if old is not None and old.sig == sig:
                 old.raw = obj
                 return
