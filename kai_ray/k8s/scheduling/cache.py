@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from kai_ray import constants as c
 from kai_ray.bridge import node_from_api
 from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
