@@ -23,7 +23,7 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec
-from kai_ray.podgrouper.config import PodgrouperConfig
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 from kai_ray.podgrouper.queue_rule import POOL_LABEL, resolve_queue
 
 SKIP_MARKED_BY = "kai-ray.io/skip-podgrouper-by"  # annotation: who wrote kai.scheduler/skip-podgrouper

@@ -27,7 +27,7 @@ from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod, PodTemplateSpec
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, SubGroup, TopologyConstraint
 from kai_ray.api.ray import MAX_INT32, RayCluster, RayClusterSpec, RayJob, RayObject
 from kai_ray.api.strict import container_resource_problems, fraction_problem
-from kai_ray.podgrouper.config import PodgrouperConfig
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 from kai_ray.podgrouper.naming import subgroup_name
 from kai_ray.podgrouper.queue_rule import resolve_queue
 from kai_ray.podgrouper.rayresources import RayResourceError, accelerator_mismatches, ray_resources

@@ -14,7 +14,7 @@ same queue under kai-ray, or moving between the two moves jobs between tenants. 
 from __future__ import annotations
 
 from kai_ray.api.meta import ObjectMeta, Pod
-from kai_ray.podgrouper.config import PodgrouperConfig
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 
 PROJECT_LABEL = "project"
 POOL_LABEL = "runai/node-pool"  # KAI's NodePoolNameLabel: the pool a project's queue is split by

@@ -55,7 +55,7 @@ from kai_ray.podgrouper import (
     group,
     ray_resource_warnings,
 )
-from kai_ray.podgrouper.explain import explain
+from kai_ray.podgrouper.gang_findings import explain
 from kai_ray.podgrouper.queue_rule import resolve_queue
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.snapshot import Node, Resources, SchedulerConfig, Taint

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kai_ray.api.meta import ObjectMeta, Pod
-from kai_ray.podgrouper.config import PodgrouperConfig
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 from kai_ray.podgrouper.queue_rule import resolve_queue
 
 CONFIG = PodgrouperConfig()

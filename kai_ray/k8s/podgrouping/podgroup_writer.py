@@ -21,7 +21,6 @@ from kai_ray.k8s.base.pruning import PruneGuard, strip
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, resource_version
 from kai_ray.k8s.podgrouping.upstream_writer import UpstreamGangs
 from kai_ray.k8s.podgrouping.watches import Watches
-from kai_ray.podgrouper.config import PodgrouperConfig
 from kai_ray.podgrouper.defaultgrouper import (
     differs,
     merge_existing,
@@ -29,6 +28,7 @@ from kai_ray.podgrouper.defaultgrouper import (
     update_body,
     without_zero_min_member,
 )
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from kai_ray.k8s.podgrouping.work import pod_work, ray_work
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.podgrouper import GroupingError, ray_resource_warnings
 from kai_ray.podgrouper.defaultgrouper import controller_ref, skip_requested
-from kai_ray.podgrouper.explain import explain
+from kai_ray.podgrouper.gang_findings import explain
 from kai_ray.podgrouper.upgrade import own_podgroup_name
 
 
@@ -113,7 +113,8 @@ class RayReconciler:
 
     def _explain(self, kind: str, raw: dict[str, Any], pg: PodGroup, existing: dict[str, Any] | None) -> None:
         """Events on a Ray object saying what its gang became where that is likely not what its author expects
-        (:mod:`kai_ray.podgrouper.explain`), and a priority class the cluster does not define. Once per version."""
+        (:mod:`kai_ray.podgrouper.gang_findings`), and a priority class the cluster does not define. Once per
+        version."""
         meta = raw.get("metadata") or {}
         by_kai = bool(
             {SUSPEND_ANNOTATION, c.MAX_PENDING_ACTED}
