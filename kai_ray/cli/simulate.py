@@ -87,7 +87,7 @@ def _emit(doc: dict[str, Any], as_json: bool, console: Console, trace: bool) -> 
             console.print(f"[dim]skipped {n} pods: {why}[/dim]")
     print_metrics(doc, console)
     if "usage" in doc:
-        from kai_ray.sim.usage import print_usage
+        from kai_ray.sim.fair_share_usage import print_usage
 
         print_usage(doc["usage"], console)
     for err in doc["errors"][:10]:
@@ -163,9 +163,9 @@ def simulate_cmd(
     strict: StrictOpt = False,
 ) -> None:
     """Simulate a scenario (or replay a trace) with the real podgrouper and scheduler core, no cluster needed."""
-    from kai_ray.sim.metrics import result_document
     from kai_ray.sim.policy import POLICIES
     from kai_ray.sim.run import simulate
+    from kai_ray.sim.run_metrics import result_document
 
     if policy not in POLICIES:
         raise CliError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")

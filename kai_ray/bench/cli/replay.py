@@ -29,7 +29,7 @@ def bench_replay(
     The cost per scheduling cycle grows with the pods running at once; a shorter --span packs the same pods
     into less time (more concurrency, more contention)."""
     from kai_ray.bench.trace_gen import write_trace
-    from kai_ray.sim.metrics import compute_metrics
+    from kai_ray.sim.run_metrics import compute_metrics
 
     if nodes < 1 or pods < 1:
         raise CliError("--nodes and --pods must be at least 1")
