@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -61,6 +62,58 @@ def grouper_config(config: OperatorConfig) -> PodgrouperConfig:
     )
 
 
+@dataclass(frozen=True)
+class Parts:
+    """The podgrouper's parts, each with one job (the package's map says which)."""
+
+    podgroups: PodGroupWriter
+    problems: Problems
+    stamps: PodStamps
+    orphans: Orphans
+    pods: PodReconciler
+    ray_objects: RayReconciler
+    admission: PodAdmission
+
+
+def build_parts(
+    config: OperatorConfig,
+    settings: PodgrouperConfig,
+    kube: Kube,
+    watches: Watches,
+    events: EventRecorder,
+    metrics: PodgrouperMetrics,
+) -> Parts:
+    """The parts, wired to each other: each gets the few others it hands work to, never the operator."""
+    coexist = config.kai_coexistence
+    upstream = UpstreamGangs(kube) if config.upstream_gangs else None
+    podgroups = PodGroupWriter(kube, watches, settings, metrics, upstream)
+    problems = Problems(events, metrics)
+    owners = Owners(kube, watches)
+    gangs = RayGangs(
+        settings, watches, podgroups, problems, events, kai_coexistence=coexist, upgrade_surge=config.upgrade_surge
+    )
+    stamps = PodStamps(kube, watches, metrics, kai_coexistence=coexist)
+    orphans = Orphans(settings, watches, gangs, podgroups, stamps, problems, kai_coexistence=coexist)
+    pods = PodReconciler(
+        kube,
+        metrics,
+        settings,
+        watches,
+        owners,
+        gangs,
+        podgroups,
+        stamps,
+        orphans,
+        kai_coexistence=coexist,
+        upstream_gangs=config.upstream_gangs,
+    )
+    ray_objects = RayReconciler(
+        kube, metrics, events, watches, owners, gangs, podgroups, orphans, kai_coexistence=coexist
+    )
+    admission = PodAdmission(kube, config.scheduler_name, owners, gangs)
+    return Parts(podgroups, problems, stamps, orphans, pods, ray_objects, admission)
+
+
 class PodgrouperOperator:
     def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
         self.config = config.validate()
@@ -84,56 +137,8 @@ class PodgrouperOperator:
         )
         self.informers = self.watches.all
         self.ray = self.watches.ray
-        coexist = config.kai_coexistence
-        upstream = UpstreamGangs(self.kube) if config.upstream_gangs else None
-        self.podgroups = PodGroupWriter(self.kube, self.watches, self.grouper_config, self.metrics, upstream)
-        self.pruned = self.podgroups.pruned
-        self.problems = Problems(self.events, self.metrics)
-        self.owners = Owners(self.kube, self.watches)
-        self.gangs = RayGangs(
-            self.grouper_config,
-            self.watches,
-            self.podgroups,
-            self.problems,
-            self.events,
-            kai_coexistence=coexist,
-            upgrade_surge=config.upgrade_surge,
-        )
-        self.stamps = PodStamps(self.kube, self.watches, self.metrics, kai_coexistence=coexist)
-        self.orphans = Orphans(
-            self.grouper_config,
-            self.watches,
-            self.gangs,
-            self.podgroups,
-            self.stamps,
-            self.problems,
-            kai_coexistence=coexist,
-        )
-        self.pods = PodReconciler(
-            self.kube,
-            self.metrics,
-            self.grouper_config,
-            self.watches,
-            self.owners,
-            self.gangs,
-            self.podgroups,
-            self.stamps,
-            self.orphans,
-            kai_coexistence=coexist,
-            upstream_gangs=config.upstream_gangs,
-        )
-        self.ray_objects = RayReconciler(
-            self.kube,
-            self.metrics,
-            self.events,
-            self.watches,
-            self.owners,
-            self.gangs,
-            self.podgroups,
-            self.orphans,
-            kai_coexistence=coexist,
-        )
-        self.admission_decision = PodAdmission(self.kube, config.scheduler_name, self.owners, self.gangs)
+        self.parts = build_parts(config, self.grouper_config, self.kube, self.watches, self.events, self.metrics)
+        self.pruned = self.parts.podgroups.pruned
         self.admission: admission.AdmissionServer | None = None
         self.elector: LeaderElector | None = None
         if config.leader_elect:
@@ -154,7 +159,7 @@ class PodgrouperOperator:
         for inf in self.informers:
             inf.start()
         if self.config.upstream_gangs:
-            self.admission = serve_admission(self.config, self.kube, self.admission_decision)
+            self.admission = serve_admission(self.config, self.kube, self.parts.admission)
         self.queue.start()
         self.writer.start()
         self.stamper.start()
@@ -220,15 +225,15 @@ class PodgrouperOperator:
 
     def _on_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
         if event == DELETE:
-            self.stamps.forget(key)
-            self.problems.cleared(f"Pod/{key}")
-            self.orphans.forget(key)
+            self.parts.stamps.forget(key)
+            self.parts.problems.cleared(f"Pod/{key}")
+            self.parts.orphans.forget(key)
             return
-        if not self.stamps.up_to_date(key, obj):
+        if not self.parts.stamps.up_to_date(key, obj):
             self._enqueue(pod_work(key))
 
     def _on_pg(self, event: str, key: str, obj: dict[str, Any]) -> None:
-        self.podgroups.seen(event, key, obj)
+        self.parts.podgroups.seen(event, key, obj)
         if event != DELETE:
             return
         ns, _, name = key.partition("/")
@@ -237,13 +242,13 @@ class PodgrouperOperator:
             if pmeta.get("namespace") == ns and (
                 (pmeta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION) == name or own_group_name(pmeta) == name
             ):
-                self.stamps.redo(pkey)
+                self.parts.stamps.redo(pkey)
                 self._enqueue(pod_work(pkey))
 
     def _ray_handler(self, kind: str) -> Handler:
         def handle(event: str, key: str, obj: dict[str, Any]) -> None:
             if event == DELETE:
-                self.ray_objects.forget(kind, key)
+                self.parts.ray_objects.forget(kind, key)
                 return
             self._enqueue(ray_work(kind, key))
 
@@ -253,7 +258,7 @@ class PodgrouperOperator:
 
     def reconcile_pod(self, key: str) -> None:
         """Group and stamp one pod now (a deferred stamp goes to the stamp pool)."""
-        later = self.pods.reconcile(key)
+        later = self.parts.pods.reconcile(key)
         if later is not None:
             self.stamper.submit(f"stamp/{later.key}", partial(self._stamp_later, later))
 
@@ -264,13 +269,13 @@ class PodgrouperOperator:
             if work.startswith(POD):
                 self.reconcile_pod(parse_work(work)[1])
             else:
-                for follow in self.ray_objects.reconcile(*parse_work(work)):
+                for follow in self.parts.ray_objects.reconcile(*parse_work(work)):
                     self._enqueue(follow)
             self.queue.forget(work)
         except (ApiError, OwnerError) as exc:
             self.metrics.reconcile_errors.labels(work.split("/", 1)[0]).inc()
             if isinstance(exc, OwnerError):
-                self.orphans.orphaned(parse_work(work)[1] if work.startswith(POD) else work, exc)
+                self.parts.orphans.orphaned(parse_work(work)[1] if work.startswith(POD) else work, exc)
             if isinstance(exc, ApiError) and exc.status in (400, 422):
                 self._rejected(work, exc)  # the API server refuses what this object asks for: retrying cannot help
                 self.queue.forget(work)
@@ -293,22 +298,22 @@ class PodgrouperOperator:
         if kind == "Pod":
             pod = self.watches.pod(key)
             if pod is not None:
-                self.problems.refused_for_pod(f"Pod/{key}", pod, message)
+                self.parts.problems.refused_for_pod(f"Pod/{key}", pod, message)
             return
         obj = self.watches.ray_object(kind, key)
         if obj is not None:
-            self.problems.bad_ray_object(f"{kind}/{key}", obj, kind, message)
+            self.parts.problems.bad_ray_object(f"{kind}/{key}", obj, kind, message)
 
     def _stamps_may_go(self) -> bool:
-        return self.stamps.may_go(self.queue.busy(), self.podgroups.last_write)
+        return self.parts.stamps.may_go(self.queue.busy(), self.parts.podgroups.last_write)
 
     def _stamp_later(self, later: DeferredStamp) -> None:
         if not self._leading.is_set():
-            self.stamps.drop(later.key)
+            self.parts.stamps.drop(later.key)
             return
         work = f"stamp/{later.key}"
         try:
-            written = self.stamps.write_deferred(later)
+            written = self.parts.stamps.write_deferred(later)
         except ApiError as exc:
             delay = self.stamper.retry(work, partial(self._stamp_later, later))
             log.info("stamp %s: %s; retrying in %.1fs", later.key, exc, delay)
