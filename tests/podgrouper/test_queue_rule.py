@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 
 from kai_ray.api.meta import ObjectMeta, Pod
+from kai_ray.api.ray import RayCluster
+from kai_ray.podgrouper import group
+from kai_ray.podgrouper.defaultgrouper import single_pod_group
 from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 from kai_ray.podgrouper.queue_rule import resolve_queue
 
@@ -61,3 +64,25 @@ def test_the_configured_label_key_is_the_queue_label() -> None:
     config = PodgrouperConfig(queue_label_key="example.com/queue", default_queue="fallback")
     assert resolve_queue(meta(**{"example.com/queue": "mine", Q: "theirs"}), None, config) == "mine"
     assert resolve_queue(meta(**{Q: "theirs"}), None, config) == "fallback"
+
+
+def ray_cluster(**labels: str) -> RayCluster:
+    return RayCluster.model_validate(
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": "rc", "namespace": "ns", "uid": "u1", "labels": labels},
+            "spec": {
+                "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}},
+                "workerGroupSpecs": [],
+            },
+        }
+    )
+
+
+def test_the_ray_grouper_and_the_ownerless_pod_rule_use_it() -> None:
+    assert group(ray_cluster(project="vision"), config=CONFIG).spec.queue == "vision"
+    assert group(ray_cluster(**{Q: ""}), config=CONFIG).spec.queue == ""
+    lone = pod(project="vision", **{"runai/node-pool": "a100"})
+    lone.metadata.uid = "u2"
+    assert single_pod_group(lone, CONFIG).spec.queue == "vision-a100"
