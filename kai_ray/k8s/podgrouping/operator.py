@@ -63,7 +63,7 @@ def grouper_config(config: OperatorConfig) -> PodgrouperConfig:
 
 
 @dataclass(frozen=True)
-class Parts:
+class PodgrouperParts:
     """The podgrouper's parts, each with one job (the package's map says which)."""
 
     podgroups: PodGroupWriter
@@ -82,7 +82,7 @@ def build_parts(
     watches: Watches,
     events: EventRecorder,
     metrics: PodgrouperMetrics,
-) -> Parts:
+) -> PodgrouperParts:
     """The parts, wired to each other: each gets the few others it hands work to, never the operator."""
     coexist = config.kai_coexistence
     upstream = UpstreamGangs(kube) if config.upstream_gangs else None
@@ -111,7 +111,7 @@ def build_parts(
         kube, metrics, events, watches, owners, gangs, podgroups, orphans, kai_coexistence=coexist
     )
     admission = PodAdmission(kube, config.scheduler_name, owners, gangs)
-    return Parts(podgroups, problems, stamps, orphans, pods, ray_objects, admission)
+    return PodgrouperParts(podgroups, problems, stamps, orphans, pods, ray_objects, admission)
 
 
 class PodgrouperOperator:
