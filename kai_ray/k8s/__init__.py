@@ -4,8 +4,9 @@
   pool), ``informer`` (list-then-watch caches), ``workqueue``, ``leader`` (Lease election), ``events``
   (de-duplicated core/v1 Events), ``metrics``, ``isolate`` (per-object guards), ``pruning``, ``rbac``, ``slim``
   (pods kept as both operators read them).
-- ``podgrouping``: the podgrouper operator (``operator``: pods and Ray CRs -> PodGroups, pod stamps); its pure rules
-  (owners followed, the ownerless-pod grouper, the PodGroup merge rules) are
+- ``podgrouping``: the podgrouper operator (``operator`` wires owner chains, Ray and pod reconciles, deferred
+  stamps, orphan adoption, the PodGroup writer and the admission webhook: pods and Ray CRs -> PodGroups, pod stamps);
+  its pure rules (owners followed, the ownerless-pod grouper, the PodGroup merge rules) are
   :mod:`kai_ray.podgrouper.defaultgrouper`.
 - ``scheduling``: the scheduler/binder operator — ``entries`` (watched objects read once), ``cache`` (watches ->
   snapshot, assume/sent/forget), ``assembly`` (builds a replica's parts), ``operator`` (leadership, the cycle loop),

@@ -27,8 +27,9 @@ from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod, PodTemplateSpec
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, SubGroup, TopologyConstraint
 from kai_ray.api.ray import MAX_INT32, RayCluster, RayClusterSpec, RayJob, RayObject
 from kai_ray.api.strict import container_resource_problems, fraction_problem
-from kai_ray.podgrouper.config import PodgrouperConfig
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 from kai_ray.podgrouper.naming import subgroup_name
+from kai_ray.podgrouper.queue_rule import resolve_queue
 from kai_ray.podgrouper.rayresources import RayResourceError, accelerator_mismatches, ray_resources
 
 
@@ -192,10 +193,6 @@ def _first_label(key: str, *metas: ObjectMeta | None) -> str | None:
         if meta is not None and meta.labels.get(key):
             return meta.labels[key]
     return None
-
-
-def resolve_queue(owner: ObjectMeta, pod: Pod | None, config: PodgrouperConfig) -> str:
-    return _first_label(config.queue_label_key, owner, pod.metadata if pod else None) or config.default_queue
 
 
 def resolve_priority(obj: RayObject, spec: RayClusterSpec, pod: Pod | None, config: PodgrouperConfig) -> str:
