@@ -18,6 +18,7 @@ from kai_ray.scheduler.decisions import Finding, Reason
 from kai_ray.scheduler.dra import DeviceLedger
 from kai_ray.scheduler.gang import PodSet, build_gang_tree, is_ready
 from kai_ray.scheduler.nodebase import NodeBase, mig_gpus, node_extended_names
+from kai_ray.scheduler.semipreemptible import job_mode
 from kai_ray.scheduler.session import (
     ACTIVE,
     BOUND,
@@ -30,7 +31,7 @@ from kai_ray.scheduler.session import (
     JobInfo,
     Session,
 )
-from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, Snapshot
+from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, Preemptibility, Snapshot
 from kai_ray.scheduler.statement import Statement
 
 _PHASES = {
@@ -251,13 +252,17 @@ class SessionBuild:
         key = block.key
         ses.findings.extend(block.findings)
         qidx, qerr = self._queues_seen.get(j.queue) or self._queue_for(key, j.queue)
+        mode, note = job_mode(j, block.root, ses.tree.nodes[qidx].default_preemptibility if qidx >= 0 else None)
+        if note:
+            ses.findings.append(Finding("PodGroup", key, "preemptibility", note))
         info = JobInfo(
             idx=len(ses.jobs),
             spec=j,
             key=key,
             queue=qidx,
             priority=int(j.priority),
-            preemptible=j.preemptible,
+            preemptible=mode is not Preemptibility.NON_PREEMPTIBLE,
+            semi=mode is Preemptibility.SEMI_PREEMPTIBLE,
             created_at=float(j.created_at),
             uid=j.uid or key,
             root=block.root,

@@ -24,6 +24,7 @@ from kai_ray.scheduler.dra import DeviceLedger
 from kai_ray.scheduler.gang import PodSet, SubGroupSet, has_surplus
 from kai_ray.scheduler.nodebase import CPU, EPS, GPU, MEM, NodeBase
 from kai_ray.scheduler.queues import QueueTree, build_queue_tree
+from kai_ray.scheduler.semipreemptible import core_delta, open_core
 from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, Snapshot
 
 # pod states inside a session
@@ -73,6 +74,10 @@ class JobInfo:
     # kai-ray victim order among equals (:mod:`.workloss`): seconds of work an eviction would lose, and why
     risk: float = 0.0
     risk_note: str = ""
+    # semi-preemptible (:mod:`.semipreemptible`): its core is non-preemptible, the rest is its preemptible burst;
+    # ``core`` is what each PodSet's core (by name) charges the queue's non-preemptible allocation now
+    semi: bool = False
+    core: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def has_pending(self, ses: Session) -> bool:
         return self.n_pend > 0
@@ -238,6 +243,7 @@ class Session:
                 continue
             act, pend = job.init_active, job.init_pending
             np_ = not job.preemptible
+            core = open_core(self, job.podsets.values(), ACTIVE, job.core) if job.semi else None
             for qi in nodes[job.queue].chain:
                 a, r = self.q_alloc[qi], self.q_request[qi]
                 for k in range(3):
@@ -247,6 +253,10 @@ class Session:
                     b = self.q_alloc_np[qi]
                     for k in range(3):
                         b[k] += act[k]
+                elif core is not None:
+                    b = self.q_alloc_np[qi]
+                    for k in range(3):
+                        b[k] += core[k]
         self.q_fair = [[0.0, 0.0, 0.0] for _ in range(nq)]
 
     # ------------------------------------------------------------------ node accounting
@@ -400,6 +410,12 @@ class Session:
         ps = self.p_set[p]
         if ps is not None:
             self.charge(job, self.charged(p) if self.p_mig else self.p_req[p], sign)
+            if job.semi and job.queue >= 0:  # its core's charge, recomputed from its pods (rollback-exact)
+                d = core_delta(self, ps, ACTIVE, job.core, p, sign)
+                if d is not None:
+                    for qi in self.tree.nodes[job.queue].chain:
+                        b = self.q_alloc_np[qi]
+                        b[0], b[1], b[2] = b[0] + d[0], b[1] + d[1], b[2] + d[2]
             ps.n_active += sign
             job.n_active += sign
         job.version += 1

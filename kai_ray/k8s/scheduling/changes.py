@@ -2,10 +2,14 @@
 
 Why: the core's :class:`~kai_ray.scheduler.incremental.IncrementalState` keeps the node arrays and each PodGroup's
 rows across cycles, and must be told what changed in between, or it would schedule on a stale picture. The
-informer handlers of the cache (their own threads) record changes here: a pod or PodGroup names its PodGroup key,
-a node names nothing more than "nodes", DRA objects and priority classes mean everything. The cycle thread takes
-what was recorded *before* it builds the snapshot, so a change that lands while the snapshot is being built is
-either in it and already taken, or still pending for the next cycle (told twice costs time, never correctness).
+informer handlers of the cache (their own threads) record changes here: a node names nothing more than "nodes", a
+deleted PodGroup its key, DRA objects and priority classes mean everything. The cycle thread takes what was
+recorded *before* it builds the snapshot, so a change that lands while the snapshot is being built is either in it
+and already taken, or still pending for the next cycle (told twice costs time, never correctness).
+
+A PodGroup whose pods, PodGroup or overlays changed is rebuilt by the cache's snapshot build as a new ``Job``
+object, which the state never mistakes for a kept one (it checks identity); the build also records those keys
+here, so the next cycle drops their old rows too.
 
 Queues need nothing: the session resolves every PodGroup's queue each cycle, so no kept part depends on them.
 
@@ -50,6 +54,12 @@ class ChangeRecorder:
         if key is not None:
             with self._lock:
                 self._jobs.add(key)
+
+    def jobs(self, keys: set[str]) -> None:
+        """PodGroups whose pods, PodGroup or overlays (assumed bindings, evictions, Ray activity) changed."""
+        if keys:
+            with self._lock:
+                self._jobs |= keys
 
     def nodes(self) -> None:
         """A node's allocatable, labels, taints, readiness or cordon changed, or a node came or went."""
