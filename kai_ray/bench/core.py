@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kai_ray.scheduler.cycle import run_cycle
+from kai_ray.scheduler.incremental import IncrementalState
 from kai_ray.scheduler.snapshot import (
     Job,
     Node,
@@ -354,8 +355,10 @@ def _gang(key: str, queue: str, size: int, created: float) -> Job:
 def run_churn_bench(spec: ChurnSpec) -> dict[str, Any]:
     """Cycles of the core under a steady arrival and completion stream, as the operator runs them: each cycle gets
     a new snapshot in which the jobs that did not change are the same objects (as the operator's cache keeps them)
-    and the ones that did are new; the binds of a cycle are running in the next. Reports the cycle's length and its
-    parts (session open, actions) as p50/p99 over the run, and pods and gangs bound per second of core time."""
+    and the ones that did are new; the binds of a cycle are running in the next. Like the operator, it keeps an
+    incremental session across cycles and tells it which PodGroups completed or were bound. Reports the cycle's
+    length and its parts (session open, actions) as p50/p99 over the run, and pods and gangs bound per second of
+    core time."""
     rnd = random.Random(spec.seed)
     nodes = _nodes(spec.nodes, spec.gpus_per_node)
     queues = [Queue("bench", quota=Resources(-1, -1, -1))]
@@ -378,11 +381,14 @@ def run_churn_bench(spec: ChurnSpec) -> dict[str, Any]:
     internal: list[str] = []
     now = 1e6
     config = SchedulerConfig()
+    state = IncrementalState()
     t_end = time.perf_counter() + spec.duration
     gc.collect()
     while len(cycles) < spec.max_cycles and time.perf_counter() < t_end:
         for _ in range(min(spec.arrivals, len(running))):  # completions
-            del jobs[running.pop(0)]
+            done = running.pop(0)
+            del jobs[done]
+            state.job_changed(done)
             completed += 1
         for _ in range(spec.arrivals):  # arrivals
             job = _gang(f"new-{seq:07d}", f"bench-{rnd.randrange(spec.queues)}", spec.gang, now)
@@ -391,7 +397,7 @@ def run_churn_bench(spec: ChurnSpec) -> dict[str, Any]:
         now += 1.0
         snap = Snapshot(nodes, queues, list(jobs.values()), now=now, config=config)
         t0 = time.perf_counter()
-        res = run_cycle(snap)
+        res = run_cycle(snap, state)
         cycles.append(time.perf_counter() - t0)
         opens.append(res.stats.get("open_seconds", 0.0))
         actions.append(sum(res.stats.get(f"{a}_seconds", 0.0) for a in config.actions))
@@ -409,6 +415,7 @@ def run_churn_bench(spec: ChurnSpec) -> dict[str, Any]:
                 for p in old.pods
             ]
             jobs[key] = replace(old, pods=pods)
+            state.job_changed(key)
             binds += len(where)
             if all(p.node for p in pods):
                 gangs += 1

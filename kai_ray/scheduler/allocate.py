@@ -39,14 +39,14 @@ def allocate_action(ses: Session) -> None:
             job.fail(rep.fail_reason, f"{rep.fail_message} (as for {rep.key}, same shape)", dict(rep.fail_details))
             continue
         attempts += 1
-        cp = ses.checkpoint()
+        cp = ses.stmt.checkpoint()
         ok, _ = allocate_job(ses, job)
         if ok:
             job.fail_reason = None
             if has_tasks_to_allocate(ses, job):
                 order.push(job)
         else:
-            ses.rollback(cp)
+            ses.stmt.rollback(cp)
             if job.fail_reason in FIT_REASONS:
                 failed[shape] = job
             elif job.fail_reason is not None:

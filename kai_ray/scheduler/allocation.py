@@ -28,11 +28,11 @@ from kai_ray.scheduler.session import (
     GPU,
     MEM,
     PIPELINED,
-    Allocated,
     JobInfo,
     Session,
     le,
 )
+from kai_ray.scheduler.statement import Allocated
 from kai_ray.scheduler.tasks import skippable_member, tasks_to_allocate
 from kai_ray.scheduler.topology import Request, TopologyError, subset_nodes
 
@@ -346,7 +346,7 @@ def place_pod(
     if ses.p_frac[p] or ses.p_gpumem[p]:
         group, wait = choose_gpu_group(ses, p, node)
         pipelined = pipelined or wait
-    ses.allocate(p, node, pipelined, group)
+    ses.stmt.allocate(p, node, pipelined, group)
     return True
 
 
@@ -408,7 +408,7 @@ def place_batch(ses: Session, tasks: list[int], allowed: np.ndarray | None) -> i
                 cap = min(cap, int((free[r, n] + EPS * max(1.0, v)) // v))
         take = min(cap, k - placed)
         for _ in range(take):
-            ses.allocate(tasks[placed], n, False)
+            ses.stmt.allocate(tasks[placed], n, False)
             placed += 1
         if placed == k:
             break
@@ -487,10 +487,10 @@ class GangPlacer:
             return True
         ses = self.ses
         for nodes in self._subsets(sgs, tasks, allowed):
-            cp = ses.checkpoint()
+            cp = ses.stmt.checkpoint()
             if self._members(sgs, tasks, nodes):
                 return True
-            ses.rollback(cp)
+            ses.stmt.rollback(cp)
         return False
 
     def _members(self, sgs: SubGroupSet, tasks: list[int], allowed: np.ndarray) -> bool:
@@ -510,7 +510,7 @@ class GangPlacer:
     def _podset(self, ps: PodSet, tasks: list[int], allowed: np.ndarray) -> bool:
         ses = self.ses
         for nodes in self._subsets(ps, tasks, allowed):
-            cp = ses.checkpoint()
+            cp = ses.stmt.checkpoint()
             ok = True
             bonus = self._bonus(ps)
             batch = len(tasks) > 1 and not self.pipeline_only and bonus is None
@@ -526,14 +526,14 @@ class GangPlacer:
                     break
             if ok:
                 return True
-            ses.rollback(cp)
+            ses.stmt.rollback(cp)
         return False
 
 
 def allocate_job(ses: Session, job: JobInfo, explain: bool = True) -> tuple[bool, bool]:
     """Place the job's next step in the open statement. Returns (placed, pipelined)."""
     skip: frozenset[str] = frozenset()
-    since = ses.checkpoint()
+    since = ses.stmt.checkpoint()
     while True:
         tasks = tasks_to_allocate(ses, job, skip)
         if not tasks:
@@ -552,9 +552,9 @@ def allocate_job(ses: Session, job: JobInfo, explain: bool = True) -> tuple[bool
                 explain_fit_failure(ses, job, tasks, placer)
             return False, False
         skip = skip | {alt}
-    pipelined = any(ses.p_status[op.pod] == PIPELINED for op in ses.log[since:] if isinstance(op, Allocated))
+    pipelined = any(ses.p_status[op.pod] == PIPELINED for op in ses.stmt.log[since:] if isinstance(op, Allocated))
     if pipelined:
-        ses.convert_to_pipelined(job, since)
+        ses.stmt.convert_to_pipelined(job, since)
     return True, pipelined
 
 

@@ -62,6 +62,7 @@ class JobBlock:
         "col_frac",
         "col_gpumem",
         "col_node",
+        "col_none",
         "col_pods",
         "col_req",
         "col_sets",
@@ -69,6 +70,11 @@ class JobBlock:
         "col_status",
         "col_xreq",
         "findings",
+        "hold_nodes",
+        "hold_rel",
+        "hold_req",
+        "hold_rows",
+        "hold_x",
         "invalid",
         "key",
         "max_total",
@@ -104,6 +110,13 @@ class JobBlock:
     unstarted: list[int]
     migs: list[tuple[int, float]]
     on_node: list[int]  # rows of pods that hold room on a node
+    col_none: list[None]  # the rows' GPU groups before placement
+    # pods on a node counted the session's vectorised way (whole GPUs): node, request, releasing, in row order
+    hold_nodes: list[int]
+    hold_req: list[tuple[float, float, float]]
+    hold_rel: list[bool]
+    hold_x: list[int]  # of those, the rows that also hold extended resources
+    hold_rows: list[int]  # rows on a node that hold a shared GPU (placed one by one)
 
     def __init__(
         self,
@@ -134,9 +147,10 @@ class JobBlock:
         self.n_active = 0  # pods holding resources at session open
         self.sealed = False  # laid out by column (a block kept across cycles)
 
-    def seal(self) -> None:
-        """Lay the rows out by column (and the gang counters per set), so a session places the block with a few
-        list extensions instead of a loop over its pods."""
+    def seal(self, releasing: int) -> None:
+        """Lay the rows out by column (and the gang counters per set, and the whole-GPU pods on nodes), so a
+        session places the block with a few list extensions instead of a loop over its pods. ``releasing``: the
+        session's state of a releasing pod."""
         rows = self.rows
         self.sealed = True
         self.col_pods = [r.pod for r in rows]
@@ -151,6 +165,13 @@ class JobBlock:
         self.unstarted = [i for i, t in enumerate(self.col_start) if t is None]
         self.migs = [(i, r.mig) for i, r in enumerate(rows) if r.mig]
         self.on_node = [i for i, r in enumerate(rows) if r.node >= 0]
+        self.col_none = [None] * len(rows)
+        whole = [i for i in self.on_node if not (rows[i].frac or rows[i].gpumem)]
+        self.hold_nodes = [rows[i].node for i in whole]
+        self.hold_req = [rows[i].req for i in whole]
+        self.hold_rel = [rows[i].status == releasing for i in whole]
+        self.hold_x = [i for i in whole if rows[i].xreq is not None]
+        self.hold_rows = [i for i in self.on_node if rows[i].frac or rows[i].gpumem]
         self.set_counts = [
             (ps, ps.n_active, ps.n_alive, [i for i, r in enumerate(rows) if r.set is ps])
             for ps in self.podsets.values()

@@ -91,7 +91,7 @@ def evict_overdue(ses: Session) -> None:
             continue
         info = EvictInfo(Action.STALE_GANG_EVICTION, reason, None, msg, False, True)
         for p in active:
-            ses.evict(p, info)
+            ses.stmt.evict(p, info)
 
 
 def annotate(ses: Session, res: CycleResult) -> None:

@@ -13,6 +13,7 @@ import traceback
 
 from kai_ray.scheduler.allocate import allocate_action
 from kai_ray.scheduler.bounded import annotate, hold
+from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.consolidation import consolidation_action
 from kai_ray.scheduler.decisions import CycleResult, Finding
 from kai_ray.scheduler.incremental import IncrementalState
@@ -35,7 +36,7 @@ ACTIONS = {
 
 
 def open_session(snapshot: Snapshot, state: IncrementalState | None = None) -> Session:
-    ses = Session(snapshot) if state is None else state.open(snapshot)
+    ses = build_session(snapshot) if state is None else state.open(snapshot)
     assess(ses)
     hold(ses)
     compute_fair_share(ses)

@@ -6,14 +6,17 @@ rather than with what happened (replaying 8,000 pods on 1,500 nodes spent most o
 cycle a complete :class:`Snapshot`, and also says what changed since the last one (a node, a PodGroup and its
 pods, the queues); the state reuses every part of the previous session that no change touched.
 
-Decisions do not depend on the path: a session opened from the state equals one built from the same snapshot from
-scratch (``tests/scheduler/test_incremental.py`` runs random event sequences through both). A change the adapter
-does not report is a bug in the adapter; reporting too much only costs time.
+The simulator's engine and the scheduler operator (``kai_ray/k8s/scheduling/changes.py``: one state per leadership
+term, fed by the cache's informer handlers) both keep one. Decisions do not depend on the path: a session opened
+from the state equals one built from the same snapshot from scratch (``tests/scheduler/test_incremental.py`` runs
+random event sequences through both). A change the adapter does not report is a bug in the adapter; reporting too
+much only costs time.
 """
 
 from __future__ import annotations
 
 from kai_ray.scheduler.blocks import JobBlock
+from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.nodebase import NodeBase
 from kai_ray.scheduler.session import Session
 from kai_ray.scheduler.snapshot import Snapshot
@@ -26,6 +29,11 @@ class IncrementalState:
         self._nodes: NodeBase | None = None
         self._blocks: dict[str, JobBlock] = {}
 
+    @property
+    def node_base(self) -> NodeBase | None:
+        """The node arrays the next session reuses (None: it builds them)."""
+        return self._nodes
+
     def job_changed(self, key: str) -> None:
         """The PodGroup ``key`` (``namespace/name``) was added, changed or deleted, or one of its pods was."""
         self._blocks.pop(key, None)
@@ -37,6 +45,6 @@ class IncrementalState:
 
     def open(self, snapshot: Snapshot) -> Session:
         """The session of one cycle over ``snapshot``, built from the parts no reported change touched."""
-        ses = Session(snapshot, self._nodes, self._blocks)
+        ses = build_session(snapshot, self._nodes, self._blocks)
         self._nodes = ses.node_base
         return ses

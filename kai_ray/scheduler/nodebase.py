@@ -61,6 +61,7 @@ class NodeBase:
                 self.findings.append(Finding("Node", n.name, "name", "duplicate node name; the first is used"))
                 continue
             seen[n.name] = n
+        self.node_xnames = frozenset(node_extended_names(nodes))  # what the nodes bring to xnames
         self.xnames = xnames
         self.xindex: dict[str, int] = {k: i for i, k in enumerate(xnames)}
         self.nodes: list[Node] = [seen[k] for k in sorted(seen)]

@@ -18,13 +18,12 @@ from kai_ray.scheduler.session import (
     MOVED,
     PENDING,
     PIPELINED,
-    Allocated,
-    Evicted,
     EvictInfo,
     JobInfo,
     Session,
 )
 from kai_ray.scheduler.snapshot import ZERO, Resources
+from kai_ray.scheduler.statement import Allocated, Evicted
 
 
 def _running_status(key: str) -> JobStatus:
@@ -45,7 +44,7 @@ def build_result(ses: Session) -> CycleResult:
     st = ses.p_status
     order: list[int] = []
     seen: set[int] = set()
-    for op in ses.log:
+    for op in ses.stmt.log:
         if isinstance(op, Allocated) and op.pod not in seen:
             seen.add(op.pod)
             order.append(op.pod)
@@ -88,7 +87,7 @@ def build_result(ses: Session) -> CycleResult:
         )
         bound_jobs[job.idx] = bound_jobs.get(job.idx, 0) + 1
     moved = ses.p_moved
-    for op in ses.log:
+    for op in ses.stmt.log:
         if isinstance(op, Evicted) and st[op.pod] in (EVICTED, MOVED) and init[op.pod] in ACTIVE:
             p = op.pod
             info = ses.evict_info[p]

@@ -44,12 +44,12 @@ from kai_ray.scheduler.session import (
     GPU,
     MEM,
     PIPELINED,
-    Allocated,
     EvictInfo,
     JobInfo,
     Session,
 )
 from kai_ray.scheduler.snapshot import Disruption
+from kai_ray.scheduler.statement import Allocated
 from kai_ray.scheduler.tasks import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
 
 Vec = tuple[float, float, float]
@@ -161,7 +161,7 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
             vj.allocs.append(_sum_req(ses, active))
             out.append(vj)
         return
-    cp = ses.checkpoint()
+    cp = ses.stmt.checkpoint()
     while job.n_active > 0:
         pods, keeps = tasks_to_evict(ses, job)
         if not pods or (protect and (not keeps or (mode is Disruption.SINGLE and not job.has_surplus()))):
@@ -172,8 +172,8 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
         vj.cores.append(not keeps)
         vj.risks.append(sum(ses.p_risk[p] for p in pods))  # GPU-seconds: every pod of the step loses its own
         for p in pods:
-            ses.evict(p, info)
-    ses.rollback(cp)
+            ses.stmt.evict(p, info)
+    ses.stmt.rollback(cp)
     if vj.steps:
         out.append(vj)
 
@@ -512,7 +512,7 @@ class JobSolver:
             info = EvictInfo(self.action, self.reason, self.job.key, msg, not u.core, u.core)
             for p in u.pods:
                 if ses.p_status[p] in ACTIVE:
-                    ses.evict(p, info)
+                    ses.stmt.evict(p, info)
 
     def _move(self, p: int, allowed: np.ndarray) -> bool:
         """Re-place an evicted victim, as KAI pipelines it: landing where it already runs cancels its eviction
@@ -526,9 +526,9 @@ class JobSolver:
         shared = bool(ses.p_frac[p] or ses.p_gpumem[p])
         group = choose_gpu_group(ses, p, node)[0] if shared else None
         if node == self._node_of_pod[p] and (not shared or group == ses.p_group[p] or self._fits_back(p, group)):
-            ses.unevict(p)
+            ses.stmt.unevict(p)
         else:
-            ses.move(p, node, group)
+            ses.stmt.move(p, node, group)
         return True
 
     def _fits_back(self, p: int, group: str | None) -> bool:
@@ -547,10 +547,10 @@ class JobSolver:
         tasks = tasks_to_replace(ses, job, mine)
         if not tasks or capacity_failure(ses, job, tasks) is not None:
             return
-        cp = ses.checkpoint()
+        cp = ses.stmt.checkpoint()
         for p in tasks:
             if not self._move(p, allowed):
-                ses.rollback(cp)
+                ses.stmt.rollback(cp)
                 return
 
     def _pending_by_queue(self) -> dict[int, list[JobInfo]]:
@@ -603,7 +603,7 @@ class JobSolver:
         self.simulated += 1
         self.budget[0] -= 1
         units = sc.units()
-        cp = ses.checkpoint()
+        cp = ses.stmt.checkpoint()
         self._evict(units)
         allowed = self.feasible.copy()
         pool: set[int] = set()
@@ -623,20 +623,20 @@ class JobSolver:
         for nxt in seq:
             if nxt is self.job:
                 if not place_tasks(ses, self.job, sc.tasks, allowed, pipeline_only=True):
-                    ses.rollback(cp)
+                    ses.stmt.rollback(cp)
                     return False
                 placed = True
             else:
                 self._replace(nxt, pool, allowed)
         if not placed:
-            ses.rollback(cp)
+            ses.stmt.rollback(cp)
             return False
         if self.validator is not None:
             spared = {p for p in pool if ses.p_status[p] != EVICTED}  # moved elsewhere, or back where it runs
             why = self.validator(units, spared)
             if why is not None:
                 self.failure = self.failure or why  # the first refusal explains the natural choice
-                ses.rollback(cp)
+                ses.stmt.rollback(cp)
                 return False
         return True
 
@@ -659,9 +659,9 @@ class JobSolver:
         return self._solve_with(self._multi_node(tasks, recorded))
 
     def _probe_discard(self, gen: str, tasks: list[int], recorded: list[Unit]) -> Scenario | None:
-        cp = self.ses.checkpoint()
+        cp = self.ses.stmt.checkpoint()
         sc = self._probe(gen, tasks, recorded)
-        self.ses.rollback(cp)
+        self.ses.stmt.rollback(cp)
         return sc
 
     def _with_generator(self, gen: str, tasks: list[int]) -> Scenario | None:
@@ -707,13 +707,13 @@ class JobSolver:
             self.failure = "no eligible victims"
             return False
         best = None
-        cp0 = ses.checkpoint()
+        cp0 = ses.stmt.checkpoint()
         for gen in (NODE_LOCAL, MULTI_NODE):
             best = self._with_generator(gen, tasks)
             if best is not None or self.exhausted():
                 break
         if best is None:
-            ses.rollback(cp0)
+            ses.stmt.rollback(cp0)
             self.failure = self.failure or "no scenario of evictions makes room for it"
             return False
         if ses.cfg.fewest_nodes and self._spans_nodes(cp0) > 1 and self._fits_one_node(tasks):
@@ -726,7 +726,7 @@ class JobSolver:
     def _spans_nodes(self, since: int) -> int:
         ses = self.ses
         idx = self.job.idx
-        placed = {op.pod for op in ses.log[since:] if isinstance(op, Allocated)}
+        placed = {op.pod for op in ses.stmt.log[since:] if isinstance(op, Allocated)}
         return len({ses.p_node[p] for p in placed if ses.p_job[p] == idx})
 
     def _fits_one_node(self, tasks: list[int]) -> bool:
@@ -747,7 +747,7 @@ class JobSolver:
         pods = sum(len(u.pods) for u in found)
         ended = sum(1 for u in found if u.core)
         risk = sum(_unit_risk(u.vj, u.step) for u in found)
-        ses.rollback(cp0)
+        ses.stmt.rollback(cp0)
         for sc in self._single_node(tasks, queues, top):
             units = sc.units()
             if (
@@ -759,8 +759,8 @@ class JobSolver:
                 continue
             if self.simulate(sc) and self._spans_nodes(cp0) == 1:
                 return sc
-            ses.rollback(cp0)
-        ses.rollback(cp0)
+            ses.stmt.rollback(cp0)
+        ses.stmt.rollback(cp0)
         if not self.simulate(best):  # pragma: no cover - the scenario was just verified
             raise RuntimeError("victim scenario no longer works")
         return best
@@ -779,11 +779,11 @@ class JobSolver:
             trial = [v for v in kept if v is not u]
             if not trial:
                 continue
-            ses.rollback(cp0)
+            ses.stmt.rollback(cp0)
             if self.simulate(Scenario(best.tasks, [], trial)):
                 kept = trial
                 changed = True
-        ses.rollback(cp0)
+        ses.stmt.rollback(cp0)
         final = Scenario(best.tasks, [], kept) if changed else best
         if not self.simulate(final):  # pragma: no cover - the set was just verified
             raise RuntimeError("pruned victim scenario no longer works")

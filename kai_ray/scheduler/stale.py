@@ -37,4 +37,4 @@ def stale_gang_action(ses: Session) -> None:
         info = EvictInfo(Action.STALE_GANG_EVICTION, Reason.STALE_GANG, None, msg, False, True)
         for p in job.pods:
             if st[p] in ACTIVE:
-                ses.evict(p, info)
+                ses.stmt.evict(p, info)

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
+from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
-from kai_ray.scheduler.session import Session
 from kai_ray.scheduler.snapshot import (
     Job,
     Node,
@@ -199,7 +199,7 @@ def test_the_weight_is_the_gpus_held_and_a_gpu_less_pods_cores_count_a_little() 
     cpu = _with_activity(_running("cpu", "n0", 100, gpus=0), _fresh_busy(NOW - 3600))  # 1 core, busy 1 h
     gpu = _with_activity(_running("gpu", "n1", 200, gpus=1), _fresh_busy(NOW - 600))  # 1 GPU, busy 10 min
     nodes = [Node("n0", Resources(8, 64000, 512e9)), Node("n1", Resources(8, 64000, 512e9))]
-    ses = Session(Snapshot(nodes, [Queue("q", quota=Resources(-1, -1, -1))], [cpu, gpu], now=NOW))
+    ses = build_session(Snapshot(nodes, [Queue("q", quota=Resources(-1, -1, -1))], [cpu, gpu], now=NOW))
     by_name = {j.spec.name: j for j in ses.jobs}
     assert weight(ses, by_name["gpu"].pods) == 1.0
     assert weight(ses, by_name["cpu"].pods) == CORE_WEIGHT  # 1000 millicores

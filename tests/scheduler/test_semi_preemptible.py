@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult, Reason
 from kai_ray.scheduler.semipreemptible import core_rows
-from kai_ray.scheduler.session import ACTIVE, Session
+from kai_ray.scheduler.session import ACTIVE
 from kai_ray.scheduler.snapshot import (
     Job,
     Node,
@@ -184,7 +185,7 @@ def _apply(jobs: list[Job], res: CycleResult, now: float) -> list[Job]:
 
 def _protected(jobs: list[Job], now: float, quota_a: float) -> tuple[set[str], float]:
     nodes = [Node("n0", Resources(8, 64000, 512 * GiB)), Node("n1", Resources(8, 64000, 512 * GiB))]
-    ses = Session(Snapshot(nodes, [Queue("a", quota=Resources(quota_a, -1, -1))], jobs, now=now))
+    ses = build_session(Snapshot(nodes, [Queue("a", quota=Resources(quota_a, -1, -1))], jobs, now=now))
     job = ses.jobs[ses.job_index["ns/train"]]
     uids = {ses.pods[p].uid for ps in job.podsets.values() for p in core_rows(ses, ps, ACTIVE)}
     return uids, ses.q_alloc_np[job.queue][0]
@@ -260,7 +261,7 @@ def test_pods_created_in_another_order_make_the_same_core() -> None:
 def test_queue_default_applies_to_derived_preemptibility_only() -> None:
     def mode(job: Job, default: Preemptibility | None) -> tuple[bool, bool]:
         q = Queue("a", quota=Resources(-1, -1, -1), default_preemptibility=default)
-        ses = Session(Snapshot([Node("n0", Resources(8, 64000, 512 * GiB))], [q], [job]))
+        ses = build_session(Snapshot([Node("n0", Resources(8, 64000, 512 * GiB))], [q], [job]))
         info = ses.jobs[0]
         return info.preemptible, info.semi
 
@@ -292,21 +293,23 @@ def test_the_core_charge_follows_evictions_and_rollbacks_exactly() -> None:
     from kai_ray.scheduler.decisions import Action
     from kai_ray.scheduler.session import EvictInfo
 
-    ses = Session(Snapshot([Node("n0", Resources(8, 64000, 512 * GiB))], [Queue("a")], [_running_train()], now=100))
+    ses = build_session(
+        Snapshot([Node("n0", Resources(8, 64000, 512 * GiB))], [Queue("a")], [_running_train()], now=100)
+    )
     job = ses.jobs[0]
     q = job.queue
     info = EvictInfo(Action.STALE_GANG_EVICTION, Reason.STALE_GANG, None, "", False, True)
     by_uid = {ses.pods[p].uid: p for p in job.pods}
     assert ses.q_alloc_np[q] == [3.0, 3000.0, 3 * GiB]
-    cp = ses.checkpoint()
-    ses.evict(by_uid["train-w5"], info)  # burst: no change
+    cp = ses.stmt.checkpoint()
+    ses.stmt.evict(by_uid["train-w5"], info)  # burst: no change
     assert ses.q_alloc_np[q][0] == 3.0
-    ses.evict(by_uid["train-w0"], info)  # core: the next worker to start (w2) takes its place, same charge
+    ses.stmt.evict(by_uid["train-w0"], info)  # core: the next worker to start (w2) takes its place, same charge
     assert ses.q_alloc_np[q][0] == 3.0
     for uid in ("train-w1", "train-w2", "train-w3", "train-w4"):
-        ses.evict(by_uid[uid], info)
+        ses.stmt.evict(by_uid[uid], info)
     assert ses.q_alloc_np[q][0] == 1.0  # only the head is left
-    ses.rollback(cp)
+    ses.stmt.rollback(cp)
     assert ses.q_alloc_np[q] == [3.0, 3000.0, 3 * GiB]
     assert {ses.pods[p].uid for ps in job.podsets.values() for p in core_rows(ses, ps, ACTIVE)} == {
         "train-head",

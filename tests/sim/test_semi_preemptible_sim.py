@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 
 from kai_ray import constants as c
-from kai_ray.sim.metrics import result_document
 from kai_ray.sim.run import simulate
+from kai_ray.sim.run_metrics import result_document
 from kai_ray.sim.scenario import load_scenario
 from tests.sim.helpers import kai_ray, write_yaml
 

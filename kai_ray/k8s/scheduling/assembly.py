@@ -23,6 +23,7 @@ from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
 from kai_ray.k8s.ray.reclaim import RayReclaim
 from kai_ray.k8s.scheduling import dra
 from kai_ray.k8s.scheduling.cache import SchedulerCache
+from kai_ray.k8s.scheduling.changes import ChangeRecorder
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, BindPace, Dispatch
 from kai_ray.k8s.scheduling.dra import DraStore
 from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
@@ -30,7 +31,6 @@ from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
 from kai_ray.k8s.usagedb import UsageSource, make_source
 from kai_ray.podgrouper import PodgrouperConfig
-from kai_ray.scheduler.cycle import run_cycle
 
 log = logging.getLogger("kai_ray.k8s.scheduling.operator")  # the quarantine's lines read as the operator's
 
@@ -81,16 +81,24 @@ def assemble(config: OperatorConfig, kube: Kube | None = None) -> SchedulerParts
     metrics = SchedulerMetrics()
     if config.node_pool:  # one process per pool: every series of this target belongs to it
         metrics.registry.set_target_info({"node_pool": config.node_pool})
+    # the cycle runs on the leader's incremental session, told what the cache's handlers saw change
+    recorder = ChangeRecorder()
+
+    def dra_changed() -> None:
+        recorder.everything()  # devices and claims: their reach into the kept session is not tracked
+        wake.set()
+
     # Dynamic Resource Allocation: devices and claims join the snapshot
-    dra_store = DraStore(wake.set)
+    dra_store = DraStore(dra_changed)
     cache = SchedulerCache(config, on_change=wake.set, dra=dra_store)
+    cache.recorder = recorder
     binder = Dispatcher("binder", config.bind_workers)
     pace = BindPace(binder)
     writer = Dispatcher("writer", config.write_workers, gate=pace.writes_may_go, gate_max_wait=1.0)
     events = EventRecorder(kube, COMPONENT, config.identity, writer, counter=metrics.status_writes)
     # time-based fair share: the usage source (None: off, KAI's default)
     usage = make_source(config.usage_db, config.usage_params(), config.usage_db_url, config.usage_extra_params)
-    quarantine = Quarantine(run_cycle, log, version=partial(job_version, cache))
+    quarantine = Quarantine(recorder.run, log, version=partial(job_version, cache))
     reporter = Reporter(config, kube, cache, metrics, events, writer, quarantine=quarantine, usage=usage)
     reclaim = RayReclaim(
         kube,

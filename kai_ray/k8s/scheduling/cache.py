@@ -33,6 +33,7 @@ from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.k8s.scheduling import upstream
+from kai_ray.k8s.scheduling.changes import ChangeRecorder
 from kai_ray.k8s.scheduling.dra import DraStore
 from kai_ray.k8s.scheduling.entries import (
     Assumed,
@@ -96,6 +97,7 @@ class SchedulerCache:
         self.dra = dra  # DRA devices and claims
         self.upstream: dict[str, UpstreamEntry] = {}  # upstream PodGroups by "<namespace>/<name>"
         self.workload_labels: dict[str, dict[str, str]] = {}  # their Workloads' labels (the queue label)
+        self.recorder = ChangeRecorder()  # what changed since the last cycle, for the leader's kept session
 
     def _changed(self) -> None:
         self.changes += 1
@@ -110,12 +112,14 @@ class SchedulerCache:
         with self.lock:
             if kind == DELETE:
                 if self.nodes.pop(key, None) is not None:
+                    self.recorder.nodes()
                     self._changed()
                 return
             node = node_from_api(obj)
             old = self.nodes.get(key)
             self.nodes[key] = node
             if old is None or node_sig(old) != node_sig(node):
+                self.recorder.nodes()
                 self._changed()
 
     def on_priority_class(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -131,6 +135,7 @@ class SchedulerCache:
                     self.global_default = int(obj.get("value") or 0)
             if (self.priority_classes, self.global_default) != before:
                 self.pc_generation += 1
+                self.recorder.everything()
                 self._changed()
 
     def on_pod(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -213,6 +218,7 @@ class SchedulerCache:
             old = self.pgs.get(key)
             if kind == DELETE:
                 self.suspended.discard(key)
+                self.recorder.job(key)
                 if old is not None:
                     del self.pgs[key]
                     self._changed()
@@ -460,6 +466,7 @@ class SchedulerCache:
                 self._touch(key)
             dirty = self._dirty
             self._dirty = set()
+            self.recorder.jobs(dirty)  # rebuilt now (new objects), told again to the next cycle's kept session
             jobs: list[s.Job] = []
             invalid: dict[str, list[str]] = {}
             active: dict[str, int] = {}

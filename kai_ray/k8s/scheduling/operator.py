@@ -305,6 +305,7 @@ class SchedulerOperator:
                 return
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
                 return
+            self.cache.recorder.new_term()
             self._leading.set()
             self.startup["leading"] = since_process_start()
             self.startup.pop("first_cycle", None)
@@ -414,6 +415,7 @@ class SchedulerOperator:
         t0 = time.perf_counter()
         leading = self._leading.is_set()
         virtual = self.gangs.virtual_pods() if self.gangs is not None and leading else {}
+        self.cache.recorder.take()  # before the build: a change landing meanwhile is told again next cycle
         view = self.cache.build(self.core_config(), extra=virtual)
         if self.usage is not None and leading:
             with self.cache.lock:
