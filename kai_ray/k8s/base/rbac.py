@@ -23,8 +23,11 @@ EVENT_RULES: list[Rule] = [
 ]
 
 SCHEDULER_RULES: list[Rule] = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},  # delete: eviction-mode
+    # delete: eviction-mode; patch: the queue-admission gate removed (ungate.py)
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/binding", "pods/eviction"], "verbs": ["create"]},
+    # PodScheduled=False/Unschedulable on pods it cannot place (the node autoscaler's signal; podcondition.py)
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]},
     # upstream gangs: Kubernetes PodGroups and their Workloads (read only)

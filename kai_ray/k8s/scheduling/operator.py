@@ -55,6 +55,7 @@ from kai_ray.k8s.scheduling import dra, upstream
 from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
 from kai_ray.k8s.scheduling.dra import DraStore, slim_pod_claims
+from kai_ray.k8s.scheduling.podcondition import UnschedulableMarker
 from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
@@ -143,6 +144,7 @@ class SchedulerOperator:
             on_verdicts=lambda verdicts: self.dispatch.forget(verdicts),
         )
         self.pruned = self.reporter.pruned  # status fields the installed CRDs do not store
+        self.unschedulable = UnschedulableMarker(self.kube, partial(self.writer.submit, priority=STATUS_PRIORITY))
         self.eviction_interceptors: list[EvictionInterceptor] = []
         self.dispatch = Dispatch(
             config,
@@ -539,6 +541,7 @@ class SchedulerOperator:
             if not result.binds or time.monotonic() - self._last_report >= REPORT_INTERVAL:
                 self.reporter.report(view, result)
                 self._last_report = time.monotonic()
+            self.unschedulable.after_cycle(view, result)
             if self.headroom is not None and self.headroom.due():
                 try:
                     self.headroom.maybe_publish(view.snapshot)
