@@ -74,6 +74,8 @@ def build_config(**opts: Any) -> OperatorConfig:
             webhook_port=opts.get("webhook_port") or 9443,
             webhook_url=opts.get("webhook_url") or "",
             webhook_service=opts.get("webhook_service") or "kai-ray-podgrouper-webhook",
+            queue_admission_gating=opts.get("queue_admission_gating") or "off",
+            reservation_ttl=duration(opts.get("reservation_ttl") or "10m", "--reservation-ttl"),
             default_priority=_priorities(opts["default_priority"]),
             max_gang_pods=opts["max_gang_pods"],
             idle_aware_victims=opts["idle_aware_victims"],
@@ -302,6 +304,19 @@ def _define(kind: str) -> None:
             "URL the API server calls the webhook at (default: the kai-ray-podgrouper-webhook Service, port 443)",
             panel="podgrouper",
             metavar="URL",
+        ),
+        queue_admission_gating: str = o(
+            "off",
+            "KAI's queue-admission gate, so node autoscalers never buy nodes for pods quota will not admit: "
+            "'queues' gates new pods of Queues labelled kai.scheduler/queue-admission-gating=true, 'all' of every "
+            "queue; the scheduler ungates a gang once its queue's quota admits it (same value on both operators)",
+            metavar="off|queues|all",
+        ),
+        reservation_ttl: str = o(
+            "10m",
+            "how long a gang ungated by its queue's quota but still pending (e.g. waiting for a new node) holds "
+            "that room against the next gated gang",
+            metavar="DURATION",
         ),
         default_priority: list[str] | None = o(
             None, "PriorityClass of a Ray kind that names none (repeatable)", panel="podgrouper", metavar="KIND=CLASS"

@@ -57,6 +57,7 @@ from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping import admission
+from kai_ray.k8s.podgrouping.quotagate import quota_gate
 from kai_ray.k8s.podgrouping.upstream_writer import UpstreamGangs
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.podgrouper import (
@@ -148,6 +149,7 @@ class PodgrouperOperator:
         self.pruned = PruneGuard()
         self.upstream = UpstreamGangs(self.kube) if config.upstream_gangs else None
         self.admission: admission.AdmissionServer | None = None
+        self.quota_gate = quota_gate(self.kube, config, self.grouper_config.default_queue, self.owner_chain)
         self._priority_values: dict[str, int | None] = {}
         self.pods: list[Informer] = []
         self.pgs: list[Informer] = []
@@ -207,7 +209,7 @@ class PodgrouperOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)
         for inf in self.informers:
             inf.start()
-        if self.config.upstream_gangs:
+        if self.config.upstream_gangs or self.quota_gate is not None:
             self._serve_admission()
         self.queue.start()
         self.writer.start()
@@ -250,11 +252,14 @@ class PodgrouperOperator:
             hosts = [f"{svc}.{namespace}.svc", f"{svc}.{namespace}.svc.cluster.local"]
             client = {"service": {"namespace": namespace, "name": svc, "path": admission.PATH, "port": 443}}
         cert = shared_serving_cert(self.kube, namespace, f"{cfg.webhook_service}-tls", hosts)
-        self.admission = admission.AdmissionServer(
-            self.admit, cert, bind=cfg.bind_address, port=cfg.webhook_port
-        ).start()
-        admission.register(self.kube, admission.webhook_configuration(client, cert.ca_pem, cfg.namespaces))
-        log.info("admission webhook on port %d: new Ray pods name their upstream PodGroup", self.admission.port)
+        routes: dict[str, admission.Decide] = {admission.PATH: self.admit} if cfg.upstream_gangs else {}
+        if self.quota_gate is not None:
+            routes[admission.GATE_PATH] = self.quota_gate.decide
+        self.admission = admission.AdmissionServer(routes, cert, bind=cfg.bind_address, port=cfg.webhook_port).start()
+        admission.register(
+            self.kube, admission.webhook_configuration(client, cert.ca_pem, cfg.namespaces, paths=tuple(routes))
+        )
+        log.info("admission webhook on port %d: %s", self.admission.port, ", ".join(routes))
 
     def admit(self, raw: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
         """The admission decision for a Ray pod being created: the JSON patch naming its gang's upstream PodGroup."""

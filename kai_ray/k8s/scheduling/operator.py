@@ -59,6 +59,7 @@ from kai_ray.k8s.scheduling.podcondition import UnschedulableMarker
 from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
+from kai_ray.k8s.scheduling.ungate import Ungater
 from kai_ray.k8s.usagedb import capacity_of, make_source
 from kai_ray.podgrouper import PodgrouperConfig
 from kai_ray.scheduler.cycle import run_cycle
@@ -145,6 +146,9 @@ class SchedulerOperator:
         )
         self.pruned = self.reporter.pruned  # status fields the installed CRDs do not store
         self.unschedulable = UnschedulableMarker(self.kube, partial(self.writer.submit, priority=STATUS_PRIORITY))
+        self.ungater = Ungater(
+            self.kube, partial(self.binder.submit, priority=EVICT_PRIORITY), config.queue_admission_gating != "off"
+        )
         self.eviction_interceptors: list[EvictionInterceptor] = []
         self.dispatch = Dispatch(
             config,
@@ -437,6 +441,7 @@ class SchedulerOperator:
             default_ready_timeout=cfg.ready_timeout or None,
             ready_timeout_backoff=cfg.ready_timeout_backoff,
             upgrade_surge=cfg.upgrade_surge,
+            reservation_ttl=cfg.reservation_ttl,
         )
 
     def _loop(self) -> None:
@@ -533,6 +538,7 @@ class SchedulerOperator:
                 self.usage.after_cycle(time.time(), capacity, result)
             self.dispatch.binds(view, result)
             self.dispatch.evictions(view, result)
+            self.ungater.after_cycle(view, result)
             if virtual and self.gangs is not None:
                 self.gangs.after_cycle(result, virtual)
             t3 = time.perf_counter()

@@ -17,8 +17,8 @@ What is set up (:meth:`Karpenter.start`):
   them (that is the scheduler's job);
 - the process itself, leader election off, metrics and health on loopback (the build's one-line patch).
 
-:meth:`Karpenter.stop` deletes the NodePool while Karpenter still runs (so it removes its NodeClaims and nodes
-itself), then stops the process and clears whatever a finalizer still holds, leaving the cluster as it found it.
+:meth:`Karpenter.release_nodes` hands back every node bought (between tests); :meth:`Karpenter.stop` stops the process
+and removes what it made, finalizers included, leaving the cluster as it found it.
 """
 
 from __future__ import annotations
@@ -225,26 +225,33 @@ class Karpenter:
 
     # --- teardown ---------------------------------------------------------------------------------------------
 
-    def stop(self, timeout: float = 60.0) -> None:
-        """Delete the NodePool and let Karpenter remove its nodes; then stop it and clear any leftover."""
+    def release_nodes(self) -> None:
+        """Hand back every node bought (delete the NodeClaims: Karpenter drains and removes them), so the next test
+        starts from none without waiting for consolidation."""
+        for claim in self._safe(self.node_claims):
+            with contextlib.suppress(Exception):
+                self.kube.delete(f"{NODECLAIMS}/{claim['metadata']['name']}")
+
+    def stop(self) -> None:
+        """Stop Karpenter, then remove what it made (NodePool, NodeClaims, nodes, node class) directly: the test
+        cluster is left as found without waiting for Karpenter's own termination flow."""
         with contextlib.suppress(Exception):
             self.kube.delete(f"{NODEPOOLS}/{self.name}")
-        if self.component is not None and self.component.alive():
-            with contextlib.suppress(ControlPlaneError):
-                wait_for("Karpenter to remove its NodeClaims", lambda: not self.node_claims(), timeout, interval=0.5)
         if self.component is not None:
             self.component.stop()
             self.plane.components.pop("karpenter", None)
             self.component = None
-        for path, items in ((NODECLAIMS, self._safe(self.node_claims)), ("/api/v1/nodes", self._safe(self.nodes))):
-            for obj in items:
-                name = obj["metadata"]["name"]
-                with contextlib.suppress(Exception):
-                    self.kube.merge_patch(f"{path}/{name}", {"metadata": {"finalizers": None}})
-                with contextlib.suppress(Exception):
-                    self.kube.delete(f"{path}/{name}")
-        with contextlib.suppress(Exception):
-            self.kube.delete(f"{NODECLASSES}/{self.name}")
+        leftovers = [
+            *((NODECLAIMS, o["metadata"]["name"]) for o in self._safe(self.node_claims)),
+            *(("/api/v1/nodes", o["metadata"]["name"]) for o in self._safe(self.nodes)),
+            (NODEPOOLS, self.name),
+            (NODECLASSES, self.name),
+        ]
+        for path, name in leftovers:  # Karpenter's finalizers have no one left to honour them
+            with contextlib.suppress(Exception):
+                self.kube.merge_patch(f"{path}/{name}", {"metadata": {"finalizers": None}})
+            with contextlib.suppress(Exception):
+                self.kube.delete(f"{path}/{name}")
         self.kube.close()
 
     @staticmethod

@@ -7,13 +7,18 @@ binds it there.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path
+from kai_ray import constants as c
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.podgrouping import admission
+from kai_ray.testing.controlplane.harness import free_port
 from kai_ray.testing.controlplane.karpenter import NODEPOOL_LABEL, Karpenter
-from tests.k8s.helpers import bound, pod_body, podgroup_body, wait_until
+from tests.k8s.helpers import bound, condition, pod_body, podgroup, podgroup_body, wait_until
 
 pytestmark = pytest.mark.controlplane
 
@@ -51,3 +56,118 @@ def test_a_gang_no_node_fits_gets_nodes_from_karpenter_and_is_bound_there(
     assert len(set(placed.values())) == 2  # 8 GPUs each on 8-GPU nodes: one node per pod
     assert all(bought[n]["metadata"]["labels"][NODEPOOL_LABEL] == karpenter.name for n in placed.values())
     assert karpenter.claims_created() - created_before == 2
+
+
+@pytest.fixture
+def gating_podgrouper(run_podgrouper: Any, kube: Kube) -> Iterator[Any]:
+    """The podgrouper with its admission webhook adding the queue-admission gate (opted-in queues); the webhook
+    registration is removed afterwards."""
+    port = free_port()
+    op = run_podgrouper(
+        queue_admission_gating="queues",
+        webhook_port=port,
+        webhook_url=f"https://127.0.0.1:{port}{admission.GATE_PATH}",
+    )
+    yield op
+    with contextlib.suppress(ApiError):
+        kube.delete(f"{admission.CONFIGS_PATH}/{admission.CONFIG_NAME}")
+
+
+def gated_pod(kube: Kube, ns: str, name: str, queue: str, gpus: int, selector: dict[str, str]) -> dict[str, Any]:
+    body = pod_body(name, gpus, group=name.rsplit("-", 1)[0], labels={c.QUEUE_LABEL: queue, c.SKIP_PODGROUPER: "true"})
+    body["spec"]["nodeSelector"] = dict(selector)
+    return body
+
+
+def labelled_gang(kube: Kube, ns: str, name: str, queue: str, n: int, gpus: int, selector: dict[str, str]) -> list[str]:
+    """As :func:`gang`, with the queue label the webhook reads (and the podgrouper told to leave the pods alone)."""
+    kube.create(podgroups_path(ns), podgroup_body(name, n, queue))
+    for i in range(n):
+        kube.create(pods_path(ns), gated_pod(kube, ns, f"{name}-{i}", queue, gpus, selector))
+    return [f"{name}-{i}" for i in range(n)]
+
+
+def gates(kube: Kube, ns: str, name: str) -> list[str]:
+    return [g["name"] for g in kube.get(pods_path(ns, name))["spec"].get("schedulingGates") or []]
+
+
+def test_an_over_quota_gang_is_gated_buys_no_node_and_is_bound_on_existing_capacity_once_quota_frees(
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    karpenter: Karpenter,
+    gpu_nodes: Any,
+    run_scheduler: Any,
+    gating_podgrouper: Any,
+    priority_classes: Any,
+) -> None:
+    static = gpu_nodes(1, gpus=8, labels=dict(karpenter.labels))
+    dept = queues("dept", gpu_limit=8)
+    a = queues("a", parent="dept")
+    b = queues("b", parent="dept")  # opts in: its pods are created gated
+    ctl = queues("ctl", parent="dept")  # does not: the control, pending over quota as without gates
+    kube.merge_patch(queues_path(b), {"metadata": {"labels": {c.QUEUE_ADMISSION_GATING_LABEL: "true"}}})
+    assert dept
+    wait_until(
+        "the webhook to gate a new pod of the opted-in queue (a dry run)",
+        lambda: (
+            c.QUEUE_ADMISSION_GATE
+            in [
+                g["name"]
+                for g in kube.request(
+                    "POST",
+                    pods_path(namespace),
+                    query={"dryRun": "All"},
+                    body=gated_pod(kube, namespace, "probe-0", b, 1, karpenter.labels),
+                )["spec"].get("schedulingGates")
+                or []
+            ]
+        ),
+        60,
+        interval=0.5,
+    )
+    run_scheduler(node_selector=karpenter.labels, queue_admission_gating="queues")
+    created_before = karpenter.claims_created()
+
+    running = labelled_gang(kube, namespace, "run", a, 1, 8, karpenter.labels)
+    wait_until("queue a's gang to fill the static node", lambda: bound(kube, namespace, running) or None, 60)
+    assert gates(kube, namespace, running[0]) == []  # queue a does not gate
+
+    held = labelled_gang(kube, namespace, "held", b, 2, 4, karpenter.labels)
+    assert all(gates(kube, namespace, p) == [c.QUEUE_ADMISSION_GATE] for p in held)
+    control = labelled_gang(kube, namespace, "ctl", ctl, 1, 8, karpenter.labels)
+
+    cond = wait_until(
+        "the gated gang to say it is gated by its queue's quota",
+        lambda: (lambda cd: cd if cd and "gated: queue over quota" in cd.get("message", "") else None)(
+            condition(podgroup(kube, namespace, "held"), "Scheduled")
+        ),
+        60,
+    )
+    assert cond["reason"] == "OverLimit" and "limit" in cond["message"]
+    # The control gang (over quota too, but visible) makes Karpenter buy a node nobody may use; in the same
+    # provisioning the gated gang, pending since before, gets none.
+    wait_until(
+        "Karpenter to buy a node for the ungated over-quota gang",
+        lambda: karpenter.claims_created() - created_before >= 1,
+        BUY,
+        interval=0.5,
+    )
+    assert karpenter.claims_created() - created_before == 1
+    for p in held:
+        ps = condition(kube.get(pods_path(namespace, p)), "PodScheduled")
+        assert ps is not None and ps["reason"] == "SchedulingGated", ps
+    kube.delete(pods_path(namespace, control[0]), {"gracePeriodSeconds": 0})
+
+    kube.delete(pods_path(namespace, running[0]), {"gracePeriodSeconds": 0})  # queue a's work ends: quota frees
+    placed = wait_until(
+        "the gated gang to be ungated and bound",
+        lambda: (lambda bd: bd if len(bd) == 2 else None)(bound(kube, namespace, held)),
+        90,
+        interval=0.5,
+    )
+    assert set(placed.values()) <= {*static, *(n["metadata"]["name"] for n in karpenter.nodes())}
+    assert karpenter.claims_created() - created_before == 1  # nothing bought for it, before or after
+    for p in held:
+        pod = kube.get(pods_path(namespace, p))
+        assert c.QUEUE_ADMITTED in pod["metadata"]["annotations"]
