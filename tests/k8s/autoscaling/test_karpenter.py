@@ -56,6 +56,9 @@ def test_a_gang_no_node_fits_gets_nodes_from_karpenter_and_is_bound_there(
     assert len(set(placed.values())) == 2  # 8 GPUs each on 8-GPU nodes: one node per pod
     assert all(bought[n]["metadata"]["labels"][NODEPOOL_LABEL] == karpenter.name for n in placed.values())
     assert karpenter.claims_created() - created_before == 2
+    assert karpenter.component is not None
+    listening = karpenter.component.listening()
+    assert listening and {addr for addr, _ in listening} == {"127.0.0.1"}, listening  # the build's loopback patch
 
 
 @pytest.fixture
