@@ -225,12 +225,35 @@ class Karpenter:
 
     # --- teardown ---------------------------------------------------------------------------------------------
 
-    def release_nodes(self) -> None:
+    def set_gpu_limit(self, gpus: int) -> None:
+        """Change the NodePool's GPU limit (0: Karpenter buys nothing, as a cloud out of capacity would)."""
+        self.kube.merge_patch(f"{NODEPOOLS}/{self.name}", {"spec": {"limits": {GPU_RESOURCE: str(gpus)}}})
+
+    def release_nodes(self, timeout: float = 30.0) -> None:
         """Hand back every node bought (delete the NodeClaims: Karpenter drains and removes them), so the next test
-        starts from none without waiting for consolidation."""
+        starts from none without waiting for consolidation; what Karpenter has not removed within ``timeout`` (a
+        drain waiting on pods of a namespace not yet cleared) is removed directly. The pods on them go first (grace
+        0), as the test's namespace would take them: a drain would wait for each."""
+        for node in self._safe(self.nodes):
+            pods = self.kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node['metadata']['name']}")
+            for pod in pods.get("items") or []:
+                meta = pod["metadata"]
+                with contextlib.suppress(Exception):
+                    self.kube.delete(
+                        f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", {"gracePeriodSeconds": 0}
+                    )
         for claim in self._safe(self.node_claims):
             with contextlib.suppress(Exception):
                 self.kube.delete(f"{NODECLAIMS}/{claim['metadata']['name']}")
+        try:
+            wait_for("Karpenter to remove its nodes", lambda: not self.node_claims() and not self.nodes(), timeout, 0.5)
+        except ControlPlaneError:
+            self._remove(
+                [
+                    *((NODECLAIMS, o["metadata"]["name"]) for o in self._safe(self.node_claims)),
+                    *(("/api/v1/nodes", o["metadata"]["name"]) for o in self._safe(self.nodes)),
+                ]
+            )
 
     def stop(self) -> None:
         """Stop Karpenter, then remove what it made (NodePool, NodeClaims, nodes, node class) directly: the test
@@ -241,18 +264,23 @@ class Karpenter:
             self.component.stop()
             self.plane.components.pop("karpenter", None)
             self.component = None
-        leftovers = [
-            *((NODECLAIMS, o["metadata"]["name"]) for o in self._safe(self.node_claims)),
-            *(("/api/v1/nodes", o["metadata"]["name"]) for o in self._safe(self.nodes)),
-            (NODEPOOLS, self.name),
-            (NODECLASSES, self.name),
-        ]
-        for path, name in leftovers:  # Karpenter's finalizers have no one left to honour them
+        self._remove(
+            [
+                *((NODECLAIMS, o["metadata"]["name"]) for o in self._safe(self.node_claims)),
+                *(("/api/v1/nodes", o["metadata"]["name"]) for o in self._safe(self.nodes)),
+                (NODEPOOLS, self.name),
+                (NODECLASSES, self.name),
+            ]
+        )
+        self.kube.close()
+
+    def _remove(self, objects: list[tuple[str, str]]) -> None:
+        """Delete objects whose Karpenter finalizers no one will honour (Karpenter stopped or stuck)."""
+        for path, name in objects:
             with contextlib.suppress(Exception):
                 self.kube.merge_patch(f"{path}/{name}", {"metadata": {"finalizers": None}})
             with contextlib.suppress(Exception):
                 self.kube.delete(f"{path}/{name}")
-        self.kube.close()
 
     @staticmethod
     def _safe(fn: Any) -> list[dict[str, Any]]:

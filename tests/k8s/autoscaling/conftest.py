@@ -33,4 +33,5 @@ def karpenter(karpenter_module: Karpenter) -> Iterator[Karpenter]:
         interval=0.5,
     )
     yield karpenter_module
+    karpenter_module.set_gpu_limit(karpenter_module.gpu_limit)
     karpenter_module.release_nodes()

@@ -174,3 +174,62 @@ def test_an_over_quota_gang_is_gated_buys_no_node_and_is_bound_on_existing_capac
     for p in held:
         pod = kube.get(pods_path(namespace, p))
         assert c.QUEUE_ADMITTED in pod["metadata"]["annotations"]
+
+
+def test_an_ungated_gang_waiting_for_nodes_keeps_its_room_across_a_new_leader(
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    karpenter: Karpenter,
+    run_scheduler: Any,
+    gating_podgrouper: Any,
+    priority_classes: Any,
+) -> None:
+    """Between its ungating and its binding a gang has consumed no quota; the room it was admitted into is held by
+    the stamp on its pods, so a scheduler that replaces the leader meanwhile does not admit a second gang into it."""
+    team = queues("team", gpu_limit=16)
+    kube.merge_patch(queues_path(team), {"metadata": {"labels": {c.QUEUE_ADMISSION_GATING_LABEL: "true"}}})
+    wait_until(
+        "the webhook to gate a new pod of the opted-in queue (a dry run)",
+        lambda: (
+            c.QUEUE_ADMISSION_GATE
+            in [
+                g["name"]
+                for g in kube.request(
+                    "POST",
+                    pods_path(namespace),
+                    query={"dryRun": "All"},
+                    body=gated_pod(kube, namespace, "probe-0", team, 1, karpenter.labels),
+                )["spec"].get("schedulingGates")
+                or []
+            ]
+        ),
+        60,
+        interval=0.5,
+    )
+    karpenter.set_gpu_limit(0)  # no node can be bought yet: the first gang waits, ungated, with its room reserved
+    first = run_scheduler(node_selector=karpenter.labels, queue_admission_gating="queues")
+    created_before = karpenter.claims_created()
+    admitted = labelled_gang(kube, namespace, "first", team, 2, 8, karpenter.labels)
+    wait_until("the first gang to be ungated", lambda: all(not gates(kube, namespace, p) for p in admitted), 60)
+    first.stop()
+
+    run_scheduler(node_selector=karpenter.labels, queue_admission_gating="queues")  # the new leader
+    later = labelled_gang(kube, namespace, "later", team, 1, 8, karpenter.labels)
+    cond = wait_until(
+        "the later gang to be kept gated by the new leader",
+        lambda: (lambda cd: cd if cd and "gated: queue over quota" in cd.get("message", "") else None)(
+            condition(podgroup(kube, namespace, "later"), "Scheduled")
+        ),
+        60,
+    )
+    assert "allocated and reserved 16" in cond["message"] and not bound(kube, namespace, admitted)
+    karpenter.set_gpu_limit(64)
+    wait_until(
+        "the first gang to be bound on the nodes Karpenter bought",
+        lambda: (lambda b: b if len(b) == 2 else None)(bound(kube, namespace, admitted)),
+        BUY,
+        interval=0.5,
+    )
+    assert gates(kube, namespace, later[0]) == [c.QUEUE_ADMISSION_GATE]
+    assert karpenter.claims_created() - created_before == 2  # the first gang's nodes, none for the later one
