@@ -160,6 +160,7 @@ def _log_level(name: str) -> int:
 
 CLUSTER = "Cluster and leader election (both operators)"
 SERVING = "Metrics, health and logs (both operators)"
+GATING = "Queue-admission gate for node autoscalers (both operators)"
 PANELS = {
     "scheduling": "Scheduling",
     "reclaim": "Ray-aware reclaim and the autoscaler hook",
@@ -307,15 +308,16 @@ def _define(kind: str) -> None:
         ),
         queue_admission_gating: str = o(
             "off",
-            "KAI's queue-admission gate, so node autoscalers never buy nodes for pods quota will not admit: "
-            "'queues' gates new pods of Queues labelled kai.scheduler/queue-admission-gating=true, 'all' of every "
-            "queue; the scheduler ungates a gang once its queue's quota admits it (same value on both operators)",
-            metavar="off|queues|all",
+            "KAI's queue-admission gate (docs/autoscaling.md): pods of opted-in Queues (queues) or of every queue "
+            "(all) are created gated and ungated once quota admits their gang, so node autoscalers never buy nodes "
+            "for them; the same value on both operators",
+            panel=GATING,
+            metavar="MODE",
         ),
         reservation_ttl: str = o(
             "10m",
-            "how long a gang ungated by its queue's quota but still pending (e.g. waiting for a new node) holds "
-            "that room against the next gated gang",
+            "how long an ungated gang still pending holds its queue's room",
+            panel="scheduling",
             metavar="DURATION",
         ),
         default_priority: list[str] | None = o(
