@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import yaml
+
 from kai_ray import constants as c
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.podgroup import PodGroup, TopologyConstraint, leaf_min_member
@@ -239,6 +241,7 @@ def pod_from_api(pod: ApiPod, job_key: str, problems: list[str] | None = None) -
         quota_gated=[g.get("name") for g in pod.spec.scheduling_gates or []] == [c.QUEUE_ADMISSION_GATE],
         admitted_at=parse_time(meta.annotations.get(c.QUEUE_ADMITTED)),
         ready=pod_ready(pod),
+        bound_at=pod_bound_at(pod) if pod.spec.node_name else None,
     )
 
 
@@ -275,8 +278,9 @@ def job_from_podgroup(
                 problems.append(f"PodGroup {meta.name} annotations[{c.MAX_MEMBER}]: {raw_max!r} is not an integer")
     pclass = spec.priority_class_name or ""
     preempt = None
-    if spec.preemptibility in ("preemptible", "non-preemptible"):
+    if spec.preemptibility:
         preempt = s.Preemptibility(spec.preemptibility)
+    core = _subgroup_core(pg, problems)
     return s.Job(
         namespace=meta.namespace or "",
         name=meta.name or "",
@@ -285,6 +289,9 @@ def job_from_podgroup(
         priority=classes.get(pclass, c.DEFAULT_PRIORITY_VALUE),
         priority_class=pclass,
         preemptibility=preempt,
+        # kai-ray's Ray podgrouper writes the value it derived from the priority class when the Ray object has no
+        # preemptibility label: the queue's default preemptibility may replace it, an explicit setting never
+        preemptibility_derived=c.PREEMPTIBILITY_LABEL not in meta.labels and _ray_grouped(pg),
         min_member=spec.min_member if spec.min_member is not None else (0 if spec.min_sub_group is not None else 1),
         min_subgroup=spec.min_sub_group,
         subgroups=[
@@ -294,6 +301,7 @@ def job_from_podgroup(
                 min_subgroup=sg.min_sub_group,
                 parent=sg.parent,
                 max_member=sub_max.get(sg.name),
+                core=core.get(sg.name),
                 topology=_topology(sg.topology_constraint),
             )
             for sg in spec.sub_groups or []
@@ -308,6 +316,40 @@ def job_from_podgroup(
         pods=[pod_from_api(p, key, problems) for p in pods],
         raynative=raynative_facts(pg, problems),
     )
+
+
+RAY_KINDS = ("RayCluster", "RayJob", "RayService")
+
+
+def _ray_grouped(pg: PodGroup) -> bool:
+    """Whether kai-ray's Ray podgrouper made this PodGroup: its owner is a Ray object (by owner reference, or by the
+    top-owner annotation where the object has no uid, as in the simulator)."""
+    if pg.metadata.owner_references:
+        return _top_owner_kind(pg) in RAY_KINDS
+    raw = pg.metadata.annotations.get(c.TOP_OWNER_METADATA)
+    if not raw:
+        return False
+    try:
+        top = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return False
+    return isinstance(top, dict) and top.get("kind") in RAY_KINDS
+
+
+def _subgroup_core(pg: PodGroup, problems: list[str] | None) -> dict[str, int]:
+    """``kai-ray.io/subgroup-core``: per leaf subgroup, its non-preemptible pods when semi-preemptible."""
+    raw = pg.metadata.annotations.get(c.SUBGROUP_CORE)
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+        if isinstance(parsed, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in parsed.values()):
+            return {str(k): int(v) for k, v in parsed.items()}
+    except ValueError:
+        pass
+    if problems is not None:
+        problems.append(f"PodGroup {pg.metadata.name} annotations[{c.SUBGROUP_CORE}]: not a JSON map of integers")
+    return {}
 
 
 def _duration_annotation(pg: PodGroup, key: str, problems: list[str] | None) -> float | None:
@@ -385,6 +427,15 @@ def pod_ready(pod: ApiPod) -> bool | None:
     return None
 
 
+def pod_bound_at(pod: ApiPod) -> float | None:
+    """When the pod was bound: its ``PodScheduled`` condition's transition time (set by the API server's binding)."""
+    extra = (pod.status.model_extra or {}) if pod.status is not None else {}
+    for cond in extra.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            return parse_time(cond.get("lastTransitionTime"))
+    return None
+
+
 def _top_owner_kind(pg: PodGroup) -> str:
     refs = pg.metadata.owner_references or []
     return refs[0].kind if refs else ""
@@ -417,7 +468,15 @@ def queue_from_api(q: ApiQueue) -> s.Queue:
         reclaim_min_runtime=parse_duration(q.spec.reclaim_min_runtime, go=True),
         created_at=parse_time(q.metadata.creation_timestamp) or 0.0,
         uid=q.metadata.uid or q.name,
+        default_preemptibility=queue_default_preemptibility(q),
     )
+
+
+def queue_default_preemptibility(q: ApiQueue) -> s.Preemptibility | None:
+    """The queue's ``kai-ray.io/default-preemptibility`` (None when absent or not a known value: ``Queue.validate_spec``
+    reports that one)."""
+    raw = q.metadata.annotations.get(c.DEFAULT_PREEMPTIBILITY)
+    return s.Preemptibility(raw) if raw in c.PREEMPTIBILITY_VALUES else None
 
 
 def node_from_api(node: dict[str, Any], problems: list[str] | None = None) -> s.Node:

@@ -11,6 +11,8 @@ DEFAULT_NODE_POOL = "default"  # KAI's default SchedulingShard: what carries no 
 PRIORITY_LABEL = "priorityClassName"
 RAY_PRIORITY_LABEL = "ray.io/priority-class-name"
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
+# KAI's values of spec.preemptibility and of that label; semi-preemptible is KAI's third mode (docs/semi-preemptible.md)
+PREEMPTIBILITY_VALUES = ("preemptible", "non-preemptible", "semi-preemptible")
 PODGROUP_ANNOTATION = "pod-group-name"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
@@ -41,6 +43,11 @@ SUBGROUP_NAMES = "kai-ray.io/subgroup-names"
 # JSON {subgroup: {Ray resource: amount}}: what each pod tells Ray beyond CPU/GPU/memory (TPU, custom resources)
 RAY_RESOURCES = "kai-ray.io/ray-resources"
 SUBMITTER_SUBGROUP = "submitter"
+# JSON {subgroup: pods}: a leaf's non-preemptible core when the gang is semi-preemptible, where it is not the leaf's
+# minMember (the RayJob submitter: minMember 0, as it starts after the cluster, yet part of the core)
+SUBGROUP_CORE = "kai-ray.io/subgroup-core"
+# on a Queue: the preemptibility of its jobs that set none themselves (one of PREEMPTIBILITY_VALUES)
+DEFAULT_PREEMPTIBILITY = "kai-ray.io/default-preemptibility"
 # Why the gang cannot be scheduled, written by the podgrouper on the PodGroup (the scheduler reports it as a condition)
 INVALID = "kai-ray.io/invalid"
 # Ray-native scheduling (docs/ray-native.md). On the Ray object (copied to its PodGroup by the podgrouper):

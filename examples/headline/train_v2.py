@@ -9,7 +9,8 @@ that Ray Train does the restarting and kai-ray only has to tell it what is comin
 - **The preemption notice**: kai-ray drains a Ray node with reason ``PREEMPTION`` and a deadline before it takes the
   pod. Each step asks ``ray.train.get_preemption_info()``; on a notice the workers write a just-in-time checkpoint and
   then make no more steps (a step made after it would be thrown away), until Ray Train restarts the run without the
-  preempted node at the deadline, from that checkpoint: no step is lost.
+  preempted node at the deadline, from that checkpoint: no step is lost. Rank 0 waits (until the deadline at most)
+  for Ray Train's controller to commit that checkpoint, so a run killed at the deadline resumes from it too.
 - **Suspend/resume**: periodic checkpoints (every ``--checkpoint-every`` steps) go to ``--storage`` (a volume that
   outlives the pods) through ``ray.train.report``; a new run of this script resumes from the latest one.
 
@@ -35,7 +36,7 @@ import numpy as np
 import ray
 import ray.train
 import ray.train.collective
-from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import Checkpoint, CheckpointConfig, CheckpointConsistencyMode, FailureConfig, RunConfig, ScalingConfig
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 FEATURES = 16
@@ -95,6 +96,20 @@ def _save(step: int, w: np.ndarray, metrics: dict[str, Any]) -> None:
         ray.train.report(metrics)
 
 
+def _committed(step: int, deadline_ms: int | None) -> bool:
+    """Wait, at most until the preemption deadline, for Ray Train's controller to commit the just-in-time checkpoint.
+
+    ``report`` returns once the checkpoint is uploaded; the controller registers it a moment later. A run that dies in
+    between (a suspend kills the driver at the deadline) resumes from the checkpoint before it, so the notice is only
+    used in full when the commit lands first; the progress file says whether it did.
+    """
+    timeout = 30.0 if deadline_ms is None else max(1.0, deadline_ms / 1000 - time.time())
+    reported = ray.train.get_all_reported_checkpoints(
+        consistency_mode=CheckpointConsistencyMode.COMMITTED, timeout_s=timeout
+    )
+    return any(c.metrics.get("jit") and c.metrics.get("step") == step for c in reported)
+
+
 def train_loop(config: dict[str, Any]) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -130,12 +145,14 @@ def train_loop(config: dict[str, Any]) -> None:
                 noticed = True
                 _save(step, w, {"step": step, "jit": True})
                 if rank == 0:
+                    committed = _committed(step, info.deadline_ms)
                     state = _progress(storage, {})
                     _progress(
                         storage,
                         {
                             "notices": state["notices"] + 1,
                             "jit_checkpoints": state["jit_checkpoints"] + 1,
+                            "jit_committed": committed,
                             "notice_at_step": step,
                             "notice_deadline_ms": info.deadline_ms,
                         },

@@ -37,7 +37,7 @@ class PodGroupSpec(KubeModel):
     sub_groups: list[SubGroup] | None = None
     queue: str | None = None
     priority_class_name: str | None = None
-    preemptibility: Literal["preemptible", "non-preemptible", ""] | None = None
+    preemptibility: Literal["preemptible", "non-preemptible", "semi-preemptible", ""] | None = None
     topology_constraint: TopologyConstraint | None = None
     mark_unschedulable: bool | None = None
     scheduling_backoff: int | None = None

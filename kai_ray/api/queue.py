@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from kai_ray import constants as c
 from kai_ray.api.errors import FieldError
 from kai_ray.api.meta import Condition, KubeModel, ObjectMeta
 
@@ -77,6 +78,12 @@ class Queue(KubeModel):
                 errors.append(FieldError(f"spec.resources.{res}.overQuotaWeight", f"{r.over_quota_weight} is negative"))
             if r.limit >= 0 and r.quota > r.limit:
                 errors.append(FieldError(f"spec.resources.{res}.quota", f"quota {r.quota} exceeds limit {r.limit}"))
+        default = self.metadata.annotations.get(c.DEFAULT_PREEMPTIBILITY)
+        if default is not None and default not in c.PREEMPTIBILITY_VALUES:
+            allowed = ", ".join(repr(v) for v in c.PREEMPTIBILITY_VALUES)
+            errors.append(
+                FieldError(f"metadata.annotations[{c.DEFAULT_PREEMPTIBILITY}]", f"{default!r} is not one of {allowed}")
+            )
         if self.spec.parent_queue is not None and self.spec.parent_queue == self.metadata.name:
             errors.append(FieldError("spec.parentQueue", "a queue cannot be its own parent"))
         return errors

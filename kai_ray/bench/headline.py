@@ -25,7 +25,7 @@ from kai_ray.bench.e2e import install_defaults
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
-from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.operator import build_scheduler
 from kai_ray.testing.testbed import queue_body
 
 PROGRESS = "progress.json"
@@ -220,7 +220,7 @@ class Story:
             common.update(eviction_mode="delete", elastic_reclaim=False, suspend_kinds=(), drain_deadline=0.0)
         self.operators = [
             PodgrouperOperator(OperatorConfig(**common)).start(),
-            SchedulerOperator(OperatorConfig(**common)).start(),
+            build_scheduler(OperatorConfig(**common)).start(),
         ]
         plane.start_kuberay_operator(batch_scheduler=None, watch_namespace=ns, extra_args=["--use-kubernetes-proxy"])
         if filler > 0:  # the rest of the node's GPUs, held by another team within its quota

@@ -31,7 +31,7 @@ from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, que
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping import admission
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
-from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.operator import build_scheduler
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane, free_port, our_crd_dir, wait_for
 from kai_ray.testing.controlplane.karpenter import Karpenter
 from kai_ray.testing.testbed import queue_body
@@ -141,9 +141,7 @@ def run_day(plane: ControlPlane, karpenter: Karpenter, mode: str, hour: float) -
             webhook_url=f"https://127.0.0.1:{port}{admission.GATE_PATH}",
         )
     ).start()
-    scheduler = SchedulerOperator(
-        _config(plane, ns, node_selector=karpenter.labels, queue_admission_gating=mode)
-    ).start()
+    scheduler = build_scheduler(_config(plane, ns, node_selector=karpenter.labels, queue_admission_gating=mode)).start()
     result = Run(mode, hour)
     try:
         wait_for("the operators to lead", lambda: grouper.is_leader() and scheduler.is_leader(), 60)

@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from kai_ray.cli_error import CliError
+
 app = typer.Typer(
     name="kai-ray",
     help="KAI Scheduler semantics for Ray on Kubernetes.",
@@ -20,14 +22,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-class CliError(Exception):
-    """An expected failure: printed as one line, exit code 2 (or ``code``)."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def warn(message: str) -> None:

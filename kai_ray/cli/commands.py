@@ -1,21 +1,24 @@
-"""Imports each command module so it registers itself on the app. One line per module.
+"""Imports each command module so it registers itself on the app. One line per module; the benchmark commands,
+which do not import the CLI, are added here.
 
 The benchmark commands (``kai-ray bench ...``, ``kai-ray sweep``) live in :mod:`kai_ray.bench.cli`, which the
 runtime wheel does not carry; without it, ``bench`` and ``sweep`` say in one line how to get them.
 """
 
-from kai_ray.cli import output  # noqa: F401, I001  (help: no value placeholder on flags)
+from kai_ray.cli import app, output  # noqa: F401, I001  (help: no value placeholder on flags)
 from kai_ray.cli import podgroup  # noqa: F401
 from kai_ray.cli import simulate  # noqa: F401
 from kai_ray.cli import demo  # noqa: F401
 from kai_ray.cli import operator  # noqa: F401
 from kai_ray.cli import explain  # noqa: F401
 from kai_ray.cli import views  # noqa: F401
-from kai_ray.cli import fragmentation  # noqa: F401
 
 try:
-    from kai_ray.bench import cli as bench_cli  # noqa: F401  (the CLI's lazy bench entry)
+    from kai_ray.bench import cli as bench_cli  # the CLI's lazy bench entry
 except ModuleNotFoundError as exc:
     if exc.name not in ("kai_ray.bench", "kai_ray.testing"):
         raise
     from kai_ray.cli import nobench  # noqa: F401
+else:
+    app.add_typer(bench_cli.bench, name="bench")
+    app.command("sweep")(bench_cli.sweep)

@@ -122,8 +122,8 @@ def demo_cmd(
     """Training fills the cluster, serving preempts it, another team reclaims its quota: kai-ray vs KAI vs no gangs."""
     from kai_ray.cli.simulate import PACKAGED, load_scenario_or_fail, require_plots_or_fail
     from kai_ray.sim.compare import row, run_policies
-    from kai_ray.sim.narrative import closing, tell
     from kai_ray.sim.report import PlotsUnavailable
+    from kai_ray.sim.story import closing, tell
 
     if no_report and report is not None:
         raise CliError("--no-report: not together with --report")

@@ -37,7 +37,7 @@ def explain_cmd(
 ) -> None:
     """Explain a pod's or PodGroup's scheduling state from the cluster: pending reason, placement, preemptions."""
     output = output_format(output, ("text", "json"))
-    from kai_ray.cli.cluster import api_problem, connect
+    from kai_ray.cli.connection import api_problem, connect
     from kai_ray.k8s.base.rest import ApiError
     from kai_ray.k8s.scheduling.explain import ExplainError, explain_data, render
 

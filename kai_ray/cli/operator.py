@@ -393,7 +393,7 @@ def _define(kind: str) -> None:
         opts = dict(locals())
         level = _log_level(log_level)
         config = build_config(**{**opts, "kind": kind})
-        from kai_ray.cli.cluster import connect
+        from kai_ray.cli.connection import connect
         from kai_ray.k8s.kopf_app import run
 
         connect(config.kubeconfig, config.context, pool_size=1).close()

@@ -27,7 +27,7 @@ from kai_ray.cli import CliError, StrictOpt, app, note, output_format, warn_or_f
 from kai_ray.cli.output import dump_yaml_all
 from kai_ray.constants import INVALID, RAY_KINDS
 from kai_ray.podgrouper import GroupingError, PodgrouperConfig, group, ray_resource_warnings
-from kai_ray.podgrouper.explain import explain
+from kai_ray.podgrouper.gang_findings import explain
 
 
 def read_source(path: str) -> tuple[str, str]:

@@ -11,17 +11,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kai_ray.cli import CliError, StrictOpt, app, note, output, warn_or_fail
-from kai_ray.cli.fragmentation import simulate_inflation
-from kai_ray.sim.engine import EngineOptions, SimResult
+from kai_ray.sim.engine import SimResult
 from kai_ray.sim.inflation import InflationError, check_placement
 from kai_ray.sim.scenario import Scenario, ScenarioError, load_scenario
-from kai_ray.sim.trace import TraceError
-
-TRACE_FORMATS = ("alibaba-v2023",)
-
+from kai_ray.sim.trace import TRACE_FORMATS, TraceError, replay_trace
 
 PACKAGED = "demo"  # the scenario shipped in the wheel (kai_ray/sim/demo/), by name: no path to know after pip install
 SCENARIO_HELP = f"a scenario YAML file, or {PACKAGED!r} for the packaged demo scenario"
@@ -92,68 +87,42 @@ def _emit(doc: dict[str, Any], as_json: bool, console: Console, trace: bool) -> 
             console.print(f"[dim]skipped {n} pods: {why}[/dim]")
     print_metrics(doc, console)
     if "usage" in doc:
-        from kai_ray.sim.usage import print_usage
+        from kai_ray.sim.fair_share_usage import print_usage
 
         print_usage(doc["usage"], console)
     for err in doc["errors"][:10]:
         console.print(f"[red]simulator rejected a decision:[/red] {err}")
 
 
-def run_trace(
-    fmt: str,
-    nodes_csv: str | None,
-    pods_csv: str | None,
+def simulate_inflation(
+    nodes: str | None,
+    pods: str | None,
+    factor: float,
+    seed: int,
     placement: str | None,
-    limit: int | None,
-    period: float,
-    progress: bool,
-) -> tuple[SimResult, dict[str, Any]]:
-    from kai_ray.scheduler.snapshot import SchedulerConfig
-    from kai_ray.sim.trace import build_trace_engine, read_nodes, read_pods
+    actions: str | None,
+    batch: float,
+    as_json: bool,
+    report: str | None,
+) -> None:
+    """``kai-ray simulate --trace alibaba-v2023 --inflate F``: the given files, one seed, one or more policies, in
+    this process (``bench fragmentation`` and ``sweep`` run the shared files the same way)."""
+    from kai_ray.sim.inflation.plan import make_plan
+    from kai_ray.sim.inflation.sweep import combined
+    from kai_ray.sim.inflation.terminal import finish, run_here
 
-    if fmt not in TRACE_FORMATS:
-        raise CliError(f"--trace: {fmt!r} is not a known trace format ({', '.join(TRACE_FORMATS)})")
-    if not nodes_csv:
+    if not nodes:
         raise CliError("--nodes: required with --trace (the node list CSV: sn, cpu_milli, memory_mib, gpu, model)")
-    if not pods_csv:
+    if not pods:
         raise CliError("--pods: required with --trace (the pod list CSV)")
-    if limit is not None and limit < 1:
-        raise CliError(f"--limit: must be at least 1, got {limit}")
-    if period <= 0:
-        raise CliError(f"--period: must be positive, got {period}")
     try:
-        nodes = read_nodes(nodes_csv)
-        pods, skipped = read_pods(pods_csv, limit)
-    except TraceError as exc:
+        plan = make_plan(nodes, pods, placement or "binpack", (seed,), factor, actions, batch)
+        t0 = time.process_time()
+        runs = run_here(plan, show=sys.stderr.isatty() or not as_json)
+        doc = combined(plan, runs, {"cpu_seconds": round(time.process_time() - t0, 3)})
+        finish(doc, as_json, report, output.console(130))
+    except (TraceError, InflationError) as exc:
         raise CliError(str(exc)) from None
-    config = SchedulerConfig()
-    if placement:
-        config.placement_gpu = config.placement_cpu = placement
-    engine = build_trace_engine(nodes, pods, config, EngineOptions(schedule_period=period, restart_cost=0.0))
-    if progress:
-        with Progress(
-            TextColumn("[bold]replaying[/bold]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("pods done"),
-            TextColumn("[dim]sim t={task.fields[t]}[/dim]"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=False,
-        ) as bar:
-            task = bar.add_task("replay", total=len(pods), t="0")
-
-            def tick(t: float, done: int, total: int) -> None:
-                if done % 25 == 0 or done == total:
-                    bar.update(task, completed=done, t=f"{t / 3600:.1f}h")
-
-            engine.progress = tick
-            res = engine.run()
-            bar.update(task, completed=sum(1 for w in res.workloads if w.completed_at is not None))
-    else:
-        res = engine.run()
-    extra = {"trace": {"format": fmt, "nodes": nodes_csv, "pods": pods_csv, "skipped": skipped}}
-    return res, extra
 
 
 @app.command("simulate")
@@ -194,9 +163,9 @@ def simulate_cmd(
     strict: StrictOpt = False,
 ) -> None:
     """Simulate a scenario (or replay a trace) with the real podgrouper and scheduler core, no cluster needed."""
-    from kai_ray.sim.metrics import result_document
     from kai_ray.sim.policy import POLICIES
     from kai_ray.sim.run import simulate
+    from kai_ray.sim.run_metrics import result_document
 
     if policy not in POLICIES:
         raise CliError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
@@ -224,9 +193,12 @@ def simulate_cmd(
         if policy != "kai-ray":
             raise CliError("--policy: only for scenarios (a trace replays single-pod gangs)")
         t0 = time.perf_counter()
-        res, extra = run_trace(
-            trace, nodes, pods, placement, limit, period, progress=sys.stderr.isatty() or not as_json
-        )
+        try:
+            res, extra = replay_trace(
+                trace, nodes, pods, placement, limit, period, progress=sys.stderr.isatty() or not as_json
+            )
+        except TraceError as exc:
+            raise CliError(str(exc)) from None
         extra["trace"]["replay_seconds"] = round(time.perf_counter() - t0, 3)
         source = f"{trace}:{pods}"
         title = f"trace replay ({trace})"

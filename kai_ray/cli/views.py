@@ -3,7 +3,7 @@
 Both read the same two things: what exists now (a snapshot) and what the last scheduling cycle said (fair share,
 allocated, requested; why each workload waits). Against a cluster they come from one list of each kind and the status
 the scheduler wrote (:mod:`kai_ray.k8s.scheduling.visibility`); against a scenario, from the simulator at ``--at``
-(:mod:`kai_ray.sim.visibility`). Rows are built by :mod:`kai_ray.scheduler.visibility`; this module only renders.
+(:mod:`kai_ray.sim.scenario_view`). Rows are built by :mod:`kai_ray.scheduler.visibility`; this module only renders.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _load(
     if at is None:
         raise CliError(f"--at: required with --scenario (the simulated time to look at, {EXAMPLES})")
     from kai_ray.cli.simulate import load_scenario_or_fail
-    from kai_ray.sim.visibility import scenario_view
+    from kai_ray.sim.scenario_view import scenario_view
 
     try:
         when = flag(at)
@@ -100,7 +100,7 @@ def _load(
 
 
 def _cluster(kubeconfig: str | None, context: str | None, scheduler: str, node_pool: str = "") -> Source:
-    from kai_ray.cli.cluster import api_problem, connect
+    from kai_ray.cli.connection import api_problem, connect
     from kai_ray.k8s.base.rest import ApiError
     from kai_ray.k8s.config import ConfigError
     from kai_ray.k8s.scheduling.visibility import cluster_view

@@ -4,15 +4,20 @@
   pool), ``informer`` (list-then-watch caches), ``workqueue``, ``leader`` (Lease election), ``events``
   (de-duplicated core/v1 Events), ``metrics``, ``isolate`` (per-object guards), ``pruning``, ``rbac``, ``slim``
   (pods kept as both operators read them).
-- ``podgrouping``: the podgrouper operator (``operator``: pods and Ray CRs -> PodGroups, pod stamps); its pure rules
-  (owners followed, the ownerless-pod grouper, the PodGroup merge rules) are
+- ``podgrouping``: the podgrouper operator (``operator`` wires owner chains, Ray and pod reconciles, deferred
+  stamps, orphan adoption, the PodGroup writer and the admission webhook: pods and Ray CRs -> PodGroups, pod stamps);
+  its pure rules (owners followed, the ownerless-pod grouper, the PodGroup merge rules) are
   :mod:`kai_ray.podgrouper.defaultgrouper`.
-- ``scheduling``: the scheduler/binder operator — ``cache`` (watches -> snapshot, assume/sent/forget), ``operator``
-  (wiring and leadership, the cycle loop), ``dispatch`` (bindings and evictions), ``reporting`` (PodGroup/Queue
-  status, Events, metrics), ``status``, ``resume`` (suspended gangs weighed
-  against the snapshot and resumed), ``visibility`` and ``explain`` (the CLI's read-only views).
-- ``ray``: Ray-aware reclaim — ``elastic`` (API calls and the eviction interceptor), ``rayplan`` (pure patch plans),
-  ``raygcs`` (draining Ray nodes); and ``headroom_publisher`` (what Ray's autoscaler may still ask for).
+- ``scheduling``: the scheduler/binder operator — ``entries`` (watched objects read once), ``cache`` (watches ->
+  snapshot, assume/sent/forget), ``assembly`` (builds a replica's parts), ``operator`` (leadership, the cycle loop),
+  ``dispatch`` (bindings, evictions, max-pending actions) with ``rayvictims`` (victim records for the Ray path) and
+  ``maxpending``, ``reporting`` (PodGroup/Queue status, Events, metrics), ``cyclemetrics``, ``status``, ``resume``
+  (suspended gangs weighed against the snapshot and resumed), ``visibility`` and ``explain`` (the CLI's read-only
+  views).
+- ``ray``: Ray-aware reclaim — ``victims`` (victim records in, typed outcomes out), ``reclaim`` (the Ray path of the
+  scheduler's victims), ``elastic`` (the API calls: shrink, suspend, resume), ``rayplan`` (pure patch plans),
+  ``raygcs`` and ``drainfirst`` (draining Ray nodes); and ``headroom_publisher`` (what Ray's autoscaler may still ask
+  for).
 - ``kopf_app``: kopf as the operators' runtime; ``config``: their settings; ``usagedb``: time-based fair share's
   usage sources (KAI's usageDBConfig: none, internal, Prometheus).
 

@@ -28,9 +28,9 @@ KINDS = ("podgrouper", "scheduler")
 
 def make_engine(kind: str, config: OperatorConfig) -> Any:
     if kind == "scheduler":
-        from kai_ray.k8s.scheduling.operator import SchedulerOperator
+        from kai_ray.k8s.scheduling.operator import build_scheduler
 
-        return SchedulerOperator(config)
+        return build_scheduler(config)
     if kind == "podgrouper":
         from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 

@@ -1,6 +1,5 @@
 """Ray CR -> gang PodGroup. Pure functions; no API calls."""
 
-from kai_ray.podgrouper.config import PodgrouperConfig
 from kai_ray.podgrouper.grouper import (
     GroupingError,
     effective_cluster_spec,
@@ -11,6 +10,7 @@ from kai_ray.podgrouper.grouper import (
     ray_resource_warnings,
     suspend_blocker,
 )
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 from kai_ray.podgrouper.pods import PodTemplate, cluster_name, expand_pods, pod_templates
 from kai_ray.podgrouper.stamping import SUBMITTER_JOB, PodStamp, is_submitter, stamp, subgroup_for_pod
 

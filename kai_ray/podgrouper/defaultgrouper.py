@@ -23,12 +23,11 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec
-from kai_ray.podgrouper.config import PodgrouperConfig
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
+from kai_ray.podgrouper.queue_rule import POOL_LABEL, resolve_queue
 
-NODE_POOL_LABEL = "runai/node-pool"
 SKIP_MARKED_BY = "kai-ray.io/skip-podgrouper-by"  # annotation: who wrote kai.scheduler/skip-podgrouper
 SKIP_MARKER = "kai-ray-podgrouper"
-PROJECT_LABEL = "project"
 DEFAULT_POD_PRIORITY = "train"
 # Owners that are not Ray objects but may sit between a pod and a Ray top owner (the RayJob submitter's Job).
 GENERIC_OWNERS = {
@@ -90,12 +89,6 @@ def has_skip_marks(meta: dict[str, Any]) -> bool:
     return all(annotations.get(k) == v for k, v in skip_marks().items())
 
 
-def pod_queue(pod: Pod, config: PodgrouperConfig) -> str:
-    """KAI's CalcPodGroupQueue for an ownerless pod: queue label, then ``project`` label, then the default queue."""
-    labels = pod.metadata.labels
-    return labels.get(config.queue_label_key) or labels.get(PROJECT_LABEL) or config.default_queue
-
-
 def pod_priority(pod: Pod) -> str:
     return pod.metadata.labels.get(c.PRIORITY_LABEL) or pod.spec.priority_class_name or DEFAULT_POD_PRIORITY
 
@@ -127,9 +120,9 @@ def single_pod_group(pod: Pod, config: PodgrouperConfig) -> PodGroup:
         ),
         spec=PodGroupSpec(
             min_member=1,
-            queue=pod_queue(pod, config),
+            queue=resolve_queue(pod.metadata, pod, config),
             priority_class_name=pod_priority(pod),
-            preemptibility=preemptibility if preemptibility in ("preemptible", "non-preemptible") else None,
+            preemptibility=preemptibility if preemptibility in c.PREEMPTIBILITY_VALUES else None,
             preemption_delay=meta.annotations.get(c.PREEMPTION_DELAY),
             staleness_grace_period=meta.annotations.get(c.STALENESS_GRACE),
         ),
@@ -152,7 +145,7 @@ def merge_existing(existing: PodGroup, desired: PodGroup, config: PodgrouperConf
         spec.topology_constraint = old.topology_constraint
     if not old.sub_groups and spec.sub_groups:
         spec.sub_groups = None  # back-compat: a group created without subgroups never gets any
-    for key in (config.queue_label_key, NODE_POOL_LABEL, c.NODE_POOL_LABEL):
+    for key in (config.queue_label_key, POOL_LABEL, c.NODE_POOL_LABEL):
         if key in existing.metadata.labels:
             out.metadata.labels[key] = existing.metadata.labels[key]
     return out

@@ -27,8 +27,9 @@ from kai_ray.api.meta import ObjectMeta, OwnerReference, Pod, PodTemplateSpec
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, SubGroup, TopologyConstraint
 from kai_ray.api.ray import MAX_INT32, RayCluster, RayClusterSpec, RayJob, RayObject
 from kai_ray.api.strict import container_resource_problems, fraction_problem
-from kai_ray.podgrouper.config import PodgrouperConfig
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 from kai_ray.podgrouper.naming import subgroup_name
+from kai_ray.podgrouper.queue_rule import resolve_queue
 from kai_ray.podgrouper.rayresources import RayResourceError, accelerator_mismatches, ray_resources
 
 
@@ -194,10 +195,6 @@ def _first_label(key: str, *metas: ObjectMeta | None) -> str | None:
     return None
 
 
-def resolve_queue(owner: ObjectMeta, pod: Pod | None, config: PodgrouperConfig) -> str:
-    return _first_label(config.queue_label_key, owner, pod.metadata if pod else None) or config.default_queue
-
-
 def resolve_priority(obj: RayObject, spec: RayClusterSpec, pod: Pod | None, config: PodgrouperConfig) -> str:
     """ray.io/priority-class-name on the top owner, then the priorityClassName label (owner, then pod), then the
     pod's spec.priorityClassName (or the head template's), then the per-kind default."""
@@ -238,16 +235,25 @@ def resolve_preemptibility(
         return "non-preemptible"  # it cannot be preempted without failing it (the podgrouper says so in an Event)
     label = _first_label(c.PREEMPTIBILITY_LABEL, obj.metadata, pod.metadata if pod else None)
     if label is not None:
-        if label not in ("preemptible", "non-preemptible"):
+        if label not in c.PREEMPTIBILITY_VALUES:
+            allowed = ", ".join(repr(v) for v in c.PREEMPTIBILITY_VALUES)
             raise GroupingError(
-                f"{obj.kind} {obj.metadata.name}: metadata.labels[{c.PREEMPTIBILITY_LABEL}]: {label!r} is not "
-                "'preemptible' or 'non-preemptible'"
+                f"{obj.kind} {obj.metadata.name}: metadata.labels[{c.PREEMPTIBILITY_LABEL}]: {label!r} is not one "
+                f"of {allowed}"
             )
         return label
     value = config.priority_classes.get(priority_class)
     if value is None:
         return None  # unknown class: the scheduler derives it from the class value it sees
     return "preemptible" if value < c.PREEMPTIBLE_BELOW else "non-preemptible"
+
+
+def _preemptibility_set(obj: RayObject, pod: Pod | None) -> bool:
+    """Whether the preemptibility is the object's own (its or its pod's label) or forced (a RayJob kai-ray cannot
+    suspend), not derived from the priority class."""
+    if _first_label(c.PREEMPTIBILITY_LABEL, obj.metadata, pod.metadata if pod else None) is not None:
+        return True
+    return isinstance(obj, RayJob) and suspend_blocker(obj.kind, obj.metadata.name, obj.spec.to_dict()) is not None
 
 
 def topology_from(annotations: dict[str, str], where: str) -> TopologyConstraint | None:
@@ -326,9 +332,22 @@ def group(
         subgroup_max[c.SUBMITTER_SUBGROUP] = 1
 
     priority = resolve_priority(obj, spec, pod, config)
+    preemptibility = resolve_preemptibility(obj, pod, priority, config)
+    labels = dict(obj.metadata.labels)
+    if preemptibility and _preemptibility_set(obj, pod):
+        # explicit on the PodGroup too: the scheduler lets a queue's default replace only a derived value
+        labels[c.PREEMPTIBILITY_LABEL] = preemptibility
     annotations = dict(obj.metadata.annotations)
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    for key in (c.INVALID, c.MAX_MEMBER, c.SUBGROUP_MAX, c.SUBGROUP_NAMES, c.MAX_PENDING_ACTED, c.RAY_RESOURCES):
+    for key in (
+        c.INVALID,
+        c.MAX_MEMBER,
+        c.SUBGROUP_MAX,
+        c.SUBGROUP_NAMES,
+        c.MAX_PENDING_ACTED,
+        c.RAY_RESOURCES,
+        c.SUBGROUP_CORE,
+    ):
         annotations.pop(key, None)  # ours to write, whatever the Ray object says
     annotations[c.TOP_OWNER_METADATA] = yaml.safe_dump(
         {
@@ -342,6 +361,8 @@ def group(
     )
     annotations[c.MAX_MEMBER] = str(max_member)
     annotations[c.SUBGROUP_MAX] = json.dumps(subgroup_max, sort_keys=True)
+    if submitter:  # the submitter is core when semi-preemptible (its minMember is 0: it starts after the cluster)
+        annotations[c.SUBGROUP_CORE] = json.dumps({c.SUBMITTER_SUBGROUP: 1}, sort_keys=True)
     if desired_pods > limit:
         annotations[c.INVALID] = gang_too_large(obj, spec, desired_pods, limit)
     renamed = {p.group_name: p.subgroup for p in plans if p.group_name != p.subgroup}
@@ -360,7 +381,7 @@ def group(
         metadata=ObjectMeta(
             name=podgroup_name(obj),
             namespace=obj.metadata.namespace,
-            labels=dict(obj.metadata.labels),
+            labels=labels,
             annotations=annotations,
             owner_references=_owner_ref(obj),
         ),
@@ -369,7 +390,7 @@ def group(
             sub_groups=subgroups,
             queue=resolve_queue(obj.metadata, pod, config),
             priority_class_name=priority,
-            preemptibility=resolve_preemptibility(obj, pod, priority, config),
+            preemptibility=preemptibility,
             topology_constraint=topology_from(obj.metadata.annotations, owner_where),
             preemption_delay=obj.metadata.annotations.get(c.PREEMPTION_DELAY),
             staleness_grace_period=obj.metadata.annotations.get(c.STALENESS_GRACE),

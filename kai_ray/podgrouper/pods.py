@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from kai_ray import constants as c
 from kai_ray.api.meta import Container, ObjectMeta, OwnerReference, Pod, PodSpec, PodTemplateSpec, ResourceRequirements
 from kai_ray.api.ray import RayCluster, RayJob, RayObject
-from kai_ray.podgrouper.config import PodgrouperConfig
-from kai_ray.podgrouper.grouper import GroupingError, effective_cluster_spec, gang_too_large, resolve_queue
+from kai_ray.podgrouper.grouper import GroupingError, effective_cluster_spec, gang_too_large
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
+from kai_ray.podgrouper.queue_rule import resolve_queue
 
 SUBMITTER_RESOURCES = ResourceRequirements(
     requests={"cpu": "500m", "memory": "200Mi"}, limits={"cpu": "1", "memory": "1Gi"}

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from kai_ray import constants as c
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.ray import RayCluster, RayService
-from kai_ray.podgrouper.config import PodgrouperConfig
 from kai_ray.podgrouper.grouper import group, podgroup_name
+from kai_ray.podgrouper.grouper_config import PodgrouperConfig
 
 
 def cluster_podgroup_name(service: RayService, cluster_name: str) -> str:

@@ -33,7 +33,8 @@ def allocate_action(ses: Session) -> None:
         job = nxt
         job.touched = True
         shape = gang_shape(ses, job, tasks_to_allocate(ses, job))
-        rep = failed.get(shape) or failed.get((job.queue, job.preemptible, shape))
+        quota_key = (job.queue, job.preemptible, shape) if not job.semi else (job.idx, shape)  # a core: per job
+        rep = failed.get(shape) or failed.get(quota_key)
         if rep is not None and rep.fail_reason is not None:
             job.fail(rep.fail_reason, f"{rep.fail_message} (as for {rep.key}, same shape)", dict(rep.fail_details))
             continue
@@ -49,5 +50,5 @@ def allocate_action(ses: Session) -> None:
             if job.fail_reason in FIT_REASONS:
                 failed[shape] = job
             elif job.fail_reason is not None:
-                failed[(job.queue, job.preemptible, shape)] = job
+                failed[quota_key] = job
     ses.stats["allocate_attempts"] = ses.stats.get("allocate_attempts", 0) + attempts

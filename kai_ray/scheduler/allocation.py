@@ -1,7 +1,8 @@
 """Placing a gang: the shared core of allocate, preempt, reclaim and consolidation.
 
 ``allocate_job`` places the job's next step (its missing minimum, or one elastic pod) inside the current statement:
-capacity checks on the queue and every ancestor first (limit; in-quota for non-preemptible jobs), then the gang tree
+capacity checks on the queue and every ancestor first (limit; in-quota for non-preemptible jobs and for a
+semi-preemptible job's core), then the gang tree
 member by member, each pod on the best-scoring node that fits. A pod that only fits on resources still held by
 releasing pods (victims) is pipelined; then the whole job's placements of this statement become pipelined, as in
 KAI. Nothing is undone here: the caller rolls back to its checkpoint when this returns False.
@@ -19,6 +20,7 @@ from kai_ray.scheduler.fragmentation import bestfit_term, fgd_group, fgd_term
 from kai_ray.scheduler.gang import PodSet, SubGroupSet, member_key
 from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.queues import RES_NAMES
+from kai_ray.scheduler.semipreemptible import core_slots
 from kai_ray.scheduler.session import (
     ACTIVE,
     CPU,
@@ -82,7 +84,32 @@ def quota_request(ses: Session, tasks: list[int]) -> tuple[float, float, float]:
     return (g, c, m)
 
 
-def queue_details(ses: Session, q: int, req: tuple[float, float, float], job: JobInfo) -> dict[str, Any]:
+def in_quota_request(ses: Session, job: JobInfo, tasks: list[int]) -> tuple[float, float, float] | None:
+    """The part of the tasks that must fit the queue's quota (KAI's in-quota rule): all of them for a non-preemptible
+    job, the pods joining its core for a semi-preemptible one (the first free core slots of each PodSet, in task
+    order), None for a preemptible job."""
+    if not job.semi:
+        return None if job.preemptible else quota_request(ses, tasks)
+    slots: dict[int, int] = {}
+    core: list[int] = []
+    for p in tasks:
+        ps = ses.p_set[p]
+        if ps is None:
+            continue
+        left = slots.setdefault(id(ps), core_slots(ps))
+        if left > 0:
+            core.append(p)
+            slots[id(ps)] = left - 1
+    return quota_request(ses, core)
+
+
+def queue_details(
+    ses: Session,
+    q: int,
+    req: tuple[float, float, float],
+    job: JobInfo,
+    np_req: tuple[float, float, float] | None = None,
+) -> dict[str, Any]:
     node = ses.tree.nodes[q]
     as_d = lambda v: dict(zip(RES_NAMES, (float(x) for x in v), strict=True))  # noqa: E731
     return {
@@ -94,7 +121,9 @@ def queue_details(ses: Session, q: int, req: tuple[float, float, float], job: Jo
         "allocatedNonPreemptible": as_d(ses.q_alloc_np[q]),
         "requested": as_d(ses.q_request[q]),
         "podGroupRequested": as_d(req),
-        "podGroupRequestedNonPreemptible": as_d(req if not job.preemptible else (0.0, 0.0, 0.0)),
+        "podGroupRequestedNonPreemptible": as_d(
+            np_req if np_req is not None else (req if not job.preemptible else (0.0, 0.0, 0.0))
+        ),
     }
 
 
@@ -130,18 +159,20 @@ def capacity_failure(ses: Session, job: JobInfo, tasks: list[int]) -> Failure | 
             f"allocated {used:g}, requested {req[r]:g}"
         )
         return Failure(Reason.OVER_LIMIT, msg, {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]})
-    if not job.preemptible and upgrade_surge_of(ses, job) is None:
-        breach = _first_breach(ses, chain, req, ses.q_alloc_np, "quota")
+    np_req = in_quota_request(ses, job, tasks)
+    if np_req is not None and upgrade_surge_of(ses, job) is None:
+        breach = _first_breach(ses, chain, np_req, ses.q_alloc_np, "quota")
         if breach is not None:
             q, r, used, cap = breach
+            who = "semi-preemptible job's core" if job.semi else "non-preemptible job"
             msg = (
-                f"non-preemptible job needs in-quota {RES_NAMES[r]} of queue {ses.tree.nodes[q].name!r}: quota "
-                f"{cap:g}, non-preemptible allocated {used:g}, requested {req[r]:g}"
+                f"{who} needs in-quota {RES_NAMES[r]} of queue {ses.tree.nodes[q].name!r}: quota "
+                f"{cap:g}, non-preemptible allocated {used:g}, requested {np_req[r]:g}"
             )
             return Failure(
                 Reason.NON_PREEMPTIBLE_OVER_QUOTA,
                 msg,
-                {"queue": queue_details(ses, q, req, job), "resource": RES_NAMES[r]},
+                {"queue": queue_details(ses, q, req, job, np_req), "resource": RES_NAMES[r]},
             )
     return None
 
@@ -208,11 +239,13 @@ def _node_quota_ok(ses: Session, p: int, need: np.ndarray) -> np.ndarray:
     ok = np.ones(need.size, dtype=bool)
     if job.queue < 0:
         return ok
+    ps = ses.p_set[p]
+    in_quota = not job.preemptible or (job.semi and ps is not None and core_slots(ps) > 0)
     for q in ses.tree.nodes[job.queue].chain:
         node = ses.tree.nodes[q]
         if node.limit[GPU] != -1:
             ok &= ses.q_alloc[q][GPU] + need <= node.limit[GPU] + EPS
-        if not job.preemptible and node.quota[GPU] != -1 and upgrade_surge_of(ses, job) is None:
+        if in_quota and node.quota[GPU] != -1 and upgrade_surge_of(ses, job) is None:
             ok &= ses.q_alloc_np[q][GPU] + need <= node.quota[GPU] + EPS
     return ok
 

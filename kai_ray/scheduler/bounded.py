@@ -9,7 +9,8 @@
 * ``kai-ray.io/max-pending-time``: a pending gang past it keeps its blocking reason; its status says so
   (``details.maxPendingExceeded``) and the adapter raises a condition and Event. With
   ``kai-ray.io/max-pending-action`` the core decides to stop it instead (reason ``MaxPendingTimeExceeded``,
-  ``details.maxPendingAction``, the blocking reason kept in ``details.blockingReason``); the adapter acts once per
+  ``details.maxPendingAction``, the blocking reason kept in ``details.blockingReason``) and emits a
+  :class:`~kai_ray.scheduler.decisions.StopPending` until the action's record is read back; the adapter acts once per
   wait: ``suspend`` sets ``spec.suspend`` (lifting it is a new wait, counted from its pods' creation), ``fail`` also
   marks the gang failed, never placed again (Kueue's deactivated Workload).
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 from kai_ray import constants as c
 from kai_ray.durations import span
 from kai_ray.scheduler.allocation import upgrade_surge_of
-from kai_ray.scheduler.decisions import Action, CycleResult, JobStatus, Reason
+from kai_ray.scheduler.decisions import Action, CycleResult, JobStatus, Reason, StopPending
 from kai_ray.scheduler.session import ACTIVE, EvictInfo, JobInfo, Session
 
 
@@ -136,6 +137,8 @@ def annotate(ses: Session, res: CycleResult) -> None:
             verb = "suspended" if action == "suspend" else "marked failed"
             if facts.max_pending_refused is not None:
                 verb = f"not suspended, reporting only: {facts.max_pending_refused}"
+        else:
+            res.stop_pending.append(StopPending(job.key, action, since, waited, facts.max_pending_time))
         message = (
             f"{beyond}: {verb} ({c.MAX_PENDING_ACTION}: {action}); blocked by {status.reason.value}: {status.message}"
         )

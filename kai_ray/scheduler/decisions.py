@@ -78,6 +78,20 @@ class Evict:
     message: str = ""
     moved_to: str | None = None  # consolidation: the node where room is held for the re-created pod
     moved_group: str | None = None  # and, for a shared-GPU pod, the logical GPU there (as Bind.gpu_group)
+    queue: str = ""  # the victim's queue: adapters count and report per queue without looking the job up again
+
+
+@dataclass(frozen=True, slots=True)
+class StopPending:
+    """A pending gang past its ``kai-ray.io/max-pending-time`` with a ``kai-ray.io/max-pending-action``: stop its Ray
+    owner (``suspend``; ``fail`` also marks it failed). Decided once per wait, named by the wait's start
+    (``pending_since``), until the adapter's record of the action (``kai-ray.io/max-pending-acted``) is read back."""
+
+    job: str
+    action: str  # "suspend" | "fail"
+    pending_since: float
+    waited: float
+    limit: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +131,7 @@ class QueueStatus:
 class CycleResult:
     binds: list[Bind] = field(default_factory=list)
     evictions: list[Evict] = field(default_factory=list)
+    stop_pending: list[StopPending] = field(default_factory=list)
     jobs: dict[str, JobStatus] = field(default_factory=dict)  # by Job.key
     queues: dict[str, QueueStatus] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)

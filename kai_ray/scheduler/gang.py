@@ -14,13 +14,16 @@ from kai_ray.scheduler.snapshot import Job, TopologyConstraint
 class PodSet:
     """A leaf of the gang tree: pods of one subgroup (or the implicit ``default`` set), with min and max."""
 
-    __slots__ = ("max", "min", "n_active", "n_alive", "name", "parent", "pods", "topology")
+    __slots__ = ("core", "max", "min", "n_active", "n_alive", "name", "parent", "pods", "topology")
     is_set = False
 
     def __init__(self, name: str, min_member: int, max_member: int, topology: TopologyConstraint | None) -> None:
         self.name = name
         self.min = min_member
         self.max = max_member
+        # non-preemptible pods of a semi-preemptible job (never below the minimum: a burst eviction must not break
+        # the gang); fixed by the spec, read only by :mod:`.semipreemptible`
+        self.core = min_member
         self.pods: list[int] = []
         self.n_active = 0
         self.n_alive = 0  # non-gated pods that are not finished: readiness
@@ -161,6 +164,8 @@ def build_gang_tree(j: Job) -> tuple[SubGroupSet, dict[str, PodSet], str]:
                     err = err or f"subgroup {name!r} max-member {mx} is below minMember {mm}"
                     mx = mm
                 ps = PodSet(name, mm, mx, sg.topology)
+                if sg.core is not None:
+                    ps.core = min(max(sg.core, mm), mx)
                 ps.parent = parent_set
                 parent_set.members.append(ps)
                 podsets[name] = ps

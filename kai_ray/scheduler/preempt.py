@@ -37,7 +37,7 @@ def preempt_for(
     tasks = tasks_to_allocate(ses, job)
     if not tasks:
         return False
-    if not job.preemptible:
+    if not job.preemptible or job.semi:  # a semi-preemptible job's core must fit its quota too
         fail = capacity_failure(ses, job, tasks)
         if fail is not None and fail.reason is Reason.NON_PREEMPTIBLE_OVER_QUOTA:
             job.fail(fail.reason, fail.message, fail.details)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from kai_ray.scheduler.decisions import Finding
-from kai_ray.scheduler.snapshot import UNLIMITED, Queue, Resources
+from kai_ray.scheduler.snapshot import UNLIMITED, Preemptibility, Queue, Resources
 
 RES_NAMES = ("gpu", "cpu", "memory")
 
@@ -34,6 +34,7 @@ class QueueNode:
     uid: str
     preempt_min_runtime: float | None
     reclaim_min_runtime: float | None
+    default_preemptibility: Preemptibility | None = None
     children: list[int] = field(default_factory=list)
     chain: list[int] = field(default_factory=list)  # self, parent, ..., top-level
 
@@ -140,6 +141,7 @@ def build_queue_tree(queues: list[Queue]) -> QueueTree:
                 uid=q.uid or name,
                 preempt_min_runtime=q.preempt_min_runtime,
                 reclaim_min_runtime=q.reclaim_min_runtime,
+                default_preemptibility=q.default_preemptibility,
             )
         )
     roots: list[int] = []

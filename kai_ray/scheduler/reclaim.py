@@ -9,7 +9,7 @@ re-placed elsewhere (consolidating reclaim, KAI's default) cost nothing.
 
 from __future__ import annotations
 
-from kai_ray.scheduler.allocation import quota_request, upgrade_surge_of
+from kai_ray.scheduler.allocation import in_quota_request, quota_request, upgrade_surge_of
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.minruntime import protected, reclaim_min_runtime
 from kai_ray.scheduler.pending import record_eviction_failure, search_for_pending
@@ -37,8 +37,12 @@ def reclaim_for(
     if not tasks:
         return False
     req = quota_request(ses, tasks)
-    in_quota_free = job.preemptible or upgrade_surge_of(ses, job) is not None  # a RayService upgrade surge
-    why = can_reclaim(ses, job.queue, req, in_quota_free)
+    # in quota: a non-preemptible job, a semi-preemptible job's core; never a RayService upgrade surge
+    np_req = in_quota_request(ses, job, tasks) if upgrade_surge_of(ses, job) is None else None
+    if job.semi and np_req is not None and not any(np_req):
+        np_req = None  # only burst pods: nothing of it is charged in quota
+    in_quota_free = np_req is None
+    why = can_reclaim(ses, job.queue, req, in_quota_free, np_req)
     if why is not None:
         record_eviction_failure(job, "reclaim", why)
         return False
@@ -64,7 +68,7 @@ def reclaim_for(
 
     def validator(units: list[Unit], moved: set[int]) -> str | None:
         chunks = split_victim_chunks(ses, units, moved if consolidating else set())
-        return validate(ses, st, job.queue, req, in_quota_free, chunks)
+        return validate(ses, st, job.queue, req, in_quota_free, chunks, np_req)
 
     solver = JobSolver(
         ses,

@@ -51,8 +51,9 @@ def leveled(ses: Session, a: int, b: int) -> tuple[int, int]:
     return la, lb
 
 
-def can_reclaim(ses: Session, q: int, req: Vec, preemptible: bool) -> str | None:
-    """None when the reclaimer's queue may reclaim, else why not."""
+def can_reclaim(ses: Session, q: int, req: Vec, preemptible: bool, np_req: Vec | None = None) -> str | None:
+    """None when the reclaimer's queue may reclaim, else why not. ``np_req``: the in-quota part of ``req`` when it is
+    not all of it (a semi-preemptible job's core)."""
     alloc = ses.q_alloc[q]
     fair = ses.q_fair[q]
     name = ses.tree.nodes[q].name
@@ -65,8 +66,10 @@ def can_reclaim(ses: Session, q: int, req: Vec, preemptible: bool) -> str | None
     if not preemptible:
         anp = ses.q_alloc_np[q]
         quota = ses.tree.nodes[q].quota
-        if not all(le(anp[r] + req[r], quota[r]) for r in range(3)):
-            return f"non-preemptible job would exceed the quota of queue {name!r}"
+        need = req if np_req is None else np_req
+        if not all(le(anp[r] + need[r], quota[r]) for r in range(3)):
+            who = "non-preemptible job" if np_req is None else "semi-preemptible job's core"
+            return f"{who} would exceed the quota of queue {name!r}"
     return None
 
 
@@ -105,7 +108,13 @@ def _ratio(alloc: float, fair: float) -> float:
 
 
 def validate(
-    ses: Session, st: QueueState, reclaimer_q: int, req: Vec, preemptible: bool, chunks: list[tuple[int, Vec]]
+    ses: Session,
+    st: QueueState,
+    reclaimer_q: int,
+    req: Vec,
+    preemptible: bool,
+    chunks: list[tuple[int, Vec]],
+    np_req: Vec | None = None,
 ) -> str | None:
     """None when evicting ``chunks`` (victim leaf queue, resources) for the reclaimer is allowed, else why not."""
     nodes = ses.tree.nodes
@@ -156,6 +165,7 @@ def validate(
         if not preemptible:
             anp = st.alloc_np[q]
             quota = nodes[q].quota
-            if not all(le(anp[r] + req[r], quota[r]) for r in range(3)):
+            need = req if np_req is None else np_req
+            if not all(le(anp[r] + need[r], quota[r]) for r in range(3)):
                 return f"non-preemptible reclaimer would exceed the quota of {nodes[q].name!r}"
     return None

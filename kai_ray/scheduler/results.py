@@ -105,6 +105,7 @@ def build_result(ses: Session) -> CycleResult:
                     message=_with_loss_note(ses, p, info),
                     moved_to=ses.nodes[moved[p][0]].name if p in moved else None,
                     moved_group=moved[p][1] if p in moved else None,
+                    queue=job.spec.queue,
                 )
             )
     seen_evict: set[str] = set()

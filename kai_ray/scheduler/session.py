@@ -25,7 +25,8 @@ from kai_ray.scheduler.dra import DeviceLedger, Taken
 from kai_ray.scheduler.gang import PodSet, SubGroupSet, build_gang_tree, has_surplus, is_ready
 from kai_ray.scheduler.nodebase import CPU, EPS, GPU, MEM, NodeBase, mig_gpus
 from kai_ray.scheduler.queues import QueueTree, build_queue_tree
-from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Snapshot
+from kai_ray.scheduler.semipreemptible import core_delta, job_mode, open_core
+from kai_ray.scheduler.snapshot import UNLIMITED, Job, Node, Pod, PodPhase, Preemptibility, Snapshot
 
 # pod states inside a session
 PENDING, BOUND, ALLOCATED, PIPELINED, RELEASING, EVICTED, DONE, IGNORED, STUCK, MOVED = range(10)
@@ -92,6 +93,10 @@ class JobInfo:
     # kai-ray victim order among equals (:mod:`.workloss`): seconds of work an eviction would lose, and why
     risk: float = 0.0
     risk_note: str = ""
+    # semi-preemptible (:mod:`.semipreemptible`): its core is non-preemptible, the rest is its preemptible burst;
+    # ``core`` is what each PodSet's core (by name) charges the queue's non-preemptible allocation now
+    semi: bool = False
+    core: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def has_pending(self, ses: Session) -> bool:
         return self.n_pend > 0
@@ -426,13 +431,17 @@ class Session:
         key = block.key
         self.findings.extend(block.findings)
         qidx, qerr = self._queue_for(key, j.queue)
+        mode, note = job_mode(j, block.root, self.tree.nodes[qidx].default_preemptibility if qidx >= 0 else None)
+        if note:
+            self.findings.append(Finding("PodGroup", key, "preemptibility", note))
         info = JobInfo(
             idx=len(self.jobs),
             spec=j,
             key=key,
             queue=qidx,
             priority=int(j.priority),
-            preemptible=j.preemptible,
+            preemptible=mode is not Preemptibility.NON_PREEMPTIBLE,
+            semi=mode is Preemptibility.SEMI_PREEMPTIBLE,
             created_at=float(j.created_at),
             uid=j.uid or key,
             root=block.root,
@@ -640,6 +649,7 @@ class Session:
                 continue
             act, pend = job.init_active, job.init_pending
             np_ = not job.preemptible
+            core = open_core(self, job.podsets.values(), ACTIVE, job.core) if job.semi else None
             for qi in nodes[job.queue].chain:
                 a, r = self.q_alloc[qi], self.q_request[qi]
                 for k in range(3):
@@ -649,6 +659,10 @@ class Session:
                     b = self.q_alloc_np[qi]
                     for k in range(3):
                         b[k] += act[k]
+                elif core is not None:
+                    b = self.q_alloc_np[qi]
+                    for k in range(3):
+                        b[k] += core[k]
         self.q_fair = [[0.0, 0.0, 0.0] for _ in range(nq)]
 
     # ------------------------------------------------------------------ node accounting
@@ -842,6 +856,12 @@ class Session:
         ps = self.p_set[p]
         if ps is not None:
             self.charge(job, self.charged(p) if self.p_mig else self.p_req[p], sign)
+            if job.semi and job.queue >= 0:  # its core's charge, recomputed from its pods (rollback-exact)
+                d = core_delta(self, ps, ACTIVE, job.core, p, sign)
+                if d is not None:
+                    for qi in self.tree.nodes[job.queue].chain:
+                        b = self.q_alloc_np[qi]
+                        b[0], b[1], b[2] = b[0] + d[0], b[1] + d[1], b[2] + d[2]
             ps.n_active += sign
             job.n_active += sign
         job.version += 1

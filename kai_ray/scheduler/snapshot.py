@@ -73,6 +73,9 @@ class Disruption(str, Enum):  # noqa: UP042  (str() as the other enums)
 class Preemptibility(str, Enum):  # noqa: UP042  (str() kept as before)
     PREEMPTIBLE = "preemptible"
     NON_PREEMPTIBLE = "non-preemptible"
+    # KAI's third mode: a non-preemptible core charged within quota, a preemptible burst above it
+    # (:mod:`kai_ray.scheduler.semipreemptible`)
+    SEMI_PREEMPTIBLE = "semi-preemptible"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,9 @@ class Pod:
     # kai-ray Ray-native facts: what Ray says about this pod's Ray node; None unknown
     ray_activity: RayActivity | None = None
     ready: bool | None = None  # the pod's Ready condition; None unknown (ready-timeout ignores it)
+    # when it was bound (its PodScheduled condition): a semi-preemptible core is its PodSet's first-bound pods, an
+    # order fixed at binding (containers may start in any order); None: unknown, start_time stands in
+    bound_at: float | None = None
     # request of every resource beyond gpu, cpu and memory, by its Kubernetes name (as Node.extended); fitted
     # against nodes, never charged to queues (KAI's quotas are on gpu, cpu and memory)
     extended: dict[str, float] = field(default_factory=dict)
@@ -181,6 +187,7 @@ class SubGroup:
     parent: str | None = None
     max_member: int | None = None  # kai-ray.io/subgroup-max: elastic ceiling of this subgroup
     topology: TopologyConstraint | None = None
+    core: int | None = None  # kai-ray.io/subgroup-core: a leaf's non-preemptible pods when semi-preemptible (min)
 
 
 @dataclass(slots=True)
@@ -193,6 +200,9 @@ class Job:
     priority: int = 50
     priority_class: str = ""
     preemptibility: Preemptibility | None = None  # None: derived, priority < 100 is preemptible
+    # the podgrouper derived ``preemptibility`` (from the priority class), the object set none: a queue's default
+    # preemptibility replaces it (:func:`kai_ray.scheduler.semipreemptible.job_mode`)
+    preemptibility_derived: bool = False
     min_member: int = 1
     min_subgroup: int | None = None
     subgroups: list[SubGroup] = field(default_factory=list)
@@ -215,8 +225,9 @@ class Job:
 
     @property
     def preemptible(self) -> bool:
+        """Whether the scheduler may take pods of it (a semi-preemptible job's burst counts: it is preemptible)."""
         if self.preemptibility is not None:
-            return self.preemptibility is Preemptibility.PREEMPTIBLE
+            return self.preemptibility is not Preemptibility.NON_PREEMPTIBLE
         return self.priority < 100
 
 
@@ -253,6 +264,8 @@ class Queue:
     reclaim_min_runtime: float | None = None
     created_at: float = 0.0
     uid: str = ""
+    # kai-ray.io/default-preemptibility: for the jobs of this leaf queue that set none themselves
+    default_preemptibility: Preemptibility | None = None
 
 
 @dataclass(slots=True)

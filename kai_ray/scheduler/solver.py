@@ -152,7 +152,8 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
     names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
     vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
     mode = job.spec.disruption
-    if mode is Disruption.ALL or (mode is None and not job.has_surplus()):  # the common case: the whole gang
+    # the common case: the whole gang (never a semi-preemptible one: only its burst goes, step by step)
+    if mode is Disruption.ALL or (mode is None and not job.semi and not job.has_surplus()):
         if not protect:
             vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
             vj.cores.append(True)

@@ -7,12 +7,14 @@ one subgroup's missing minimum) per attempt, so elastic growth interleaves with 
 
 Eviction (KAI ``GetTasksToEvict``): one surplus pod above a PodSet's minimum first (lowest task priority, Ray head
 last), else one whole surplus subgroup above ``minSubGroup``, else the whole gang. An upstream Kubernetes PodGroup's
-``disruptionMode`` replaces these steps (:class:`~kai_ray.scheduler.snapshot.Disruption`).
+``disruptionMode`` replaces these steps (:class:`~kai_ray.scheduler.snapshot.Disruption`). A semi-preemptible job
+gives one burst pod per step and never its core (:mod:`.semipreemptible`).
 """
 
 from __future__ import annotations
 
 from kai_ray.scheduler.gang import Member, PodSet, SubGroupSet, has_surplus, member_key
+from kai_ray.scheduler.semipreemptible import burst_rows
 from kai_ray.scheduler.session import ACTIVE, PENDING, JobInfo, Session
 from kai_ray.scheduler.snapshot import Disruption
 
@@ -181,8 +183,12 @@ def _elastic_from_set(ses: Session, sgs: SubGroupSet) -> list[int]:
 def tasks_to_evict(ses: Session, job: JobInfo) -> tuple[list[int], bool]:
     """The next eviction step for a victim job, and whether the job keeps running afterwards.
 
-    An upstream gang's ``disruptionMode`` overrides KAI's steps: ``All`` is one step of every active pod, ``Single``
-    one pod per step (the first in eviction order) until none is left."""
+    A semi-preemptible job's step is its burst pod that goes first in eviction order (none once only its core is left:
+    the core is never a victim). An upstream gang's ``disruptionMode`` overrides KAI's steps: ``All`` is one step of
+    every active pod, ``Single`` one pod per step (the first in eviction order) until none is left."""
+    if job.semi:
+        burst = burst_rows(ses, job.podsets.values(), ACTIVE)
+        return ([min(burst, key=lambda p: evict_key(ses, p))] if burst else []), True
     mode = job.spec.disruption
     if mode is Disruption.ALL:
         return _all_active(ses, job.root), False

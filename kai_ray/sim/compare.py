@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_ray.sim.engine import SimResult
-from kai_ray.sim.metrics import result_document
 from kai_ray.sim.policy import POLICIES, Policy
 from kai_ray.sim.run import simulate
+from kai_ray.sim.run_metrics import result_document
 from kai_ray.sim.scenario import Scenario
 
 

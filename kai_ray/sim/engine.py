@@ -41,7 +41,7 @@ from kai_ray.scheduler.snapshot import (
     Topology,
 )
 from kai_ray.sim.cluster import Cluster
-from kai_ray.sim.usage import SimUsage, UsageRecord
+from kai_ray.sim.fair_share_usage import SimUsage, UsageRecord
 from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, SUSPENDED, RayWorkload, WorkloadBase
 
 # event kinds, in the order they are handled at the same instant
@@ -73,7 +73,7 @@ class EngineOptions:
 
 @dataclass
 class SimResult:
-    """Everything a run produced; :mod:`kai_ray.sim.metrics` turns it into numbers and JSON."""
+    """Everything a run produced; :mod:`kai_ray.sim.run_metrics` turns it into numbers and JSON."""
 
     workloads: list[WorkloadBase]
     events: list[dict[str, Any]]

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kai_ray.sim.metrics import result_document
 from kai_ray.sim.run import simulate
+from kai_ray.sim.run_metrics import result_document
 from kai_ray.sim.scenario import load_scenario
 
 # scenario file -> (feature, the SchedulerConfig switch that turns it off, its value when off)

@@ -55,7 +55,8 @@ from kai_ray.podgrouper import (
     group,
     ray_resource_warnings,
 )
-from kai_ray.podgrouper.explain import explain
+from kai_ray.podgrouper.gang_findings import explain
+from kai_ray.podgrouper.queue_rule import resolve_queue
 from kai_ray.scheduler.allocation import PLACEMENT_POLICIES
 from kai_ray.scheduler.snapshot import Node, Resources, SchedulerConfig, Taint
 from kai_ray.scheduler.usage import UsageConfigError, usage_params_from
@@ -705,7 +706,7 @@ def parse_scenario(data: Any, source: str = "<scenario>", base: Path | None = No
         if w.key in keys:
             raise ScenarioError(f"{w.source}: metadata.name: duplicate workload {w.key!r}")
         keys.add(w.key)
-        queue = w.obj.metadata.labels.get(pg_config.queue_label_key, pg_config.default_queue)
+        queue = resolve_queue(w.obj.metadata, None, pg_config)
         if queue not in leaves:
             what = "has child queues (only leaf queues hold jobs)" if queue in {q.name for q in queues} else "is not"
             detail = f"queue {queue!r} {what}" + (" defined in queues" if what == "is not" else "")

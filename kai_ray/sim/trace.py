@@ -22,6 +22,10 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kai_ray.scheduler.snapshot import (
     UNLIMITED,
@@ -32,9 +36,10 @@ from kai_ray.scheduler.snapshot import (
     Resources,
     SchedulerConfig,
 )
-from kai_ray.sim.engine import Engine, EngineOptions
+from kai_ray.sim.engine import Engine, EngineOptions, SimResult
 from kai_ray.sim.workloads import PodWorkload
 
+TRACE_FORMATS = ("alibaba-v2023",)
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = (
     "name",
@@ -252,3 +257,56 @@ def build_trace_engine(
             )
         )
     return engine
+
+
+def replay_trace(
+    fmt: str,
+    nodes_csv: str | None,
+    pods_csv: str | None,
+    placement: str | None,
+    limit: int | None,
+    period: float,
+    progress: bool,
+) -> tuple[SimResult, dict[str, Any]]:
+    """A trace read and replayed, with a progress bar on stderr when asked; a bad option or file is a
+    :class:`TraceError` naming it."""
+    if fmt not in TRACE_FORMATS:
+        raise TraceError(f"--trace: {fmt!r} is not a known trace format ({', '.join(TRACE_FORMATS)})")
+    if not nodes_csv:
+        raise TraceError("--nodes: required with --trace (the node list CSV: sn, cpu_milli, memory_mib, gpu, model)")
+    if not pods_csv:
+        raise TraceError("--pods: required with --trace (the pod list CSV)")
+    if limit is not None and limit < 1:
+        raise TraceError(f"--limit: must be at least 1, got {limit}")
+    if period <= 0:
+        raise TraceError(f"--period: must be positive, got {period}")
+    nodes = read_nodes(nodes_csv)
+    pods, skipped = read_pods(pods_csv, limit)
+    config = SchedulerConfig()
+    if placement:
+        config.placement_gpu = config.placement_cpu = placement
+    engine = build_trace_engine(nodes, pods, config, EngineOptions(schedule_period=period, restart_cost=0.0))
+    if progress:
+        with Progress(
+            TextColumn("[bold]replaying[/bold]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("pods done"),
+            TextColumn("[dim]sim t={task.fields[t]}[/dim]"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        ) as bar:
+            task = bar.add_task("replay", total=len(pods), t="0")
+
+            def tick(t: float, done: int, total: int) -> None:
+                if done % 25 == 0 or done == total:
+                    bar.update(task, completed=done, t=f"{t / 3600:.1f}h")
+
+            engine.progress = tick
+            res = engine.run()
+            bar.update(task, completed=sum(1 for w in res.workloads if w.completed_at is not None))
+    else:
+        res = engine.run()
+    extra = {"trace": {"format": fmt, "nodes": nodes_csv, "pods": pods_csv, "skipped": skipped}}
+    return res, extra

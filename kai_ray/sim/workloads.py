@@ -322,7 +322,16 @@ class RayWorkload(WorkloadBase):
         assert obj is not None and self.job is not None
         pg = group(obj, config=self.pg_config)
         fresh = job_from_podgroup(pg, [], self.priority_classes, self.problems)
-        for f in ("min_member", "min_subgroup", "subgroups", "max_member", "topology", "priority", "preemptibility"):
+        for f in (
+            "min_member",
+            "min_subgroup",
+            "subgroups",
+            "max_member",
+            "topology",
+            "priority",
+            "preemptibility",
+            "preemptibility_derived",
+        ):
             setattr(self.job, f, getattr(fresh, f))
         self._gang = Gang(fresh.min_member, fresh.min_subgroup, fresh.subgroups)
         if not self.gang_scheduling:

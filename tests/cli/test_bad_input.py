@@ -268,10 +268,10 @@ def test_an_unreachable_server_is_one_retry_loop_with_backoff(kind: str, unreach
 def test_informers_and_the_lease_share_the_one_loop(unreachable: str, caplog: pytest.LogCaptureFixture) -> None:
     """Without kopf (the engine alone, as in tests and benchmarks): every informer and the Lease wait on one prober."""
     from kai_ray.k8s.config import OperatorConfig
-    from kai_ray.k8s.scheduling.operator import SchedulerOperator
+    from kai_ray.k8s.scheduling.operator import build_scheduler
 
     caplog.set_level(logging.INFO)
-    op = SchedulerOperator(
+    op = build_scheduler(
         OperatorConfig(kubeconfig=unreachable, lease_namespace="default", metrics_port=0, health_port=0)
     ).start()
     try:

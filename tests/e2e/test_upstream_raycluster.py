@@ -20,7 +20,7 @@ from kai_ray.k8s.base.rest import ApiError, Kube, pods_path, queues_path, ray_pa
 from kai_ray.k8s.podgrouping import admission
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.podgrouping.upstream_writer import upstream_path
-from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.operator import build_scheduler
 from kai_ray.podgrouper.upstream import min_count
 from kai_ray.testing import kai_upstream
 from kai_ray.testing.controlplane import build
@@ -201,7 +201,7 @@ def test_kai_ray_schedules_the_same_raycluster_grouped_upstream(plane: ControlPl
     nodes = plane.create_gpu_nodes(2, gpus=1)
     batch = kube.get(f"/api/v1/nodes/{nodes[0]}")["metadata"]["labels"][NODE_BATCH_LABEL]
     grouper = _podgrouper(plane, ns, "kai-scheduler")
-    sched = SchedulerOperator(op_config(plane, ns, node_selector={NODE_BATCH_LABEL: batch})).start()
+    sched = build_scheduler(op_config(plane, ns, node_selector={NODE_BATCH_LABEL: batch})).start()
     plane.start_kuberay_operator(batch_scheduler="kai-scheduler", watch_namespace=ns)
     try:
         wait_until("the scheduler to lead and sync", lambda: sched.is_leader() and sched.synced(), 60)

@@ -16,7 +16,7 @@ import pytest
 from kai_ray.k8s.base.rest import ApiError, Kube, queues_path
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
-from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.operator import SchedulerOperator, build_scheduler
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
 from kai_ray.testing.testbed import queue_body
 from tests.k8s.helpers import PRIORITY_CLASSES, wait_until
@@ -112,7 +112,7 @@ def run_scheduler(control_plane: ControlPlane, namespace: str) -> Iterator[Calla
     started: list[SchedulerOperator] = []
 
     def start(wait_leader: bool = True, **overrides: Any) -> SchedulerOperator:
-        op = SchedulerOperator(op_config(control_plane, namespace, **overrides)).start()
+        op = build_scheduler(op_config(control_plane, namespace, **overrides)).start()
         started.append(op)
         if wait_leader:
             wait_until("the scheduler to lead and sync", lambda: op.is_leader() and op.synced(), 30)

@@ -129,7 +129,7 @@ def test_every_class_of_accepted_bad_object_is_explained_and_the_rest_schedules(
     negative = queues("negative", gpu_quota=-5, parent="dept")  # a negative quota (only -1 means unlimited)
     run_scheduler(node_selector=selector)
     grouper: PodgrouperOperator = run_podgrouper()
-    grouper.owner_grace = 1.0
+    grouper.parts.orphans.owner_grace = 1.0
     labels = {QUEUE: team}
 
     # Ray objects the podgrouper cannot group as written: a placeholder PodGroup carries the reason.

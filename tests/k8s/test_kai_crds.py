@@ -22,7 +22,7 @@ import pytest
 
 from kai_ray.k8s.base.rest import Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
-from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.operator import SchedulerOperator, build_scheduler
 from kai_ray.testing.controlplane.harness import ControlPlane, kai_crd_files, kuberay_crd_files
 from tests.k8s.conftest import op_config
 from tests.k8s.helpers import (
@@ -96,7 +96,7 @@ def operators(
     kube.create(queues_path(), queue_body("team", gpu_quota=4, parent="dept"))
     plane.create_gpu_nodes(2, gpus=4)
     grouper = PodgrouperOperator(op_config(plane, NS)).start()
-    sched = SchedulerOperator(op_config(plane, NS)).start()
+    sched = build_scheduler(op_config(plane, NS)).start()
     try:
         wait_until("both operators to lead and sync", lambda: grouper.synced() and sched.synced(), 60)
         yield grouper, sched

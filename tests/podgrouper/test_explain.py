@@ -10,7 +10,7 @@ import pytest
 from kai_ray.api.loader import parse_object
 from kai_ray.api.ray import RayCluster, RayJob
 from kai_ray.podgrouper import group
-from kai_ray.podgrouper.explain import MANY_GROUPS, explain
+from kai_ray.podgrouper.gang_findings import MANY_GROUPS, explain
 
 
 def _worker(name: str, replicas: int = 1, **meta: Any) -> dict[str, Any]:

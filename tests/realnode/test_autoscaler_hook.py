@@ -47,7 +47,7 @@ from kai_ray.k8s.base.rest import (  # noqa: E402
 )
 from kai_ray.k8s.config import OperatorConfig  # noqa: E402
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator  # noqa: E402
-from kai_ray.k8s.scheduling.operator import SchedulerOperator  # noqa: E402
+from kai_ray.k8s.scheduling.operator import build_scheduler  # noqa: E402
 from kai_ray.testing.testbed import queue_body  # noqa: E402
 from tests.realnode.helpers import logs, phase  # noqa: E402
 
@@ -252,7 +252,7 @@ def test_the_autoscaler_never_gets_more_workers_than_the_queue_has_room_for_and_
     }
     operators: list[Any] = [
         PodgrouperOperator(OperatorConfig(**common)).start(),
-        SchedulerOperator(OperatorConfig(**common)).start(),
+        build_scheduler(OperatorConfig(**common)).start(),
     ]
     workers = Workers()
     follows: list[Follow] = []

@@ -42,7 +42,7 @@ from kai_ray.bench.e2e import install_defaults  # noqa: E402
 from kai_ray.bench.headline import EXAMPLES, PRIORITY_CLASSES  # noqa: E402
 from kai_ray.k8s.config import OperatorConfig  # noqa: E402
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator  # noqa: E402
-from kai_ray.k8s.scheduling.operator import SchedulerOperator  # noqa: E402
+from kai_ray.k8s.scheduling.operator import build_scheduler  # noqa: E402
 
 SERVICE = "upgrade-serve"
 DEADLINE = 600.0  # Ray heads start in about a minute on an idle 2-core node; CI's is shared and loaded
@@ -179,7 +179,7 @@ def kai_ray_and_kuberay(real_node: Any, kube: Kube, namespace: str) -> Iterator[
     }
     operators = [
         PodgrouperOperator(OperatorConfig(**common)).start(),
-        SchedulerOperator(OperatorConfig(**common)).start(),
+        build_scheduler(OperatorConfig(**common)).start(),
     ]
     try:
         plane.start_kuberay_operator(

@@ -116,9 +116,7 @@ def chaos(draw: st.DrawFn) -> Snapshot:
                 draw(st.sampled_from([f"j{j}", "dupjob"])),
                 draw(st.sampled_from(["a", "b", "c", "missing", ""])),
                 priority=draw(st.integers(-10, 200)),
-                preemptibility=draw(
-                    st.sampled_from([None, Preemptibility.PREEMPTIBLE, Preemptibility.NON_PREEMPTIBLE])
-                ),
+                preemptibility=draw(st.sampled_from([None, *Preemptibility])),
                 min_member=draw(st.integers(-2, 5)),
                 min_subgroup=draw(st.sampled_from([None, 0, 2, 9])),
                 subgroups=subgroups,

@@ -10,7 +10,7 @@ from kai_ray.scheduler.snapshot import PodPhase
 from kai_ray.scheduler.visibility import queue_rows
 from kai_ray.sim.run import build_engine
 from kai_ray.sim.scenario import load_scenario
-from kai_ray.sim.visibility import scenario_view
+from kai_ray.sim.scenario_view import scenario_view
 
 pytestmark = pytest.mark.dra
 

@@ -295,7 +295,7 @@ def ray_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_sweep_runs_policies_by_seeds_as_ray_tasks_on_a_local_ray(sliced: Path, tmp_path: Path, ray_tmp: Path) -> None:
     """2 policies x 2 seeds on the slice as Ray tasks of a local Ray (real raylet, GCS and workers, started by the
     command and stopped by it): one combined document and plot, the same numbers as the same runs in this process."""
-    from kai_ray.sim.sweep import SweepPlan, run_local
+    from kai_ray.sim.inflation.sweep import SweepPlan, run_local
 
     report = tmp_path / "sweep"
     nodes, pods = str(sliced / DEFAULT_NODES), str(sliced / MULTIGPU)

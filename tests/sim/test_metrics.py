@@ -6,7 +6,7 @@ import pytest
 
 from kai_ray.scheduler.snapshot import UNLIMITED, Node, Pod, Queue, Resources, SchedulerConfig
 from kai_ray.sim.engine import Engine, EngineOptions
-from kai_ray.sim.metrics import compute_metrics, nearest_rank, result_document
+from kai_ray.sim.run_metrics import compute_metrics, nearest_rank, result_document
 from kai_ray.sim.workloads import PodWorkload
 
 UNL = Resources(UNLIMITED, UNLIMITED, UNLIMITED)

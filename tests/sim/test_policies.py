@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kai_ray.sim.metrics import result_document
 from kai_ray.sim.policy import KAI, KAI_RAY, NO_GANG, Policy
 from kai_ray.sim.run import simulate
+from kai_ray.sim.run_metrics import result_document
 from kai_ray.sim.scenario import parse_scenario
 from tests.sim.helpers import queue, ray_cluster
 

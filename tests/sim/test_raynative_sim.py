@@ -65,8 +65,8 @@ def test_upgrade_at_is_for_a_rayservice_only() -> None:
 
 
 def test_max_runtime_stops_a_run_and_it_stays_stopped() -> None:
-    from kai_ray.sim.metrics import result_document
     from kai_ray.sim.run import simulate
+    from kai_ray.sim.run_metrics import result_document
 
     doc = {
         "nodes": [{"name": "n", "gpus": 8}],

@@ -66,7 +66,7 @@ def test_long_run_allocation_converges_to_the_weights() -> None:
     assert res.usage is not None
     last = [s for t, s in res.usage.samples if t >= DAY]
     assert all(0.5 < s["team-a"].usage < 0.8 for s in last)
-    from kai_ray.sim.usage import usage_document
+    from kai_ray.sim.fair_share_usage import usage_document
 
     doc = usage_document(res.usage, res.start, res.end)
     assert doc["queues"]["team-a"]["weight_share"] == pytest.approx(weight_a, abs=1e-4)

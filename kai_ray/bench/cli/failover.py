@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kai_ray.bench.cli.group import bench
-from kai_ray.cli import CliError
+from kai_ray.cli_error import CliError
 from kai_ray.durations import flag
 
 

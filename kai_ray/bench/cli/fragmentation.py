@@ -11,9 +11,10 @@ import typer
 from rich.console import Console
 
 from kai_ray.bench.cli.group import bench
-from kai_ray.cli import CliError, app
-from kai_ray.cli.fragmentation import finish, progress_bar, run_here, shared_plan
-from kai_ray.sim.inflation import DATA_ENV, DEFAULT_NODES, DEFAULT_PODS, InflationError
+from kai_ray.cli_error import CliError
+from kai_ray.sim.inflation.plan import shared_plan
+from kai_ray.sim.inflation.protocol import DATA_ENV, DEFAULT_NODES, DEFAULT_PODS, InflationError
+from kai_ray.sim.inflation.terminal import finish, progress_bar, run_here
 from kai_ray.sim.trace import TraceError
 
 DataOpt = Annotated[
@@ -50,17 +51,19 @@ def bench_fragmentation(
 ) -> None:
     """The FGD paper's inflation protocol on the shared Alibaba files, in this process: GPUs left unallocated per
     placement policy (mean over seeds) and CPU seconds per run."""
-    plan = shared_plan(data, nodes, pods, seeds, inflate, placement, actions, batch)
-    from kai_ray.sim.sweep import combined
+    from kai_ray.sim.inflation.sweep import combined
 
-    t0 = time.process_time()
-    runs = run_here(plan, show=not as_json)
-    doc = combined(plan, runs, {"cpu_seconds": round(time.process_time() - t0, 3)})
-    finish(doc, as_json, report, Console(width=None if sys.stdout.isatty() else 130))
+    try:
+        plan = shared_plan(data, nodes, pods, seeds, inflate, placement, actions, batch)
+        t0 = time.process_time()
+        runs = run_here(plan, show=not as_json)
+        doc = combined(plan, runs, {"cpu_seconds": round(time.process_time() - t0, 3)})
+        finish(doc, as_json, report, Console(width=None if sys.stdout.isatty() else 130))
+    except (TraceError, InflationError) as exc:
+        raise CliError(str(exc)) from None
 
 
-@app.command("sweep")
-def sweep_cmd(
+def sweep(
     data: DataOpt = None,
     nodes: NodesOpt = DEFAULT_NODES,
     pods: PodsOpt = DEFAULT_PODS,
@@ -86,11 +89,11 @@ def sweep_cmd(
         raise CliError(f"--cpus: must be at least 1, got {cpus}")
     if cpus is not None and address:
         raise CliError("--cpus: only for a local Ray (the cluster at --address has its own)")
-    plan = shared_plan(data, nodes, pods, seeds, inflate, placement, actions, batch)
-    from kai_ray.sim.sweep import combined, reachable, run_ray
+    from kai_ray.sim.inflation.sweep import combined, reachable, run_ray
 
     t0 = time.perf_counter()
     try:
+        plan = shared_plan(data, nodes, pods, seeds, inflate, placement, actions, batch)
         if address:
             reachable(address)  # before the progress bar: a dead address is one line, not a bar and an error
         if as_json:
@@ -104,4 +107,7 @@ def sweep_cmd(
     except ConnectionError as exc:
         raise CliError(f"--address: cannot reach the Ray cluster: {exc}") from None
     doc = combined(plan, runs, {"ray": info, "wall_seconds": round(time.perf_counter() - t0, 3)})
-    finish(doc, as_json, report, Console(width=None if sys.stdout.isatty() else 130))
+    try:
+        finish(doc, as_json, report, Console(width=None if sys.stdout.isatty() else 130))
+    except InflationError as exc:
+        raise CliError(str(exc)) from None

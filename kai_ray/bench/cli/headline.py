@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from kai_ray.bench.cli.group import bench
-from kai_ray.cli import CliError
+from kai_ray.cli_error import CliError
 
 LANE = "kai_ray.testing.controlplane.realnode"
 

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from kai_ray.bench.cli.group import bench
-from kai_ray.cli import CliError
-from kai_ray.cli.simulate import run_trace
+from kai_ray.cli_error import CliError
+from kai_ray.sim.trace import TraceError, replay_trace
 
 
 @bench.command("replay")
@@ -29,7 +29,7 @@ def bench_replay(
     The cost per scheduling cycle grows with the pods running at once; a shorter --span packs the same pods
     into less time (more concurrency, more contention)."""
     from kai_ray.bench.trace_gen import write_trace
-    from kai_ray.sim.metrics import compute_metrics
+    from kai_ray.sim.run_metrics import compute_metrics
 
     if nodes < 1 or pods < 1:
         raise CliError("--nodes and --pods must be at least 1")
@@ -38,7 +38,12 @@ def bench_replay(
     with tempfile.TemporaryDirectory(prefix="kai-ray-replay-") as tmp:
         nodes_csv, pods_csv = write_trace(tmp, nodes, pods, seed, span=span)
         t0, c0 = time.perf_counter(), time.process_time()
-        res, extra = run_trace("alibaba-v2023", str(nodes_csv), str(pods_csv), None, None, 1.0, progress=not as_json)
+        try:
+            res, extra = replay_trace(
+                "alibaba-v2023", str(nodes_csv), str(pods_csv), None, None, 1.0, progress=not as_json
+            )
+        except TraceError as exc:
+            raise CliError(str(exc)) from None
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     m = compute_metrics(res)
     out = {

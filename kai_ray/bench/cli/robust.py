@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from kai_ray.bench.cli.group import bench
-from kai_ray.cli import CliError
+from kai_ray.cli_error import CliError
 
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 

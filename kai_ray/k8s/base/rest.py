@@ -343,6 +343,19 @@ PODGROUP_VERSION = "v2alpha2"
 QUEUE_VERSION = "v2"
 
 
+def serves(kube: Kube, group_version: str, resource: str) -> bool:
+    """Whether the server serves ``resource`` in ``group_version`` (``scheduling.k8s.io/v1beta1``), by discovery:
+    optional APIs (a feature gate, a newer release) are looked up once before their informers start, and a server
+    without them gets none. A version the server does not serve at all is False; other errors are raised."""
+    try:
+        found = kube.get(f"/apis/{group_version}")
+    except ApiError as exc:
+        if exc.not_found:
+            return False
+        raise
+    return any(r.get("name") == resource for r in (found or {}).get("resources") or [] if isinstance(r, dict))
+
+
 def pods_path(namespace: str | None = None, name: str | None = None) -> str:
     base = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
     return f"{base}/{quote(name)}" if name else base

@@ -23,112 +23,52 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
-from pydantic import ValidationError
-
 from kai_ray import constants as c
-from kai_ray.api.loader import ManifestError, parse_object
-from kai_ray.api.meta import Pod as ApiPod
-from kai_ray.api.podgroup import PodGroup
-from kai_ray.api.queue import Queue as ApiQueue
-from kai_ray.bridge import job_from_podgroup, node_from_api, parse_time, pod_from_api, pod_request, queue_from_api
+from kai_ray.bridge import node_from_api
 from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
 from kai_ray.k8s.scheduling import upstream
 from kai_ray.k8s.scheduling.dra import DraStore
-from kai_ray.podgrouper.defaultgrouper import own_group_name
+from kai_ray.k8s.scheduling.entries import (
+    Assumed,
+    PgEntry,
+    PodEntry,
+    QueueEntry,
+    SnapshotView,
+    UpstreamEntry,
+    bound_entry,
+    charge,
+    freeze,
+    job_template,
+    node_sig,
+    nodes_with_room,
+    pg_entry,
+    pod_entry,
+    pod_fingerprint,
+    queue_entry,
+    stamped_entry,
+    unstamped,
+)
 from kai_ray.scheduler import snapshot as s
 
 log = logging.getLogger(__name__)
+
+Built = tuple[s.Job, s.Job, int, int]  # a job as last built: (job, the template it was built from, active, pending)
 
 
 ASSUME_TTL = 30.0  # seconds a binding the API server answered stays assumed until the watch confirms it
 EVICT_TTL = 60.0
 
 
-@dataclass(slots=True)
-class PodEntry:
-    key: str
-    uid: str
-    namespace: str
-    name: str
-    node: str | None
-    ours: bool
-    group: str | None  # pod-group-name annotation, or the pod's own PodGroup when it is its own top owner
-    terminal: bool
-    deleting: bool
-    request: s.Resources
-    spod: s.Pod | None  # set for our grouped pods
-    sig: tuple[Any, ...]
-    job_key: str | None = None  # "<namespace>/<pod-group-name>" for our grouped pods
-    created: float = 0.0
-    raw: tuple[Any, ...] = ()  # the parts of the object the entry was built from
-    problems: tuple[str, ...] = ()  # bad fields of one of our grouped pods (its gang is not scheduled until fixed)
-
-
-@dataclass(slots=True)
-class PgEntry:
-    key: str
-    uid: str
-    namespace: str
-    name: str
-    raw: dict[str, Any]
-    model: PodGroup | None
-    errors: list[str]
-    template: s.Job | None
-    pc_generation: int
-    sig: tuple[Any, ...]
-
-
-@dataclass(slots=True)
-class UpstreamEntry:
-    """An upstream Kubernetes PodGroup (``scheduling.k8s.io/v1beta1``); kai-ray only reads it."""
-
-    key: str
-    raw: dict[str, Any]
-    workload: str | None  # "<namespace>/<name>" of its Workload (spec.workloadRef)
-    sig: tuple[Any, ...]
-    template: upstream.UpstreamTemplate | None = None
-    errors: list[str] = field(default_factory=list)
-    pc_generation: int = -1  # priority classes and Workload labels it was built from
-
-
-@dataclass(slots=True)
-class QueueEntry:
-    name: str
-    uid: str
-    raw: dict[str, Any]
-    model: ApiQueue | None
-    queue: s.Queue | None
-    errors: list[str]
-    sig: tuple[Any, ...]
-
-
-@dataclass(slots=True)
-class Assumed:
-    node: str
-    uid: str
-    until: float
-
-
-@dataclass
-class SnapshotView:
-    """A snapshot plus what the operator needs to act on its decisions."""
-
-    snapshot: s.Snapshot
-    pods_by_uid: dict[str, PodEntry]
-    invalid_jobs: dict[str, list[str]] = field(default_factory=dict)  # PodGroup key -> field errors
-    invalid_queues: dict[str, list[str]] = field(default_factory=dict)
-    active_before: dict[str, int] = field(default_factory=dict)  # job key -> active pods at snapshot time
-    pending: int = 0  # pods of scheduled PodGroups waiting for a node
-
-
 class SchedulerCache:
-    def __init__(self, config: OperatorConfig, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, config: OperatorConfig, on_change: Callable[[], None] = lambda: None, dra: DraStore | None = None
+    ) -> None:
         self.config = config
         self.on_change = on_change
         self.lock = threading.RLock()
@@ -149,11 +89,11 @@ class SchedulerCache:
         self.members: dict[str, dict[str, PodEntry]] = {}
         self.by_uid: dict[str, PodEntry] = {}
         self.foreign: dict[str, list[float]] = {}
-        self._jobs: dict[str, tuple[s.Job, s.Job, int, int]] = {}  # key -> (job, template used, active, pending)
+        self._jobs: dict[str, Built] = {}  # key -> (job, template used, active, pending)
         self._dirty: set[str] = set()
         self.suspended: set[str] = set()  # PodGroups whose owner kai-ray suspended (kai-ray.io/suspended)
         self.problems: dict[str, dict[str, tuple[str, ...]]] = {}  # job -> pod key -> bad fields of the pod
-        self.dra: DraStore | None = None  # DRA devices and claims (the operator sets it)
+        self.dra = dra  # DRA devices and claims
         self.upstream: dict[str, UpstreamEntry] = {}  # upstream PodGroups by "<namespace>/<name>"
         self.workload_labels: dict[str, dict[str, str]] = {}  # their Workloads' labels (the queue label)
 
@@ -175,7 +115,7 @@ class SchedulerCache:
             node = node_from_api(obj)
             old = self.nodes.get(key)
             self.nodes[key] = node
-            if old is None or _node_sig(old) != _node_sig(node):
+            if old is None or node_sig(old) != node_sig(node):
                 self._changed()
 
     def on_priority_class(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -205,12 +145,12 @@ class SchedulerCache:
                     self.evicting.pop(key, None)
                     self._changed()
                 return
-            raw = _pod_fingerprint(obj)
+            raw = pod_fingerprint(obj)
             if old is not None and old.raw == raw:
                 return  # e.g. the kubelet (KWOK) reporting Running: nothing the core reads changed
-            entry = (self._bound_entry(old, obj, raw) or self._stamped_entry(old, raw)) if old is not None else None
+            entry = (bound_entry(old, raw) or stamped_entry(old, raw)) if old is not None else None
             if entry is None:
-                entry = self._pod_entry(key, obj)
+                entry = pod_entry(key, obj, self.config.scheduler_name, self.namespaces)
             entry.raw = raw
             if old is not None:
                 self._unindex(old)
@@ -241,11 +181,7 @@ class SchedulerCache:
                 self.by_uid[p.spod.uid] = p
             self._dirty.add(p.job_key)
         elif p.node and not p.terminal:
-            u = self.foreign.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
-            u[0] += p.request.gpu
-            u[1] += p.request.cpu
-            u[2] += p.request.memory
-            u[3] += 1
+            charge(self.foreign, p.node, p)
 
     def _unindex(self, p: PodEntry) -> None:
         if p.job_key is not None:
@@ -262,116 +198,15 @@ class SchedulerCache:
             if p.spod is not None and self.by_uid.get(p.spod.uid) is p:
                 del self.by_uid[p.spod.uid]
             self._dirty.add(p.job_key)
-        elif p.node and not p.terminal:
-            u = self.foreign.get(p.node)
-            if u is not None:
-                u[0] -= p.request.gpu
-                u[1] -= p.request.cpu
-                u[2] -= p.request.memory
-                u[3] -= 1
-                if u[3] <= 0:
-                    del self.foreign[p.node]
+        elif p.node and p.node in self.foreign and not p.terminal:
+            left = charge(self.foreign, p.node, p, -1)
+            if left <= 0:
+                del self.foreign[p.node]
 
     def _touch(self, key: str) -> None:
         entry = self.pods.get(key)
         if entry is not None and entry.job_key is not None:
             self._dirty.add(entry.job_key)
-
-    def _bound_entry(self, old: PodEntry, obj: dict[str, Any], raw: tuple[Any, ...]) -> PodEntry | None:
-        """The entry after a binding (only ``spec.nodeName`` and the start time changed), derived from the old one
-        without parsing the pod again; None when anything else changed."""
-        if old.spod is None or old.raw[0] != raw[0] or old.raw[2] != raw[2] or old.node:
-            return None
-        spec, old_spec = raw[1] or {}, old.raw[1] or {}
-        node = spec.get("nodeName")
-        if not node or len(spec) != len(old_spec) + ("nodeName" not in old_spec):
-            return None
-        if any(v != old_spec.get(k) for k, v in spec.items() if k != "nodeName"):
-            return None
-        spod = old.spod
-        if spod.phase is s.PodPhase.PENDING:
-            spod = replace(spod, phase=s.PodPhase.RUNNING, node=node, start_time=parse_time(raw[3]))
-        else:
-            spod = replace(spod, node=node, start_time=parse_time(raw[3]))
-        return replace(old, node=node, spod=spod, sig=(node, *old.sig[1:]))
-
-    def _stamped_entry(self, old: PodEntry, raw: tuple[Any, ...]) -> PodEntry | None:
-        """The old entry when the only change is the podgrouper stamping the PodGroup the pod was already counted
-        in (no labels: a subgroup label changes the pod); None otherwise."""
-        if old.group is None or raw[1:] != old.raw[1:]:
-            return None
-        meta, old_meta = dict(raw[0]), dict(old.raw[0])
-        annotations = dict(meta.pop("annotations", None) or {})
-        old_annotations = dict(old_meta.pop("annotations", None) or {})
-        if annotations.pop(c.PODGROUP_ANNOTATION, None) != old.group or c.PODGROUP_ANNOTATION in old_annotations:
-            return None
-        if annotations != old_annotations or meta != old_meta:
-            return None
-        return replace(old)
-
-    def _pod_entry(self, key: str, obj: dict[str, Any]) -> PodEntry:
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        ns = meta.get("namespace", "")
-        uid = meta.get("uid") or key
-        ours = spec.get("schedulerName") == self.config.scheduler_name and self.schedulable_namespace(ns)
-        group = (
-            upstream.pod_group_name(spec)
-            or (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION)
-            or (own_group_name(meta) if ours else None)
-        )
-        phase = status.get("phase")
-        terminal = phase in ("Succeeded", "Failed")
-        deleting = bool(meta.get("deletionTimestamp"))
-        node = spec.get("nodeName") or None
-        request = s.ZERO
-        spod: s.Pod | None = None
-        problems: list[str] = []
-        try:
-            if not ((ours and group) or (node and not terminal)):
-                raise _NothingToRead
-            api = ApiPod.model_validate(obj)
-            if ours and group:
-                spod = pod_from_api(api, f"{ns}/{group}", problems)
-                spod.created_at = parse_time(meta.get("creationTimestamp")) or 0.0
-                request = spod.request
-            elif node and not terminal:
-                request = pod_request(api)
-        except _NothingToRead:
-            pass  # not ours to schedule and holding no node: nothing the snapshot needs
-        except ValidationError as exc:
-            log.info("pod %s: cannot read (%s); treated as holding nothing", key, exc.errors()[0].get("msg"))
-        labels = meta.get("labels") or {}
-        sig = (
-            node,
-            ours,
-            group,
-            terminal,
-            deleting,
-            bool(spec.get("schedulingGates")),
-            request,
-            labels.get(c.SUBGROUP_LABEL),
-            labels.get(c.TASK_PRIORITY_LABEL),
-            spod.ready if spod is not None else None,  # kai-ray.io/ready-timeout reads it
-        )
-        return PodEntry(
-            key=key,
-            uid=uid,
-            namespace=ns,
-            name=meta.get("name", ""),
-            node=node,
-            ours=ours,
-            group=group,
-            terminal=terminal,
-            deleting=deleting,
-            request=request,
-            spod=spod,
-            sig=sig,
-            created=parse_time(meta.get("creationTimestamp")) or 0.0,
-            job_key=f"{ns}/{group}" if ours and group and spod is not None else None,
-            problems=tuple(problems),
-        )
 
     def on_podgroup(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         with self.lock:
@@ -390,36 +225,15 @@ class SchedulerCache:
             sig = (
                 meta.get("uid"),
                 meta.get("generation"),
-                _freeze(meta.get("annotations")),
-                _freeze(meta.get("labels")),
+                freeze(meta.get("annotations")),
+                freeze(meta.get("labels")),
             )
             if old is not None and old.sig == sig:
                 old.raw = obj  # status only: nothing the core reads
                 return
-            entry = PgEntry(
-                key=key,
-                uid=meta.get("uid", ""),
-                namespace=meta.get("namespace", ""),
-                name=meta.get("name", ""),
-                raw=obj,
-                model=None,
-                errors=[],
-                template=None,
-                pc_generation=-1,
-                sig=sig,
-            )
-            try:
-                model = parse_object({**obj, "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup"}, key)
-                assert isinstance(model, PodGroup)
-                entry.model = model
-                entry.errors = [str(e) for e in model.validate_spec()] + gang_size_errors(
-                    model, self.config.max_gang_pods
-                )
-            except ManifestError as exc:
-                entry.errors = [str(exc)]
-            self.pgs[key] = entry
+            self.pgs[key] = pg_entry(key, obj, sig, self.config.max_gang_pods)
             self._dirty.add(key)
-            if old is None or _unstamped(old.sig) != _unstamped(sig):
+            if old is None or unstamped(old.sig) != unstamped(sig):
                 self._changed()
 
     def on_upstream_podgroup(self, kind: str, key: str, obj: dict[str, Any]) -> None:
@@ -432,7 +246,7 @@ class SchedulerCache:
                     self._changed()
                 return
             meta = obj.get("metadata") or {}
-            sig = (meta.get("uid"), meta.get("generation"), _freeze(meta.get("labels")))
+            sig = (meta.get("uid"), meta.get("generation"), freeze(meta.get("labels")))
             if old is not None and old.sig == sig:
                 old.raw = obj
                 return
@@ -467,21 +281,16 @@ class SchedulerCache:
                     self._changed()
                 return
             meta = obj.get("metadata") or {}
-            sig = (meta.get("uid"), meta.get("generation"))
+            # the generation and the one annotation the scheduler reads (a metadata change bumps no generation)
+            sig = (
+                meta.get("uid"),
+                meta.get("generation"),
+                (meta.get("annotations") or {}).get(c.DEFAULT_PREEMPTIBILITY),
+            )
             if old is not None and old.sig == sig:
                 old.raw = obj
                 return
-            entry = QueueEntry(name=key, uid=meta.get("uid", ""), raw=obj, model=None, queue=None, errors=[], sig=sig)
-            try:
-                model = parse_object({**obj, "apiVersion": "scheduling.run.ai/v2", "kind": "Queue"}, f"Queue {key}")
-                assert isinstance(model, ApiQueue)
-                entry.model = model
-                entry.errors = [str(e) for e in model.validate_spec()]
-                if not entry.errors:
-                    entry.queue = queue_from_api(model)
-            except ManifestError as exc:
-                entry.errors = [str(exc)]
-            self.queues[key] = entry
+            self.queues[key] = queue_entry(key, obj, sig)
             self._changed()
 
     # --- overlays (scheduler thread, binder threads) -------------------------------------------------------------
@@ -545,14 +354,7 @@ class SchedulerCache:
         if pg.model is None or pg.errors:
             return None
         if pg.template is None or pg.pc_generation != self.pc_generation:
-            problems: list[str] = []
-            job = job_from_podgroup(pg.model, (), self.priority_classes, problems)
-            pclass = job.priority_class
-            if pclass not in self.priority_classes and self.global_default is not None:
-                job.priority = self.global_default
-            stale = pg.model.metadata.annotations.get(c.STALE_SINCE)
-            job.stale_since = parse_time(stale)
-            pg.template = job
+            pg.template = job_template(pg.model, self.priority_classes, self.global_default)
             pg.pc_generation = self.pc_generation
         return pg.template
 
@@ -565,19 +367,11 @@ class SchedulerCache:
             entry.pc_generation = self.pc_generation
         return entry.template
 
-    def _build_upstream_job(self, key: str, tmpl: upstream.UpstreamTemplate) -> tuple[s.Job, s.Job, int, int]:
-        """:meth:`_build_job`, then what the pods settle: the queue label and the priority when the PodGroup and
-        its Workload say nothing (the pods of one gang normally share both; the first pod by name decides the
-        queue, the highest priority wins)."""
+    def _build_upstream_job(self, key: str, tmpl: upstream.UpstreamTemplate) -> Built:
+        """:meth:`_build_job`, then what the pods settle (:func:`~kai_ray.k8s.scheduling.upstream.settle`)."""
         job, _, active, pending = self._build_job(key, tmpl.job)
         members = sorted((self.members.get(key) or {}).values(), key=lambda p: p.key)
-        if tmpl.queue_from_pods:
-            queue = next((q for p in members if (q := ((p.raw[0] or {}).get("labels") or {}).get(c.QUEUE_LABEL))), None)
-            job.queue = queue or c.DEFAULT_QUEUE
-        if tmpl.priority_from_pods:
-            values = [v for p in members if isinstance(v := (p.raw[1] or {}).get("priority"), int)]
-            if values:
-                job.priority = max(values)
+        upstream.settle(job, tmpl, [(p.raw[0] or {}, p.raw[1] or {}) for p in members])
         return job, tmpl.job, active, pending
 
     def upstream_queue(self, key: str) -> str | None:
@@ -600,7 +394,29 @@ class SchedulerCache:
             self.assumed.clear()
             self.evicting.clear()
 
-    def _build_job(self, key: str, tmpl: s.Job) -> tuple[s.Job, s.Job, int, int]:
+    def _gangs(self) -> Iterator[tuple[str, str, PgEntry | UpstreamEntry]]:
+        """Every PodGroup a job may come from, KAI's and upstream ones alike (key, namespace, entry)."""
+        for key, pg in self.pgs.items():
+            yield key, pg.namespace, pg
+        for key, entry in self.upstream.items():
+            if key not in self.pgs:  # a KAI PodGroup of the same name: its pods are that gang's
+                yield key, key.partition("/")[0], entry
+
+    def _gang_template(self, entry: PgEntry | UpstreamEntry) -> tuple[s.Job | None, list[str]]:
+        """A PodGroup's job template, or None and why it is invalid."""
+        if isinstance(entry, PgEntry):
+            return self._template(entry), entry.errors
+        utmpl = self._upstream_template(entry)
+        return (utmpl.job if utmpl is not None else None), entry.errors
+
+    def _gang_job(self, key: str, entry: PgEntry | UpstreamEntry, tmpl: s.Job) -> Built:
+        """The job of a valid PodGroup, from its template and its pods (an upstream gang's pods also settle its
+        queue and priority)."""
+        if isinstance(entry, UpstreamEntry) and entry.template is not None:
+            return self._build_upstream_job(key, entry.template)
+        return self._build_job(key, tmpl)
+
+    def _build_job(self, key: str, tmpl: s.Job) -> Built:
         job = copy.copy(tmpl)
         pods: list[s.Pod] = []
         active = pending = 0
@@ -649,12 +465,12 @@ class SchedulerCache:
             active: dict[str, int] = {}
             pending = 0
             valid: set[str] = set()
-            for key, pg in self.pgs.items():
-                if not self.schedulable_namespace(pg.namespace):
+            for key, ns, entry in self._gangs():
+                if not self.schedulable_namespace(ns):
                     continue
-                tmpl = self._template(pg)
+                tmpl, errors = self._gang_template(entry)
                 if tmpl is None:
-                    invalid[key] = pg.errors
+                    invalid[key] = errors
                     continue
                 bad_pods = self.problems.get(key)
                 if bad_pods:
@@ -663,31 +479,7 @@ class SchedulerCache:
                 valid.add(key)
                 built = self._jobs.get(key)
                 if built is None or key in dirty or built[1] is not tmpl:
-                    built = self._jobs[key] = self._build_job(key, tmpl)
-                if extra and key in extra:
-                    jobs.append(replace(built[0], pods=[*built[0].pods, *extra[key]]))
-                else:
-                    jobs.append(built[0])
-                if built[2]:
-                    active[key] = built[2]
-                pending += built[3]
-            for key, entry in self.upstream.items():
-                if not self.schedulable_namespace(key.partition("/")[0]):
-                    continue
-                if key in self.pgs:
-                    continue  # a KAI PodGroup of the same name: its pods are that gang's
-                utmpl = self._upstream_template(entry)
-                if utmpl is None:
-                    invalid[key] = entry.errors
-                    continue
-                bad_pods = self.problems.get(key)
-                if bad_pods:
-                    invalid[key] = sorted({text for texts in bad_pods.values() for text in texts})[:5]
-                    continue
-                valid.add(key)
-                built = self._jobs.get(key)
-                if built is None or key in dirty or built[1] is not utmpl.job:
-                    built = self._jobs[key] = self._build_upstream_job(key, utmpl)
+                    built = self._jobs[key] = self._gang_job(key, entry, tmpl)
                 if extra and key in extra:
                     jobs.append(replace(built[0], pods=[*built[0].pods, *extra[key]]))
                 else:
@@ -697,27 +489,8 @@ class SchedulerCache:
                 pending += built[3]
             for key in [k for k in self._jobs if k not in valid]:
                 del self._jobs[key]
-            used = {node: list(u) for node, u in self.foreign.items()}
-            for key, group in self.members.items():
-                if key in valid:
-                    continue
-                for p in group.values():  # ours, but its PodGroup is missing or invalid: it still holds its node
-                    if p.node and not p.terminal:
-                        u = used.setdefault(p.node, [0.0, 0.0, 0.0, 0.0])
-                        u[0] += p.request.gpu
-                        u[1] += p.request.cpu
-                        u[2] += p.request.memory
-                        u[3] += 1
-            nodes = []
-            for name, node in self.nodes.items():
-                usage = used.get(name)
-                if usage is not None:
-                    node = replace(
-                        node,
-                        allocatable=node.allocatable - s.Resources(usage[0], usage[1], usage[2]),
-                        max_pods=max(0, node.max_pods - int(usage[3])),
-                    )
-                nodes.append(node)
+            held = [p for key, group in self.members.items() if key not in valid for p in group.values()]
+            nodes = nodes_with_room(self.nodes, self.foreign, held)
             queues = []
             bad_queues: dict[str, list[str]] = {}
             for name, q in self.queues.items():
@@ -736,67 +509,3 @@ class SchedulerCache:
         if self.dra is not None:
             snap = self.dra.attach(snap)
         return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending)
-
-
-def gang_size_errors(pg: PodGroup, limit: int) -> list[str]:
-    """Why a PodGroup is refused for its size: the podgrouper's finding (:data:`~kai_ray.constants.INVALID`, naming
-    the Ray object's field), or a minimum beyond ``limit`` pods however the PodGroup was written."""
-    problem = pg.metadata.annotations.get(c.INVALID)
-    if problem:
-        return [problem]
-    out = []
-    spec = pg.spec
-    if spec.min_member is not None and spec.min_member > limit:
-        out.append(f"spec.minMember: {spec.min_member} pods; at most {limit} pods per gang (max-gang-pods)")
-    leaves = [sg.min_member or 0 for sg in spec.sub_groups or [] if sg.min_member is not None]
-    if sum(leaves) > limit and not (spec.min_member is not None and spec.min_member > limit):
-        out.append(
-            f"spec.subGroups[].minMember: {sum(leaves)} pods in all; at most {limit} pods per gang (max-gang-pods)"
-        )
-    return out
-
-
-class _NothingToRead(Exception):
-    pass
-
-
-def _pod_fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
-    """Everything of a (slimmed) pod that a PodEntry depends on: its metadata but the resourceVersion, its spec,
-    whether it finished, and its start time."""
-    meta = dict(obj.get("metadata") or {})
-    meta.pop("resourceVersion", None)
-    status = obj.get("status") or {}
-    phase = status.get("phase")
-    ready = next((cd.get("status") for cd in status.get("conditions") or [] if cd.get("type") == "Ready"), None)
-    return (
-        meta,
-        obj.get("spec"),
-        phase if phase in ("Succeeded", "Failed") else None,
-        status.get("startTime"),
-        ready,
-    )
-
-
-def _node_sig(n: s.Node) -> tuple[Any, ...]:
-    return (
-        n.allocatable,
-        n.max_pods,
-        tuple(sorted(n.labels.items())),
-        tuple(n.taints),
-        n.unschedulable,
-        n.ready,
-        n.gpu_memory_mib,
-    )
-
-
-OWN_STAMPS = (c.LAST_START, c.LAST_EVICTION)
-
-
-def _unstamped(sig: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A PodGroup's signature without the timestamps the scheduler itself writes after acting: re-read, but no
-    reason to wake the loop (a burst of bindings would otherwise trigger a cycle per second of stamps)."""
-    return (*sig[:2], tuple(kv for kv in sig[2] if kv[0] not in OWN_STAMPS), *sig[3:])
-
-
-def _freeze(d: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((d or {}).items()))

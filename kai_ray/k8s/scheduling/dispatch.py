@@ -1,5 +1,5 @@
-"""Sends a cycle's decisions: bindings through ``pods/binding``, evictions through the Eviction API (or Ray-aware
-interceptors first).
+"""Sends a cycle's decisions: bindings through ``pods/binding``, evictions through the Eviction API (the Ray path,
+:class:`~kai_ray.k8s.ray.reclaim.RayReclaim`, first), and the max-pending actions on Ray owners.
 
 Nothing here is awaited by the cycle loop: work goes to the binder pool, and the cache *assumes* each binding before
 it is sent, so the next cycle can run while bindings are in flight and still never binds a pod twice nor gives its
@@ -15,8 +15,10 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.bridge import parse_time
@@ -26,11 +28,14 @@ from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import ApiError, Kube
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import ReclaimRecord
-from kai_ray.k8s.ray.rayplan import FALLBACK_CODES
+from kai_ray.k8s.ray.reclaim import RayReclaim
+from kai_ray.k8s.ray.victims import ReclaimOutcome, StopOutcome
 from kai_ray.k8s.scheduling import status as st
-from kai_ray.k8s.scheduling.cache import PgEntry, PodEntry, SchedulerCache, SnapshotView
-from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, kai_object_ref, pod_ref
+from kai_ray.k8s.scheduling.cache import SchedulerCache
+from kai_ray.k8s.scheduling.entries import PgEntry, PodEntry, SnapshotView
+from kai_ray.k8s.scheduling.maxpending import max_pending_report
+from kai_ray.k8s.scheduling.rayvictims import count_outcome, pending_stop, victim_of
+from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, kai_object_ref, pod_ref, ray_owner_ref
 from kai_ray.k8s.scheduling.resume import is_virtual
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
 from kai_ray.scheduler.dra import ClaimAllocation
@@ -39,10 +44,19 @@ log = logging.getLogger(__name__)
 
 BIND_PRIORITY = 0
 EVICT_PRIORITY = 1
+WRITE_HOLDOFF = 0.5  # seconds after the last binding was dispatched before status/Event writes resume
 
-# (victims) -> victims not handled. Lets Ray-aware strategies (shrink a worker group, suspend an owner) take over
-# some evictions before the remaining pods are evicted one by one.
-EvictionInterceptor = Callable[[list[tuple[PodEntry, Evict]]], list[tuple[PodEntry, Evict]]]
+
+@dataclass(eq=False)
+class BindPace:
+    """When bindings were last handed to the binder pool: status and Event writes (the writer pool's gate) wait
+    while bindings are being sent, so a burst of arrivals is scheduled first."""
+
+    binder: Dispatcher
+    last_bind: float = 0.0  # monotonic
+
+    def writes_may_go(self) -> bool:
+        return not self.binder.busy() and time.monotonic() - self.last_bind > WRITE_HOLDOFF
 
 
 @dataclass
@@ -57,8 +71,9 @@ class _GangTiming:
 
 @dataclass(eq=False)
 class Dispatch:
-    """Bindings and evictions of one scheduler replica. ``interceptors`` is the operator's list (it may grow after
-    construction); ``is_leader`` is asked again just before each call is sent."""
+    """Bindings and evictions of one scheduler replica. Victims go to ``reclaim`` (the Ray path) first;
+    ``is_leader`` is asked again just before each call is sent; ``dra_reserve`` writes a pod's claims before its
+    binding (:func:`kai_ray.k8s.scheduling.dra.reserve`)."""
 
     config: OperatorConfig
     kube: Kube
@@ -68,17 +83,17 @@ class Dispatch:
     binder: Dispatcher
     writer: Dispatcher
     reporter: Reporter
-    interceptors: list[EvictionInterceptor]
+    reclaim: RayReclaim
     is_leader: Callable[[], bool]
-    last_bind: float = 0.0  # monotonic time bindings were last handed to the binder pool
+    pace: BindPace
+    dra_reserve: Callable[[str, str, str, tuple[ClaimAllocation, ...]], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _gangs_binding: dict[str, _GangTiming] = field(default_factory=dict, init=False)
     _scheduled_once: dict[str, str] = field(default_factory=dict, init=False)  # job -> PodGroup uid timed
     _made_room: dict[str, str] = field(default_factory=dict, init=False)  # job -> the action that evicted for it
-    _victim_queues: dict[str, str] = field(default_factory=dict, init=False)  # pod -> queue, while reclaim handles it
+    _reclaiming: dict[str, tuple[PodEntry, Evict]] = field(default_factory=dict, init=False)  # on the Ray path
+    _max_pending_acted: dict[str, float] = field(default_factory=dict, init=False)  # job -> the wait acted on
     _awaited_victims: set[str] = field(default_factory=set, init=False)  # evicted for pipelined gangs, until gone
-    # DRA: writes the claims' allocation and reservedFor before a bind (kai_ray.k8s.scheduling.dra.reserve)
-    dra_reserve: Callable[[str, str, str, tuple[ClaimAllocation, ...]], None] | None = None
 
     def binds(self, view: SnapshotView, result: CycleResult) -> None:
         """Assume and send the cycle's bindings (pipelined ones wait for their victims to go), and stamp the
@@ -109,7 +124,7 @@ class Dispatch:
             work.append((f"bind/{p.key}", partial(self._bind, p, node, claims.get(p.key, ()))))
         for job, n in started.items():
             self._gang_starting(job, n)
-        self.last_bind = time.monotonic()
+        self.pace.last_bind = time.monotonic()
         self.binder.submit_many(work, priority=BIND_PRIORITY)
         stamp: dict[str, str | None] = {c.LAST_START: rfc3339()}
         self.writer.submit_many(
@@ -155,7 +170,7 @@ class Dispatch:
         self.events.emit(pod_ref(p), NORMAL, "Scheduled", f"Successfully assigned {p.key} to {node}")
 
     def evictions(self, view: SnapshotView, result: CycleResult) -> None:
-        """Mark and send the cycle's evictions, interceptors first; the ``Evicted`` condition, an Event and the
+        """Mark and send the cycle's evictions, the Ray path first; the ``Evicted`` condition, an Event and the
         last-eviction stamp on each victim's PodGroup."""
         victims: list[tuple[PodEntry, Evict]] = []
         for e in result.evictions:
@@ -170,8 +185,7 @@ class Dispatch:
         by_preemptor: dict[str, int] = defaultdict(int)
         for _, e in victims:
             by_job[e.job].append(e)
-            queue = self._queue_of(e.job)
-            self.metrics.queue_evictions.labels(queue, e.action.value).inc()
+            self.metrics.queue_evictions.labels(e.queue, e.action.value).inc()
             pg = self.cache.pgs.get(e.job)
             if pg is not None:
                 self.metrics.evicted_pods.labels(
@@ -182,16 +196,7 @@ class Dispatch:
             by_preemptor[e.preemptor or "?"] += 1
         for preemptor, n in by_preemptor.items():  # the decision's timestamp (bench vs-kai reads it)
             log.info("evicting %d pods for %s", n, preemptor)
-        remaining = victims
-        if self.interceptors:
-            for p, e in victims:
-                self._victim_queues[p.key] = self._queue_of(e.job)
-        for intercept in self.interceptors:
-            remaining = intercept(remaining)
-        for p, _ in remaining:
-            self._victim_queues.pop(p.key, None)
-        for p, e in remaining:
-            self.binder.submit(f"evict/{p.key}", partial(self.evict, p, e), priority=EVICT_PRIORITY)
+        self._take(victims)
         now = rfc3339()
         for job, evs in by_job.items():
             pg = self.cache.pgs.get(job)
@@ -200,6 +205,76 @@ class Dispatch:
                 self.reporter.write_pg_status(job, st.evicted_status(evs, now))
                 self.events.emit(ref, WARNING, evs[0].reason.value, st.eviction_message(evs))
             self.reporter.annotate_pg(job, {c.LAST_EVICTION: now, **self._raynative_stamps(pg, evs)})
+
+    def _take(self, victims: list[tuple[PodEntry, Evict]]) -> None:
+        """The Ray path takes what it can (a shrink, a suspend, a drain first); the rest is evicted at once, and what
+        the Ray path leaves to evict or to release comes back as its outcome (:meth:`_reclaimed`)."""
+        records = []
+        for p, e in victims:
+            pg = self.cache.pgs.get(e.job)
+            q = self.cache.queues.get(e.queue) if pg is not None and e.queue else None
+            records.append(victim_of(p, e, pg, q, self.config.drain_deadline))
+            self._reclaiming[p.key] = (p, e)
+        plain, outcomes = self.reclaim.take(records)
+        for v in plain:
+            p, e = self._reclaiming.pop(v.key)
+            self.binder.submit(f"evict/{p.key}", partial(self.evict, p, e), priority=EVICT_PRIORITY)
+        for fut in outcomes:
+            fut.add_done_callback(self._reclaimed)
+
+    def _reclaimed(self, fut: Future[ReclaimOutcome]) -> None:
+        """Apply what a Ray-aware reclaim left to do (on the reclaim's thread, as soon as it is done): evict, release,
+        count."""
+        if fut.cancelled():  # the replica is stopping
+            return
+        try:
+            out = fut.result()
+        except Exception:
+            log.exception("a Ray-aware reclaim failed; its victims are decided again once their mark expires")
+            return
+        count_outcome(self.metrics, out)
+        for v in out.release:
+            self._reclaiming.pop(v.key, None)
+            self.cache.unmark_evicting(v.key)
+        for v in out.evict:
+            taken = self._reclaiming.pop(v.key, None)
+            if taken is not None:
+                self.binder.submit(f"evict/{v.key}", partial(self.evict, *taken), priority=EVICT_PRIORITY)
+        for v in out.victims:
+            self._reclaiming.pop(v.key, None)
+
+    def stop_pending(self, result: CycleResult) -> None:
+        """The core's max-pending actions: the Ray path suspends each gang's owner, once per wait (the wait's start is
+        remembered here and, for the next leader, in ``kai-ray.io/max-pending-acted``, which the core reads back)."""
+        for d in result.stop_pending:
+            pg = self.cache.pgs.get(d.job)
+            if pg is None or self._max_pending_acted.get(d.job) == d.pending_since:
+                continue
+            self._max_pending_acted[d.job] = d.pending_since
+            self.reclaim.stop_pending(pending_stop(d, pg)).add_done_callback(partial(self._stopped, pg.raw))
+
+    def _stopped(self, raw: dict[str, Any], fut: Future[StopOutcome]) -> None:
+        """Record the max-pending action on the PodGroup (record, condition) and say so on the Ray object."""
+        if fut.cancelled():
+            return
+        try:
+            out = fut.result()
+        except Exception:
+            log.exception("a max-pending action failed; a later cycle tries again")
+            return
+        job = f"{out.stop.namespace}/{out.stop.podgroup}"
+        d = out.stop.decision
+        if out.retry:  # the API failed us, not the object: a later cycle tries again
+            log.info("%s: max-pending-action %s not taken yet: %s", job, d.action, out.why)
+            self._max_pending_acted.pop(job, None)
+            return
+        report = max_pending_report(out)
+        self.reporter.annotate_pg(job, report.annotations)
+        self.reporter.write_pg_status(job, {"conditions": [report.condition]})
+        self.events.emit(
+            ray_owner_ref(raw) or kai_object_ref("PodGroup", raw), WARNING, report.condition["reason"], report.text
+        )
+        log.info("%s: %s", job, report.text)
 
     def _raynative_stamps(self, pg: PgEntry | None, evs: list[Evict]) -> dict[str, str | None]:
         """A gang evicted for its ready-timeout waits out the backoff (``kai-ray.io/requeue-after``); a gang
@@ -218,7 +293,7 @@ class Dispatch:
         return out
 
     def evict(self, p: PodEntry, e: Evict) -> None:
-        """One pod, evicted or deleted (``eviction_mode``); also the interceptors' fallback."""
+        """One pod, evicted or deleted (``eviction_mode``); also what the Ray path leaves to evict."""
         if not self.is_leader():
             self.cache.unmark_evicting(p.key)
             return
@@ -257,6 +332,7 @@ class Dispatch:
         return True
 
     def _queue_of(self, job: str) -> str:
+        """A starting gang's queue (a binding does not carry it, an eviction does)."""
         pg = self.cache.pgs.get(job)
         if pg is None:
             return self.cache.upstream_queue(job) or ""
@@ -292,27 +368,14 @@ class Dispatch:
             self._scheduled_once[job] = entry.uid
         self.metrics.time_to_schedule.labels(entry.queue).observe(max(0.0, time.time() - entry.created))
 
-    def count_reclaim(self, rec: ReclaimRecord) -> None:
-        """A Ray-aware reclaim finished (a shrink, a suspend, or a drain before an eviction): count it and its drains
-        against the victims' queue."""
-        ns = rec.target.partition("/")[0]
-        queues = [self._victim_queues.pop(f"{ns}/{pod}", "") for pod in rec.pods]
-        queue = next((q for q in queues if q), "")
-        if rec.kind == "shrink":
-            fell_back = rec.code in FALLBACK_CODES or rec.code == "Error"
-            result = "ok" if rec.ok else ("fallback" if fell_back else "deferred")
-            self.metrics.elastic_shrinks.labels(queue, result).inc()
-        elif rec.kind == "suspend":
-            self.metrics.suspends.labels(queue, "ok" if rec.ok else ("deferred" if rec.deferred else "fallback")).inc()
-        for d in rec.drains:
-            self.metrics.ray_drains.labels(queue, d.status).inc()
-
     def forget(self, verdicts: Mapping[str, JobStatus]) -> None:
         """Drop what is kept for jobs the last cycle no longer has, and for victims already gone."""
         with self._lock:
             for key in [k for k in self._scheduled_once if k not in verdicts]:
                 del self._scheduled_once[key]
-        for key in [k for k in list(self._victim_queues) if k not in self.cache.pods]:
-            self._victim_queues.pop(key, None)  # a victim the reclaimer found already gone
+        for key in [k for k in list(self._reclaiming) if k not in self.cache.pods]:
+            self._reclaiming.pop(key, None)  # a victim already gone
+        for key in [k for k in self._max_pending_acted if k not in verdicts]:
+            del self._max_pending_acted[key]
         for key in [k for k in self._made_room if k not in verdicts]:
             del self._made_room[key]

@@ -26,7 +26,7 @@ from kai_ray.api.dra import pod_resource_claims
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.bridge_dra import DraCatalog, attach, catalog_from_documents
 from kai_ray.k8s.base.informer import DELETE, Informer, slim
-from kai_ray.k8s.base.rest import ApiError, Kube
+from kai_ray.k8s.base.rest import ApiError, Kube, serves
 from kai_ray.scheduler import snapshot as s
 from kai_ray.scheduler.dra import ClaimAllocation
 
@@ -51,14 +51,7 @@ def claim_path(namespace: str, name: str, version: str = VERSION) -> str:
 def served_version(kube: Kube) -> str | None:
     """The newest ``resource.k8s.io`` version the server serves (v1, else v1beta2, else v1beta1), by discovery;
     None when it serves none of them (DRA is off: nothing is scheduled with it)."""
-    try:
-        group = kube.get(f"/apis/{GROUP}")
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
-    served = {v.get("groupVersion") for v in (group or {}).get("versions") or [] if isinstance(v, dict)}
-    return next((v for v in VERSIONS if v in served), None)
+    return next((v for v in VERSIONS if serves(kube, v, "resourceclaims")), None)
 
 
 def slim_pod_claims(obj: dict[str, Any], slimmed: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +77,6 @@ class DraStore:
         self.pods: dict[str, ApiPod] = {}  # uid -> pods with spec.resourceClaims
         self.generation = 0
         self._catalog: tuple[int, DraCatalog] | None = None
-        self.release: Callable[[ApiPod], None] | None = None  # set by the operator: free a deleted pod's claims
         self.version = VERSION  # the resource.k8s.io version read and written, set by discovery in informers()
 
     def informers(self, kube: Kube) -> list[Informer]:
@@ -129,22 +121,22 @@ class DraStore:
 
         return handle
 
-    def on_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
+    def on_pod(self, event: str, key: str, obj: dict[str, Any]) -> ApiPod | None:
+        """Keep the pods that name claims; returns a deleted one, whose claims the caller releases (:func:`release`)."""
         if not (obj.get("spec") or {}).get("resourceClaims"):
-            return
+            return None
         uid = (obj.get("metadata") or {}).get("uid") or key
         try:
             pod = ApiPod.model_validate(obj)
         except ValidationError:
-            return
+            return None
         with self.lock:
             if event == DELETE:
                 self.pods.pop(uid, None)
             else:
                 self.pods[uid] = pod
-        if event == DELETE and self.release is not None:
-            self.release(pod)
         self.on_change()  # e.g. the claim controller named the pod's claim in its status
+        return pod if event == DELETE else None
 
     def active(self) -> bool:
         return bool(self.pods or self.objects["ResourceSlice"])

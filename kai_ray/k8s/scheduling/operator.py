@@ -1,6 +1,7 @@
 """The scheduler/binder operator: watches -> cache -> ``run_cycle`` -> bindings, evictions, status, Events.
 
-This module wires one replica together and runs its cycle loop; the work after a cycle has two parts of its own:
+:mod:`~kai_ray.k8s.scheduling.assembly` builds the parts of one replica; this module runs them (informers, leader
+election, the cycle loop). The work after a cycle has two parts of its own:
 :mod:`~kai_ray.k8s.scheduling.dispatch` sends the decisions (bindings, evictions) and
 :mod:`~kai_ray.k8s.scheduling.reporting` says what they mean (PodGroup and Queue status, Events, metrics).
 
@@ -12,7 +13,7 @@ Eviction API; the cache *assumes* each binding before it is sent, so the next cy
 flight. Status and Events are written by a separate, lower-priority pool that waits while bindings are outstanding,
 and are written on transitions, not every cycle.
 
-Ray-aware by default: evictions first go through :class:`~kai_ray.k8s.ray.elastic.ElasticReclaimer` (elastic KubeRay
+Ray-aware by default: evictions first go the Ray path, :class:`~kai_ray.k8s.ray.reclaim.RayReclaim` (elastic KubeRay
 workers: shrink the worker group; whole gangs of ``suspend_kinds``, RayJob by default: suspend the owner), a gang that
 kai-ray suspended stays in the snapshot as virtual pending pods and is resumed when the core admits it
 (:mod:`kai_ray.k8s.scheduling.resume`), and the headroom the Ray autoscaler hook reads is published after cycles,
@@ -36,42 +37,27 @@ import time
 from functools import partial
 from typing import Any
 
-from kai_ray import constants as c
-from kai_ray.api.meta import Pod as ApiPod
-from kai_ray.k8s.base.events import EventRecorder
 from kai_ray.k8s.base.informer import Informer, wait_all_synced
-from kai_ray.k8s.base.isolate import Quarantine
 from kai_ray.k8s.base.leader import HANDOVER_PREFIX, LeaderElector, LeaseConfig
-from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.base.slim import slim_pod
-from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.drainfirst import DrainDeadline, drain_deadline
-from kai_ray.k8s.ray.elastic import ElasticReclaimer
-from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
-from kai_ray.k8s.ray.rayplan import ray_owner
 from kai_ray.k8s.scheduling import dra, upstream
-from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache
-from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, Dispatch, EvictionInterceptor
-from kai_ray.k8s.scheduling.dra import DraStore, slim_pod_claims
+from kai_ray.k8s.scheduling.assembly import SchedulerParts, assemble
+from kai_ray.k8s.scheduling.cyclemetrics import record_cycle
+from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY
+from kai_ray.k8s.scheduling.dra import slim_pod_claims
 from kai_ray.k8s.scheduling.podcondition import UnschedulableMarker
-from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
-from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
-from kai_ray.k8s.scheduling.resume import SuspendedGangs
+from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY
 from kai_ray.k8s.scheduling.ungate import Ungater
-from kai_ray.k8s.usagedb import capacity_of, make_source
-from kai_ray.podgrouper import PodgrouperConfig
-from kai_ray.scheduler.cycle import run_cycle
+from kai_ray.k8s.usagedb import capacity_of
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "kai-scheduler"
 REPORT_INTERVAL = 1.0  # seconds between two status reports while bindings are being dispatched
 IDLE_RESYNC = 30.0  # seconds between cycles when every gang is scheduled and nothing changes
-WRITE_HOLDOFF = 0.5  # seconds after the last binding was dispatched before status/Event writes resume
 HANDOVER_PODS_RV = HANDOVER_PREFIX + "pods-resource-version"
 FOLLOWER_BUILD_PERIOD = 1.0  # seconds between two snapshot builds of a follower (keeps the incremental build warm)
 HANDOVER_DRAIN = 5.0  # seconds a leader stopping gracefully waits for its bindings before it releases the Lease
@@ -110,106 +96,34 @@ class SchedulerOperator:
     the runtime's start-up), its informers had listed, it began to lead and its first cycle as leader ended; the
     liveness probe reports it, ``kai-ray bench failover`` reads it."""
 
-    def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
-        self.startup: dict[str, float | None] = {"built": since_process_start()}
-        self.config = config.validate()
-        self._owns_kube = kube is None
-        self.kube = kube or Kube.connect(
-            config.kubeconfig, config.context, pool_size=config.bind_workers + config.write_workers + 12
-        )
-        self.metrics = SchedulerMetrics()
-        if config.node_pool:  # one process per pool: every series of this target belongs to it
-            self.metrics.registry.set_target_info({"node_pool": config.node_pool})
-        self.cache = SchedulerCache(config, on_change=self.wake)
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._leading = threading.Event()
-        self._loop_thread: threading.Thread | None = None
-        self.binder = Dispatcher("binder", config.bind_workers)
-        self.writer = Dispatcher("writer", config.write_workers, gate=self._writes_may_go, gate_max_wait=1.0)
-        self.events = EventRecorder(
-            self.kube, COMPONENT, config.identity, self.writer, counter=self.metrics.status_writes
-        )
-        # time-based fair share: the usage source (None: off, KAI's default)
-        self.usage = make_source(config.usage_db, config.usage_params(), config.usage_db_url, config.usage_extra_params)
-        self.quarantine = Quarantine(run_cycle, log, version=self._job_version)
-        self.reporter = Reporter(
-            config,
-            self.kube,
-            self.cache,
-            self.metrics,
-            self.events,
-            self.writer,
-            quarantine=self.quarantine,
-            usage=self.usage,
-            on_verdicts=lambda verdicts: self.dispatch.forget(verdicts),
-        )
+    def __init__(self, parts: SchedulerParts) -> None:
+        self.config = parts.config
+        self.kube = parts.kube
+        self._owns_kube = parts.owns_kube
+        self._wake = parts.wake
+        self._leading = parts.leading
+        self.metrics = parts.metrics
+        self.cache = parts.cache
+        self.dra = parts.dra
+        self.binder = parts.binder
+        self.writer = parts.writer
+        self.events = parts.events
+        self.usage = parts.usage
+        self.quarantine = parts.quarantine
+        self.reporter = parts.reporter
         self.pruned = self.reporter.pruned  # status fields the installed CRDs do not store
+        self.reclaimer = parts.reclaim
+        self.dispatch = parts.dispatch
+        self.gangs = parts.gangs
+        self.headroom = parts.headroom
+        self.ray_activity = parts.ray_activity
+        self._stop = threading.Event()
+        self._loop_thread: threading.Thread | None = None
+        config = self.config
         self.unschedulable = UnschedulableMarker(self.kube, partial(self.writer.submit, priority=STATUS_PRIORITY))
         self.ungater = Ungater(
             self.kube, partial(self.binder.submit, priority=EVICT_PRIORITY), config.queue_admission_gating != "off"
         )
-        self.eviction_interceptors: list[EvictionInterceptor] = []
-        self.dispatch = Dispatch(
-            config,
-            self.kube,
-            self.cache,
-            self.metrics,
-            self.events,
-            self.binder,
-            self.writer,
-            reporter=self.reporter,
-            interceptors=self.eviction_interceptors,
-            is_leader=self.is_leader,
-        )
-        # Dynamic Resource Allocation: devices and claims join the snapshot; a deleted pod's claims are released
-        self.dra = DraStore(self.wake)
-        self.cache.dra = self.dra
-        self.dispatch.dra_reserve = partial(dra.reserve, self.kube, self.dra)
-        self.dra.release = self._release_claims
-        self.reclaimer: ElasticReclaimer | None = None
-        if config.elastic_reclaim or config.suspend_kinds or config.drain_deadline > 0:
-            self.reclaimer = ElasticReclaimer(
-                self.kube,
-                shrink=config.elastic_reclaim,
-                suspend_kinds=config.suspend_kinds,
-                gcs_address="auto" if config.drain_deadline > 0 else None,
-                drain_deadline_s=config.drain_deadline,
-                fallback=self.dispatch.evict,
-                labels_of=self._cached_labels,
-                owner_of=self._cached_owner,
-                release=lambda p: self.cache.unmark_evicting(p.key),
-                on_record=self.dispatch.count_reclaim,
-                deadline_of=self._drain_deadline,
-            )
-            self.eviction_interceptors.append(self.reclaimer)
-        self.gangs: SuspendedGangs | None = None
-        if config.suspend_kinds or config.headroom_interval > 0:
-            self.gangs = SuspendedGangs(
-                self.kube,
-                self.cache,
-                kinds=config.suspend_kinds,
-                namespaces=config.namespaces,
-                grouper_config=PodgrouperConfig(
-                    scheduler_name=config.scheduler_name,
-                    queue_label_key=config.queue_label_key,
-                    max_gang_pods=config.max_gang_pods,
-                ),
-                submit=lambda key, work: self.binder.submit(key, work, priority=EVICT_PRIORITY),
-                wake=self.wake,
-                is_leader=self.is_leader,
-            )
-        self.headroom: HeadroomPublisher | None = None
-        if config.headroom_interval > 0:
-            self.headroom = HeadroomPublisher(
-                self.kube,
-                config.headroom_interval,
-                lambda key, work: self.writer.submit(key, work, priority=STATUS_PRIORITY),
-                templates=self.gangs.probe_templates if self.gangs is not None else None,
-            )
-        self.ray_activity: RayActivityPoller | None = None
-        if config.ray_activity_interval > 0 and config.idle_aware_victims:
-            self.ray_activity = RayActivityPoller(self.kube, self.cache, config.ray_activity_interval, self.is_leader)
         self.informers = self._informers()
         self.elector: LeaderElector | None = None
         if config.leader_elect:
@@ -228,6 +142,7 @@ class SchedulerOperator:
         self._last_report = 0.0
         self.last_result: CycleResult | None = None
         self.cycles = 0
+        self.startup: dict[str, float | None] = {"built": since_process_start()}
 
     # --- wiring -----------------------------------------------------------------------------------------------
 
@@ -277,13 +192,11 @@ class SchedulerOperator:
         return infs
 
     def _on_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
-        self.dra.on_pod(event, key, obj)
+        gone = self.dra.on_pod(event, key, obj)
+        if gone is not None and self.is_leader():  # a deleted pod's claims are released
+            work = f"release-claims/{gone.metadata.namespace}/{gone.metadata.name}"
+            self.writer.submit(work, partial(dra.release, self.kube, self.dra, gone), priority=STATUS_PRIORITY)
         self.cache.on_pod(event, key, obj)
-
-    def _release_claims(self, pod: ApiPod) -> None:
-        if self.is_leader():
-            key = f"release-claims/{pod.metadata.namespace}/{pod.metadata.name}"
-            self.writer.submit(key, partial(dra.release, self.kube, self.dra, pod), priority=STATUS_PRIORITY)
 
     def start(self) -> SchedulerOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)
@@ -319,8 +232,7 @@ class SchedulerOperator:
         self.writer.stop()
         if self.usage is not None:
             self.usage.stop()
-        if self.reclaimer is not None:
-            self.reclaimer.close(wait=False)
+        self.reclaimer.close(wait=False)
         for inf in self.informers:
             inf.stop()
         if self._owns_kube:
@@ -366,10 +278,6 @@ class SchedulerOperator:
                     return False
                 log.warning("%s: fresh list after election is taking long; still waiting", inf.name)
         return True
-
-    def _writes_may_go(self) -> bool:
-        """Status and Events wait while bindings are being sent (a burst of arrivals is scheduled first)."""
-        return not self.binder.busy() and time.monotonic() - self.dispatch.last_bind > WRITE_HOLDOFF
 
     def wake(self) -> None:
         self._wake.set()
@@ -473,13 +381,6 @@ class SchedulerOperator:
             log.exception("building the snapshot as a follower failed; the next try repeats it")
         self._follower_built = time.monotonic()
 
-    def _job_version(self, key: str) -> Any:
-        """What a quarantined job must change to be tried again: its PodGroup or its set of pods."""
-        with self.cache.lock:
-            pg = self.cache.pgs.get(key)
-            members = self.cache.members.get(key) or {}
-            return (pg.sig if pg is not None else None, tuple(sorted((p.key, p.sig) for p in members.values())))
-
     def _settle(self) -> None:
         """Coalesce a burst of changes before a cycle, without delaying a lone change.
 
@@ -538,6 +439,7 @@ class SchedulerOperator:
                 self.usage.after_cycle(time.time(), capacity, result)
             self.dispatch.binds(view, result)
             self.dispatch.evictions(view, result)
+            self.dispatch.stop_pending(result)
             self.ungater.after_cycle(view, result)
             if virtual and self.gangs is not None:
                 self.gangs.after_cycle(result, virtual)
@@ -545,7 +447,7 @@ class SchedulerOperator:
             # During a burst of bindings, status and Events (which wait for the burst anyway) are worked out at
             # most once a second; every other cycle reports at once.
             if not result.binds or time.monotonic() - self._last_report >= REPORT_INTERVAL:
-                self.reporter.report(view, result)
+                self.dispatch.forget(self.reporter.report(view, result))
                 self._last_report = time.monotonic()
             self.unschedulable.after_cycle(view, result)
             if self.headroom is not None and self.headroom.due():
@@ -558,34 +460,17 @@ class SchedulerOperator:
         self.last_cycle = time.monotonic()
         self._last_cycle_seconds = t4 - t0
         self.last_result = result
-        self.reporter.record_cycle(view, result, (t0, t1, t2, t3, t4))
+        record_cycle(self.metrics, view, result, (t0, t1, t2, t3, t4), self.cache.inflight())
         if leading and "first_cycle" not in self.startup:
             self.startup["first_cycle"] = since_process_start()
             self.startup["first_cycle_seconds"] = round(t4 - t0, 3)
             log.info("first cycle as leader: %s", self.startup)
         return result
 
-    # --- what the Ray-aware reclaim reads from the cache ---------------------------------------------------------
 
-    def _cached_labels(self, p: PodEntry) -> dict[str, str]:
-        meta = p.raw[0] if p.raw else None
-        return dict(meta.get("labels") or {}) if isinstance(meta, dict) else {}
-
-    def _drain_deadline(self, namespace: str, podgroup: str | None) -> DrainDeadline:
-        """The gang's drain deadline from its PodGroup (the Ray object's annotation) and its Queue, as cached."""
-        pg = self.cache.pgs.get(f"{namespace}/{podgroup}") if podgroup else None
-        queue_name = (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg is not None and pg.model is not None else ""
-        q = self.cache.queues.get(queue_name) if queue_name else None
-        deadline = drain_deadline(pg.raw if pg else None, q.raw if q else None, self.config.drain_deadline)
-        if deadline.problem:
-            log.info(
-                "drain deadline of %s/%s: %s; using the %s one", namespace, podgroup, deadline.problem, deadline.source
-            )
-        return deadline
-
-    def _cached_owner(self, namespace: str, podgroup: str) -> tuple[str, str] | None:
-        pg = self.cache.pgs.get(f"{namespace}/{podgroup}")
-        return ray_owner(pg.raw) if pg is not None else None
+def build_scheduler(config: OperatorConfig, kube: Kube | None = None) -> SchedulerOperator:
+    """One scheduler replica from its settings (and an API client to share, else its own)."""
+    return SchedulerOperator(assemble(config, kube))
 
 
 def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:

@@ -22,12 +22,11 @@ them and keeps the per-object memory that makes writes rare.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -35,7 +34,7 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
-from kai_ray.durations import rfc3339, span
+from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder, object_ref
 from kai_ray.k8s.base.isolate import Guard, Quarantine
 from kai_ray.k8s.base.metrics import SchedulerMetrics
@@ -43,10 +42,9 @@ from kai_ray.k8s.base.pruning import PruneGuard
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, queues_path, resource_version
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION, SuspendOutcome, apply_suspend
-from kai_ray.k8s.ray.rayplan import NOTHING_TO_DO
 from kai_ray.k8s.scheduling import status as st
-from kai_ray.k8s.scheduling.cache import PodEntry, SchedulerCache, SnapshotView
+from kai_ray.k8s.scheduling.cache import SchedulerCache
+from kai_ray.k8s.scheduling.entries import PodEntry, SnapshotView
 from kai_ray.k8s.usagedb import LEDGER_FIELD, UsageSource
 from kai_ray.scheduler.decisions import CycleResult, JobStatus, Reason
 from kai_ray.scheduler.snapshot import PodPhase
@@ -54,7 +52,6 @@ from kai_ray.scheduler.snapshot import PodPhase
 log = logging.getLogger(__name__)
 
 STATUS_PRIORITY = 10
-PATCH_FAILED = "PatchFailed"  # apply_suspend's code for an API error (a conflict past its retries, a 5xx)
 PENDING_REPORT_DELAY = 1.0  # a pending verdict is written once it has lasted this long (transients are not)
 STATUS_COALESCE = 1.0  # at most one status write per PodGroup in this many seconds; changes meanwhile are merged
 
@@ -71,11 +68,8 @@ class _Verdict:
 @dataclass(eq=False)
 class Reporter:
     """Status, Events and metrics for one scheduler replica; called by the cycle loop after dispatch, and by
-    :class:`~kai_ray.k8s.scheduling.dispatch.Dispatch` for the status and annotations of evicted and starting gangs.
-
-    ``on_verdicts`` is told every cycle's full set of verdicts (job -> status), so state kept per job elsewhere can
-    be dropped once a job has none.
-    """
+    :class:`~kai_ray.k8s.scheduling.dispatch.Dispatch` for the status and annotations of evicted and starting gangs
+    and of max-pending actions."""
 
     config: OperatorConfig
     kube: Kube
@@ -85,7 +79,6 @@ class Reporter:
     writer: Dispatcher
     quarantine: Quarantine
     usage: UsageSource | None
-    on_verdicts: Callable[[Mapping[str, JobStatus]], None]
     guard: Guard = field(default_factory=lambda: Guard("reporting", log))
     pruned: PruneGuard = field(default_factory=PruneGuard)  # status fields the installed CRDs do not store
     _verdicts: dict[str, _Verdict] = field(default_factory=dict, init=False)
@@ -99,41 +92,11 @@ class Reporter:
     _queue_written: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict, init=False)
     _reported_invalid: dict[str, str] = field(default_factory=dict, init=False)
     _queue_fields_checked: dict[str, tuple[Any, ...]] = field(default_factory=dict, init=False)  # Queue -> version
-    _max_pending_acted: dict[str, float] = field(default_factory=dict, init=False)  # job -> the wait acted on
 
-    def record_cycle(
-        self, view: SnapshotView, result: CycleResult, marks: tuple[float, float, float, float, float]
-    ) -> None:
-        """The cycle's own metrics; ``marks``: ``perf_counter`` at its start, after the snapshot, after the core,
-        after dispatch and at its end."""
-        t0, t1, t2, t3, t4 = marks
-        m = self.metrics
-        m.cycles.inc()
-        m.core_seconds.observe(t2 - t1)
-        m.cycle_seconds.observe(t4 - t0)
-        for phase, dt in (("snapshot", t1 - t0), ("core", t2 - t1), ("dispatch", t3 - t2), ("report", t4 - t3)):
-            m.phase_seconds.labels(phase).inc(dt)
-        opened = result.stats.get("open_seconds", 0.0)
-        acted = sum(result.stats.get(f"{a}_seconds", 0.0) for a in view.snapshot.config.actions)
-        for phase, dt in (
-            ("snapshot", t1 - t0),
-            ("session_open", opened),
-            ("actions", acted),
-            ("dispatch", t3 - t2),
-            ("report", t4 - t3),
-        ):
-            m.phase_duration.labels(phase).observe(dt)
-        m.pending_pods.set(max(0, view.pending - len(result.binds)))
-        m.inflight_binds.set(self.cache.inflight())
-        m.e2e_latency.set(1000 * (t4 - t0))
-        m.open_session_latency.set(1000 * opened)
-        for action in view.snapshot.config.actions:
-            took = result.stats.get(f"{action}_seconds")
-            if took is not None:
-                m.action_latency.labels(action).set(1000 * took)
-
-    def report(self, view: SnapshotView, result: CycleResult) -> None:
-        """Every verdict of the cycle on its PodGroup (status, Events), then findings, Queue status and metrics."""
+    def report(self, view: SnapshotView, result: CycleResult) -> dict[str, JobStatus]:
+        """Every verdict of the cycle on its PodGroup (status, Events), then findings, Queue status and metrics.
+        Returns the full set of verdicts (job -> status), so state kept per job elsewhere can be dropped once a job
+        has none."""
         now = time.monotonic()
         iso = rfc3339()
         verdicts = dict(result.jobs)
@@ -177,8 +140,6 @@ class Reporter:
             settled.pop(key, None)
             if self.guard(key, self._report_job, key, v, members, now, iso, default=False):
                 settled[key] = seen
-        for key in [k for k in self._max_pending_acted if k not in verdicts]:
-            del self._max_pending_acted[key]
         for key in [k for k in settled if k not in verdicts]:
             del settled[key]
         for key in [k for k in self._verdicts if k not in verdicts]:
@@ -187,10 +148,10 @@ class Reporter:
             with self._status_lock:
                 self._status_written.pop(key, None)
                 self._status_sent_at.pop(key, None)
-        self.on_verdicts(verdicts)
         self._queue_metrics(view, result, verdicts)
         self._report_findings(result)
         self._report_queues(result, bad_queues, now, iso)
+        return verdicts
 
     def _oversized(self, view: SnapshotView, job: Any) -> list[str]:
         """For a gang that can never fit: the request fields of its pods that no node can hold (at most 3)."""
@@ -222,8 +183,6 @@ class Reporter:
             return True
         if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
             self._persist_stale_since(key, pg.model, v)
-        if v.details.get("maxPendingAction") and not v.details.get("maxPendingActed"):
-            self._max_pending_action(key, pg.raw, v)
         prev = self._verdicts.get(key)
         reason = v.reason.value
         if (
@@ -293,7 +252,7 @@ class Reporter:
     def _ray_owner_event(self, raw: dict[str, Any], v: JobStatus) -> None:
         """What the Ray object's owner must see on the object itself (a RayService whose upgrade surge cannot
         start, a gang past its kai-ray.io/max-pending-time), as a Warning Event on the PodGroup's Ray owner. A gang
-        with a max-pending-action gets its Event when the action is taken (:meth:`_max_pending_action`)."""
+        with a max-pending-action gets its Event when dispatch has taken the action."""
         reason = None
         if v.details.get("upgradeSurgeOf"):
             reason = "UpgradeSurgeBlocked"
@@ -302,59 +261,6 @@ class Reporter:
         ref = ray_owner_ref(raw)
         if reason is not None and ref is not None:
             self.events.emit(ref, WARNING, reason, v.message)
-
-    def _max_pending_action(self, key: str, raw: dict[str, Any], v: JobStatus) -> None:
-        """Take the core's max-pending-action once per wait (the wait's start is remembered here and, for
-        the next leader, in ``kai-ray.io/max-pending-acted`` on the PodGroup, which the core reads back)."""
-        since = float(v.details.get("pendingSince") or 0.0)
-        if self._max_pending_acted.get(key) == since:
-            return
-        self._max_pending_acted[key] = since
-        self.writer.submit(f"maxpending/{key}", partial(self._act_on_max_pending, key, raw, v), STATUS_PRIORITY)
-
-    def _act_on_max_pending(self, key: str, raw: dict[str, Any], v: JobStatus) -> None:
-        """Suspend the Ray owner (``suspend`` and ``fail``), record the action on the PodGroup with a condition
-        (``Suspended`` or ``Failed``, reason ``MaxPendingTimeExceeded``), and say so in a Warning Event on the Ray
-        object naming the time waited. A kind that cannot suspend is reported, never retried in a loop."""
-        action = str(v.details["maxPendingAction"])
-        waited = float(v.details.get("pendingSeconds") or 0.0)
-        limit = float(v.details.get("maxPendingTimeSeconds") or 0.0)
-        ns = (raw.get("metadata") or {}).get("namespace", "")
-        ref = ray_owner_ref(raw)
-        beyond = f"pending {span(waited)}, beyond its max-pending-time {span(limit)} ({c.MAX_PENDING_ACTION}: {action})"
-        if ref is None:
-            applied, why = False, "its PodGroup has no RayCluster, RayJob or RayService owner"
-        else:
-            try:
-                why_code = Reason.MAX_PENDING_TIME_EXCEEDED.value
-                out = apply_suspend(self.kube, ref["kind"], ns, ref["name"], reason=why_code, message=beyond)
-            except ApiError as exc:
-                out = SuspendOutcome(False, PATCH_FAILED, str(exc))
-            if out.code == PATCH_FAILED:  # the API failed us, not the object: a later cycle tries again
-                log.info("%s: max-pending-action %s not taken yet: %s", key, action, out.message)
-                self._max_pending_acted.pop(key, None)
-                return
-            applied, why = out.applied or out.code == NOTHING_TO_DO, out.message
-        record: dict[str, Any] = {"action": action, "at": rfc3339(), "waited": span(waited), "suspended": applied}
-        if not applied:
-            record["refused"] = why
-        # a gang kai-ray suspended for a preemptor, waiting to be resumed, is no longer resumed by kai-ray either
-        self.annotate_pg(key, {c.MAX_PENDING_ACTED: json.dumps(record, sort_keys=True), SUSPEND_ANNOTATION: None})
-        what = ref["kind"] if ref is not None else "Ray object"
-        if action == "fail":
-            cond = {"type": "Failed", "status": "True", "reason": Reason.MAX_PENDING_TIME_EXCEEDED.value}
-            after = "spec.suspend set" if applied else f"its pods stay pending, not placed again ({why})"
-            text = f"{beyond}: marked failed, {after}; delete and re-create the {what} to retry"
-        elif applied:
-            cond = {"type": "Suspended", "status": "True", "reason": Reason.MAX_PENDING_TIME_EXCEEDED.value}
-            text = f"{beyond}: spec.suspend set; lift it (spec.suspend: false) to queue again"
-        else:
-            cond = {"type": "Suspended", "status": "False", "reason": "MaxPendingActionRefused"}
-            text = f"{beyond}: cannot suspend: {why}; reporting only"
-        self.write_pg_status(key, {"conditions": [{**cond, "message": text, "lastTransitionTime": rfc3339()}]})
-        target = ref if ref is not None else kai_object_ref("PodGroup", raw)
-        self.events.emit(target, WARNING, cond["reason"], text)
-        log.info("%s: %s", key, text)
 
     def _persist_stale_since(self, key: str, model: PodGroup | None, v: JobStatus) -> None:
         """Keep ``kai.scheduler/stale-podgroup-timestamp`` in step with the core, which restarts the stale-gang

@@ -37,7 +37,8 @@ from kai_ray.k8s.base.isolate import Guard
 from kai_ray.k8s.base.rest import RAY_PLURALS, Kube, ray_path, resource_version
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION, apply_resume, record_on_podgroup
 from kai_ray.k8s.ray.rayplan import NOTHING_TO_DO, ray_owner
-from kai_ray.k8s.scheduling.cache import PgEntry, SchedulerCache
+from kai_ray.k8s.scheduling.cache import SchedulerCache
+from kai_ray.k8s.scheduling.entries import PgEntry
 from kai_ray.podgrouper import PodgrouperConfig, effective_cluster_spec, gang_too_large, pod_templates, stamp
 from kai_ray.podgrouper.pods import SUBMITTER_RESOURCES
 from kai_ray.scheduler import snapshot as s

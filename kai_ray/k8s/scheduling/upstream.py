@@ -27,14 +27,14 @@ server predates 1.37) gets no informers, so nothing changes there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.bridge import parse_time
 from kai_ray.k8s.base.informer import Informer
-from kai_ray.k8s.base.rest import ApiError, Kube
+from kai_ray.k8s.base.rest import ApiError, Kube, serves
 from kai_ray.scheduler import snapshot as s
 
 log = logging.getLogger(__name__)
@@ -57,15 +57,17 @@ def _path(plural: str, namespace: str | None, name: str | None) -> str:
     return f"{base}/{name}" if name else base
 
 
-def served(kube: Kube) -> bool:
-    """Whether the server serves upstream PodGroups (``scheduling.k8s.io/v1beta1``, resource ``podgroups``)."""
-    try:
-        found = kube.get(f"/apis/{VERSION}")
-    except ApiError as exc:
-        if exc.not_found:
-            return False
-        raise
-    return any(r.get("name") == "podgroups" for r in (found or {}).get("resources") or [] if isinstance(r, dict))
+def settle(job: s.Job, tmpl: UpstreamTemplate, pods: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> None:
+    """What the gang's pods (metadata, spec; by name) settle when the PodGroup and its Workload say nothing: the queue
+    label and the priority. The pods of one gang normally share both; the first pod by name decides the queue, the
+    highest priority wins."""
+    if tmpl.queue_from_pods:
+        queue = next((q for meta, _ in pods if (q := (meta.get("labels") or {}).get(c.QUEUE_LABEL))), None)
+        job.queue = queue or c.DEFAULT_QUEUE
+    if tmpl.priority_from_pods:
+        values = [v for _, spec in pods if isinstance(v := spec.get("priority"), int)]
+        if values:
+            job.priority = max(values)
 
 
 def pod_group_name(spec: Mapping[str, Any]) -> str | None:
@@ -156,7 +158,7 @@ def informers(
 ) -> list[Informer]:
     """Informers on upstream PodGroups and Workloads when the server serves them, else none (and one log line)."""
     try:
-        on = served(kube)
+        on = serves(kube, VERSION, "podgroups")
     except ApiError as exc:
         if not exc.unreachable:
             raise

@@ -18,7 +18,7 @@ from typing import Any
 from kai_ray import constants as c
 from kai_ray.api.quantity import QuantityError, parse_quantity
 from kai_ray.k8s.base.informer import UPSERT, object_key, slim
-from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, serves
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.scheduling import upstream
@@ -177,7 +177,7 @@ def cluster_view(
 def _upstream_groups(kube: Kube, cache: SchedulerCache, pool: str | None) -> list[dict[str, Any]]:
     """Feed the upstream PodGroups and their Workloads to ``cache`` where the server serves them; the PodGroups."""
     try:
-        if not upstream.served(kube):
+        if not serves(kube, upstream.VERSION, "podgroups"):
             return []
         workloads = list_all(kube, upstream.workloads_path())
         groups = list_all(kube, upstream.podgroups_path(), pool)

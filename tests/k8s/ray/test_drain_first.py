@@ -5,15 +5,14 @@ patches), the Eviction API, and Ray processes (``ray.cluster_utils.Cluster``: a 
 raylet carrying the pod's name as ``RAY_CLOUD_INSTANCE_ID`` as KubeRay sets it). What stands in: the scheduler's cycle
 (the victims and their decisions are written here as the core writes them) and KubeRay's deletion of pods.
 
-Each path's victims go through the operator's :class:`ElasticReclaimer`; the plain eviction it falls back to looks at
-the GCS at the moment it is called and records whether the pod's Ray node had been drained. If any path skipped the
-drain, that record (or the suspend's drain record) says so and the test fails.
+Each path's victims go, as victim records, through the operator's :class:`RayReclaim`; the plain eviction that its
+outcomes ask for (as dispatch applies them) looks at the GCS at the moment it is called and records whether the pod's
+Ray node had been drained. If any path skipped the drain, that record (or the suspend's drain record) says so and the
+test fails.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,26 +20,14 @@ import pytest
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.ray import drainfirst
-from kai_ray.k8s.ray.elastic import ElasticReclaimer
 from kai_ray.k8s.ray.raygcs import ACCEPTED
-from kai_ray.scheduler.decisions import Action, Evict, Reason
+from kai_ray.k8s.ray.reclaim import RayReclaim
+from kai_ray.k8s.ray.victims import RayOwner, Victim
+from kai_ray.scheduler.decisions import Reason
 from tests.autoscaler.conftest import OBJECT_STORE
 from tests.autoscaler.helpers import podgroup, queue, ray_pod, raycluster, rayjob, worker_group
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.ray, pytest.mark.slow]
-
-
-@dataclass(frozen=True)
-class Victim:
-    """What the reclaimer reads of the operator's pod entry."""
-
-    namespace: str
-    name: str
-    group: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 def _node_states(gcs_address: str) -> dict[str, str]:
@@ -61,16 +48,6 @@ def _node_states(gcs_address: str) -> dict[str, str]:
             preempted = reason == common_pb2.NodeDeathInfo.Reason.Value("AUTOSCALER_DRAIN_PREEMPTED")
             out[info.instance_id] = "preempted" if preempted else common_pb2.NodeDeathInfo.Reason.Name(reason)
     return out
-
-
-def _wait(what: str, check: Any, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_every_eviction_path_drains_the_ray_node_first(ray_cluster: Any, kube: Kube, namespace: str) -> None:
@@ -108,44 +85,46 @@ def test_every_eviction_path_drains_the_ray_node_first(ray_cluster: Any, kube: K
 
     evicted: dict[str, str] = {}
 
-    def evict(p: Victim, e: Evict) -> None:
-        evicted[p.name] = _node_states(cluster.gcs_address).get(p.name, "no Ray node")
+    def evict(v: Victim) -> None:
+        evicted[v.pod] = _node_states(cluster.gcs_address).get(v.pod, "no Ray node")
         try:
             kube.create(
-                f"{pods_path(p.namespace, p.name)}/eviction",
-                {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": p.name, "namespace": ns}},
+                f"{pods_path(v.namespace, v.pod)}/eviction",
+                {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": v.pod, "namespace": ns}},
             )
         except ApiError as exc:
             if not exc.not_found:
                 raise
 
-    reclaimer = ElasticReclaimer(
-        kube,
-        shrink=True,
-        suspend_kinds=("RayJob",),
-        gcs_address=lambda _ns, _rc: cluster.gcs_address,
-        drain_deadline_s=20.0,
-        fallback=evict,
+    reclaimer = RayReclaim(
+        kube, shrink=True, suspend_kinds=("RayJob",), gcs_address=lambda _ns, _rc: cluster.gcs_address
     )
 
-    def victim(pod: str, action: Action, reason: Reason, **kw: Any) -> tuple[Victim, Evict]:
-        rc = pods[pod][0]
+    def victim(pod: str, reason: Reason, **kw: Any) -> Victim:
+        rc, group = pods[pod]
         pg = "pg-job" if rc == "job-cluster" else f"pg-{rc}"
-        return Victim(ns, pod, pg), Evict(pod, f"{ns}/{pg}", action, reason, f"{ns}/burst", **kw)
+        owner = RayOwner("RayJob", "job") if rc == "job-cluster" else None
+        node_type = "head" if group == "headgroup" else "worker"
+        return Victim(
+            ns, pod, f"uid-{pod}", f"{ns}/{pg}", pg, f"{ns}-q", reason.value, f"{ns}/burst", rc, node_type, owner,
+            drain_deadline_s=20.0, **kw,
+        )  # fmt: skip
 
     try:
-        left = reclaimer(
+        left, outcomes = reclaimer.take(
             [
-                victim("shrink-w", Action.RECLAIM, Reason.RECLAIMED, elastic=True),  # a shrink
-                victim("head-h", Action.RECLAIM, Reason.RECLAIMED, elastic=True),  # a head: no shrink, evicted
-                victim("min-w", Action.RECLAIM, Reason.RECLAIMED, elastic=True),  # a shrink refused: evicted
-                victim("move-w", Action.CONSOLIDATION, Reason.CONSOLIDATED, moved_to="node-b"),  # a move
-                victim("gang-w", Action.STALE_GANG_EVICTION, Reason.READY_TIMEOUT, whole_gang=True),  # RayCluster
-                victim("job-w", Action.PREEMPT, Reason.PREEMPTED, whole_gang=True),  # a RayJob suspended
+                victim("shrink-w", Reason.RECLAIMED, elastic=True),  # a shrink
+                victim("head-h", Reason.RECLAIMED, elastic=True),  # a head: no shrink, evicted
+                victim("min-w", Reason.RECLAIMED, elastic=True),  # a shrink refused: evicted
+                victim("move-w", Reason.CONSOLIDATED),  # a move
+                victim("gang-w", Reason.READY_TIMEOUT, whole_gang=True),  # a RayCluster: no suspend, evicted
+                victim("job-w", Reason.PREEMPTED, whole_gang=True),  # a RayJob suspended
             ]
         )
         assert left == [], "every Ray pod is the reclaimer's to drain"
-        _wait("the reclaimer to finish every path", lambda: len(reclaimer.records) >= 7 and len(evicted) >= 4)
+        for fut in outcomes:  # as dispatch applies them
+            for v in fut.result(timeout=120.0).evict:
+                evict(v)
     finally:
         reclaimer.close()
 

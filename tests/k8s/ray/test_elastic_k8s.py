@@ -2,7 +2,7 @@
 
 What is real: kube-apiserver + etcd, KubeRay's RayCluster/RayJob/RayService CRDs (schema validation and pruning),
 our PodGroup CRD, JSON-patch ``test`` semantics. Pods are created by the test with KubeRay's labels (no operator
-here; the KubeRay-in-the-loop test lives in test_kuberay_loop.py). Ray draining is skipped (``gcs_address=None``).
+here; the KubeRay-in-the-loop test lives in test_reclaim_kuberay_loop.py). Ray draining is skipped (``gcs_address=None``).
 """
 
 from __future__ import annotations

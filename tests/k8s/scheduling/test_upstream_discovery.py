@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.k8s.base.rest import Kube
+from kai_ray.k8s.base.rest import Kube, serves
 from kai_ray.k8s.scheduling import upstream
 from tests.k8s.helpers import bound, make_gang, wait_until
 
@@ -25,7 +25,7 @@ def test_without_the_api_the_scheduler_says_so_once_and_schedules_as_before(
     priority_classes: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    assert not upstream.served(kube)
+    assert not serves(kube, upstream.VERSION, "podgroups")
     nodes, selector = node_pool(1, gpus=8)
     team = queues("team", gpu_quota=8)
     with caplog.at_level(logging.INFO, logger=upstream.__name__):

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from kai_ray import constants as c
-from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
+from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, serves
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.scheduling import upstream
 from kai_ray.k8s.scheduling.explain import explain_data, render
-from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.operator import SchedulerOperator, build_scheduler
 from kai_ray.k8s.scheduling.visibility import cluster_view
 from kai_ray.scheduler.decisions import Reason
 from kai_ray.scheduler.visibility import pending_rows
@@ -81,7 +81,7 @@ class Cluster:
         return full
 
     def scheduler(self, **config: Any) -> SchedulerOperator:
-        op = SchedulerOperator(op_config(self.plane, self.ns, node_selector=self.selector, **config)).start()
+        op = build_scheduler(op_config(self.plane, self.ns, node_selector=self.selector, **config)).start()
         self.ops.append(op)
         wait_until("the scheduler to lead and sync", lambda: op.is_leader() and op.synced(), 60)
         return op
@@ -143,7 +143,7 @@ def _unschedulable(kube: Kube, ns: str, pod: str) -> Callable[[], str | None]:
 
 
 def test_the_api_is_discovered(kube: Kube) -> None:
-    assert upstream.served(kube)
+    assert serves(kube, upstream.VERSION, "podgroups")
 
 
 def test_a_gang_that_does_not_fit_waits_whole_then_is_bound_together(cluster: Cluster) -> None:

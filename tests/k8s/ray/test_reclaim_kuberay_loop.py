@@ -2,7 +2,7 @@
 
 What is real: kube-apiserver + etcd + KWOK nodes; KubeRay's operator (``kai-scheduler`` batch scheduler) creating and
 deleting pods; kai-ray's podgrouper and scheduler operators (the scheduler with its default
-:class:`ElasticReclaimer` as eviction interceptor, and publishing the headroom itself after its cycles); Ray's
+:class:`RayReclaim` taking its victims, and publishing the headroom itself after its cycles); Ray's
 autoscaler v2 through ``python -m kai_ray.autoscaler``; a Ray head and one Ray worker node per bound worker pod. What
 stands in: KWOK pods run no containers, so a small "kubelet" in the test starts a real Ray worker node
 (``RAY_CLOUD_INSTANCE_ID`` = pod name) for each bound worker pod and stops it when the pod is deleted; and since the
@@ -28,7 +28,7 @@ from kai_ray.k8s.base.rest import ApiError, Kube, events_path, podgroups_path, p
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.ray import elastic, raygcs
-from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.operator import build_scheduler
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
 from tests.autoscaler.conftest import OBJECT_STORE
 from tests.autoscaler.helpers import queue, raycluster, start_autoscaler, stop_process, wait_until, worker_group
@@ -169,7 +169,7 @@ def _operators(
     kube.create(queues_path(), queue(made_queues[1], gpu_quota=1, parent=made_queues[0]))
     kube.create(queues_path(), queue(made_queues[2], gpu_quota=2, parent=made_queues[0]))
     grouper = PodgrouperOperator(_config(control_plane, ns)).start()
-    sched = SchedulerOperator(
+    sched = build_scheduler(
         _config(
             control_plane,
             ns,
@@ -205,7 +205,7 @@ def stack(
     ray_cluster: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[dict[str, Any]]:
-    """The operators with the elastic interceptor, plus a Ray head whose GCS the interceptor drains through."""
+    """The operators with the elastic shrink, plus a Ray head whose GCS the reclaim drains through."""
     monkeypatch.setenv("RAY_enable_autoscaler_v2", "1")
     monkeypatch.setenv("ENABLE_DETERMINISTIC_HEAD_POD_NAME", "true")
     head = ray_cluster(env_vars={"RAY_CLOUD_INSTANCE_ID": "rc-head", "RAY_NODE_TYPE_NAME": "headgroup"})

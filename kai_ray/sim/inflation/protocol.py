@@ -99,7 +99,7 @@ def data_dir() -> Path:
     env = os.environ.get(DATA_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "alibaba-v2023"
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "alibaba-v2023"
 
 
 def read_pod_list(path: str | Path) -> list[TracePod]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import kai_ray
 from kai_ray.scheduler.snapshot import Node
-from kai_ray.sim.inflation import PUBLISHED, InflationError, InflationSpec, read_pod_list, run_inflation
+from kai_ray.sim.inflation.protocol import PUBLISHED, InflationError, InflationSpec, read_pod_list, run_inflation
 from kai_ray.sim.trace import TracePod, read_nodes
 
 

@@ -37,7 +37,7 @@ import math
 from typing import Any
 
 from kai_ray.sim.engine import SimResult
-from kai_ray.sim.usage import usage_document
+from kai_ray.sim.fair_share_usage import usage_document
 from kai_ray.sim.workloads import COMPLETED, RayWorkload, WorkloadBase
 
 EVICTIONS = ("preempt", "reclaim", "evict")  # event types that take pods from a workload
