@@ -229,7 +229,7 @@ class Karpenter:
         """Change the NodePool's GPU limit (0: Karpenter buys nothing, as a cloud out of capacity would)."""
         self.kube.merge_patch(f"{NODEPOOLS}/{self.name}", {"spec": {"limits": {GPU_RESOURCE: str(gpus)}}})
 
-    def release_nodes(self, timeout: float = 30.0) -> None:
+    def release_nodes(self, timeout: float = 10.0) -> None:
         """Hand back every node bought (delete the NodeClaims: Karpenter drains and removes them), so the next test
         starts from none without waiting for consolidation; what Karpenter has not removed within ``timeout`` (a
         drain waiting on pods of a namespace not yet cleared) is removed directly. The pods on them go first (grace

@@ -233,3 +233,52 @@ def test_an_ungated_gang_waiting_for_nodes_keeps_its_room_across_a_new_leader(
     )
     assert gates(kube, namespace, later[0]) == [c.QUEUE_ADMISSION_GATE]
     assert karpenter.claims_created() - created_before == 2  # the first gang's nodes, none for the later one
+
+
+def test_a_node_emptied_by_a_reclaim_is_consolidated_by_karpenter(
+    kube: Kube,
+    namespace: str,
+    queues: Any,
+    karpenter: Karpenter,
+    gpu_nodes: Any,
+    run_scheduler: Any,
+    priority_classes: Any,
+) -> None:
+    """kai-ray takes back over-quota GPUs for a queue within its quota and places that queue's gang on the node that
+    already runs work (binpack); the node Karpenter bought for the over-quota gang is left empty and Karpenter removes
+    it. Nothing is bought for the reclaiming gang."""
+    static = gpu_nodes(1, gpus=8, labels=dict(karpenter.labels))
+    queues("dept", gpu_quota=8, gpu_limit=8)
+    over = queues("over", parent="dept", gpu_quota=0)
+    within = queues("within", parent="dept", gpu_quota=8)
+    other = queues("other", gpu_quota=8)
+    run_scheduler(node_selector=karpenter.labels)
+    created_before = karpenter.claims_created()
+
+    filler = gang(kube, namespace, "filler", other, 1, 4, karpenter.labels)
+    wait_until("the filler on the static node", lambda: bound(kube, namespace, filler) or None, 60)
+    burst = gang(kube, namespace, "burst", over, 1, 8, karpenter.labels)
+    placed = wait_until(
+        "the over-quota gang on a node Karpenter bought",
+        lambda: (lambda b: b if b else None)(bound(kube, namespace, burst)),
+        BUY,
+        interval=0.5,
+    )
+    (bought,) = placed.values()
+    assert bought not in static and karpenter.claims_created() - created_before == 1
+
+    reclaimer = gang(kube, namespace, "reclaimer", within, 1, 4, karpenter.labels)
+    done = wait_until(
+        "the in-quota gang to take the GPUs back and run beside the filler",
+        lambda: (lambda b: b if b and not bound(kube, namespace, burst) else None)(bound(kube, namespace, reclaimer)),
+        90,
+        interval=0.5,
+    )
+    assert set(done.values()) == set(static)
+    wait_until(
+        "Karpenter to consolidate the emptied node",
+        lambda: bought not in {n["metadata"]["name"] for n in karpenter.nodes()},
+        BUY,
+        interval=0.5,
+    )
+    assert karpenter.claims_created() - created_before == 1
