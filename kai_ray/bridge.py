@@ -238,6 +238,8 @@ def pod_from_api(pod: ApiPod, job_key: str, problems: list[str] | None = None) -
         ],
         start_time=parse_time(pod.status.start_time if pod.status else None),
         gated=bool(pod.spec.scheduling_gates),
+        quota_gated=[g.get("name") for g in pod.spec.scheduling_gates or []] == [c.QUEUE_ADMISSION_GATE],
+        admitted_at=parse_time(meta.annotations.get(c.QUEUE_ADMITTED)),
         ready=pod_ready(pod),
         bound_at=pod_bound_at(pod) if pod.spec.node_name else None,
     )

@@ -26,6 +26,11 @@ STALENESS_GRACE = "kai.scheduler/staleness-grace-period"
 LAST_START = "kai.scheduler/last-start-timestamp"
 LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
 STALE_SINCE = "kai.scheduler/stale-podgroup-timestamp"
+# KAI's queue-admission gating design (docs/autoscaling.md): the gate on pods of opted-in queues, the Queue label that
+# opts a queue in, and the stamp written when a quota decision removes the gate (the gang's room is reserved from then)
+QUEUE_ADMISSION_GATE = "kai.scheduler/queue-admission"
+QUEUE_ADMISSION_GATING_LABEL = "kai.scheduler/queue-admission-gating"
+QUEUE_ADMITTED = "kai.scheduler/queue-admitted-timestamp"
 GPU_FRACTION = "gpu-fraction"
 GPU_MEMORY = "gpu-memory"
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -74,6 +74,8 @@ def build_config(**opts: Any) -> OperatorConfig:
             webhook_port=opts.get("webhook_port") or 9443,
             webhook_url=opts.get("webhook_url") or "",
             webhook_service=opts.get("webhook_service") or "kai-ray-podgrouper-webhook",
+            queue_admission_gating=opts.get("queue_admission_gating") or "off",
+            reservation_ttl=duration(opts.get("reservation_ttl") or "10m", "--reservation-ttl"),
             default_priority=_priorities(opts["default_priority"]),
             max_gang_pods=opts["max_gang_pods"],
             idle_aware_victims=opts["idle_aware_victims"],
@@ -158,6 +160,7 @@ def _log_level(name: str) -> int:
 
 CLUSTER = "Cluster and leader election (both operators)"
 SERVING = "Metrics, health and logs (both operators)"
+GATING = "Queue-admission gate for node autoscalers (both operators)"
 PANELS = {
     "scheduling": "Scheduling",
     "reclaim": "Ray-aware reclaim and the autoscaler hook",
@@ -302,6 +305,20 @@ def _define(kind: str) -> None:
             "URL the API server calls the webhook at (default: the kai-ray-podgrouper-webhook Service, port 443)",
             panel="podgrouper",
             metavar="URL",
+        ),
+        queue_admission_gating: str = o(
+            "off",
+            "KAI's queue-admission gate (docs/autoscaling.md): pods of opted-in Queues (queues) or of every queue "
+            "(all) are created gated and ungated once quota admits their gang, so node autoscalers never buy nodes "
+            "for them; the same value on both operators",
+            panel=GATING,
+            metavar="MODE",
+        ),
+        reservation_ttl: str = o(
+            "10m",
+            "how long an ungated gang still pending holds its queue's room",
+            panel="scheduling",
+            metavar="DURATION",
         ),
         default_priority: list[str] | None = o(
             None, "PriorityClass of a Ray kind that names none (repeatable)", panel="podgrouper", metavar="KIND=CLASS"

@@ -22,6 +22,7 @@ from kai_ray.scheduler.usage import PARAM_KEYS, UsageConfigError, UsageParams, u
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 ENV_PREFIX = "KAI_RAY_"
+GATING_MODES = ("off", "queues", "all")  # --queue-admission-gating
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
@@ -96,6 +97,11 @@ class OperatorConfig:
     webhook_port: int = 9443
     webhook_url: str = ""  # how the API server reaches the webhook; "" = the Service below, port 443
     webhook_service: str = "kai-ray-podgrouper-webhook"  # in the operator's namespace
+    # both operators: KAI's queue-admission gate (docs/autoscaling.md). off: no gate (pods already gated are let go);
+    # queues: pods of Queues labelled kai.scheduler/queue-admission-gating=true are gated at creation; all: every
+    # queue's pods. The scheduler removes a gang's gate once its queue's quota admits it.
+    queue_admission_gating: str = "off"
+    reservation_ttl: float = 600.0  # scheduler: seconds an ungated, still pending gang holds its queue's room
     # scheduler: Ray-aware reclaim (kai_ray.k8s.ray.elastic)
     elastic_reclaim: bool = True  # elastic surplus of KubeRay workers: shrink the worker group instead of evicting
     suspend_kinds: tuple[str, ...] = ("RayJob",)  # whole gangs owned by these kinds are suspended, then resumed
@@ -149,6 +155,12 @@ class OperatorConfig:
         ):
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{name}: {port} is not a port number")
+        if self.queue_admission_gating not in GATING_MODES:
+            raise ConfigError(
+                f"--queue-admission-gating: {self.queue_admission_gating!r} is not one of {', '.join(GATING_MODES)}"
+            )
+        if self.reservation_ttl <= 0:
+            raise ConfigError(f"--reservation-ttl: {self.reservation_ttl} must be positive")
         if self.bind_workers < 1 or self.write_workers < 1:
             raise ConfigError("--bind-workers/--write-workers: must be at least 1")
         for kind in self.suspend_kinds:

@@ -24,6 +24,7 @@ from kai_ray.scheduler.results import build_result
 from kai_ray.scheduler.session import Session
 from kai_ray.scheduler.snapshot import Snapshot
 from kai_ray.scheduler.stale import stale_gang_action
+from kai_ray.scheduler.ungate import apply_ungates
 from kai_ray.scheduler.workloss import assess
 
 ACTIONS = {
@@ -65,6 +66,7 @@ def run_cycle(snapshot: Snapshot, state: IncrementalState | None = None) -> Cycl
             ses.stats[f"{name}_cpu_seconds"] = time.process_time() - ca
         result = build_result(ses)
         annotate(ses, result)
+        apply_ungates(ses, result, snapshot.config.reservation_ttl)
         # dropped while the collector is still paused: what the session held is freed by reference counting,
         # not scanned by the young-generation collection the next allocation would trigger
         del ses

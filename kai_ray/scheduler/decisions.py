@@ -136,3 +136,4 @@ class CycleResult:
     queues: dict[str, QueueStatus] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)  # timings and counters
+    ungate: list[Any] = field(default_factory=list)  # ungate.Ungate: gangs whose queue-admission gates go now

@@ -151,6 +151,8 @@ class Pod:
     tolerations: list[Toleration] = field(default_factory=list)
     start_time: float | None = None  # seconds (snapshot clock) when it became Running
     gated: bool = False  # has scheduling gates: not ready to schedule
+    quota_gated: bool = False  # its only gate is the queue-admission gate (ungate.py decides when it goes)
+    admitted_at: float | None = None  # when a quota decision removed that gate (snapshot clock): room reserved
     created_at: float = 0.0  # creation time (snapshot clock): older pods are placed first within a PodSet
     claims: tuple[str, ...] = ()  # keys of its ResourceClaims (Snapshot.claims); DRA GPUs are already in request
     # kai-ray Ray-native facts: what Ray says about this pod's Ray node; None unknown
@@ -274,6 +276,7 @@ class SchedulerConfig:
     placement_cpu: str = "binpack"
     gpu_sharing_order: bool = True  # KAI's gpusharingorder plugin: fractions go first to nodes with a shared GPU
     actions: tuple[str, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+    reservation_ttl: float = 600.0  # seconds a gang ungated by its queue's quota holds that room while pending
     queue_priority_in_quota_reclaim: bool = False  # kai-ray/KAI alpha: higher-priority queue reclaims in-quota
     default_preemption_delay: float = 0.0
     default_staleness_grace: float = 60.0

@@ -33,6 +33,8 @@ VALUE_SETS = {
     ],
     "coexistence-with-election": ["--set", "mode=kai-coexistence"],
     "upstream-gangs": ["--set", "podgrouper.upstreamGangs=true", "--set", "podgrouper.webhookPort=9555"],
+    "gating": ["--set", "queueAdmissionGating=queues", "--set", "podgrouper.webhookPort=9555"],
+    "gating-coexistence": ["--set", "mode=kai-coexistence", "--set", "queueAdmissionGating=all"],
 }  # fmt: skip
 
 Triple = tuple[str, str, str]
@@ -59,6 +61,14 @@ def _upstream(values: list[str]) -> bool:
     return "podgrouper.upstreamGangs=true" in values
 
 
+def _gating(values: list[str]) -> str:
+    return next((v.split("=", 1)[1] for v in values if v.startswith("queueAdmissionGating=")), "off")
+
+
+def _webhook(values: list[str]) -> bool:
+    return _upstream(values) or _gating(values) != "off"
+
+
 @pytest.mark.parametrize("values", list(VALUE_SETS.values()), ids=list(VALUE_SETS))
 def test_the_real_parser_accepts_every_rendered_argument_list(helm, values):  # noqa: F811
     configs = _configs(render(helm, *values))
@@ -68,14 +78,18 @@ def test_the_real_parser_accepts_every_rendered_argument_list(helm, values):  # 
     assert grouper.kai_coexistence == (mode == "kai-coexistence")
     services = {s["metadata"]["name"]: s for s in by_kind(render(helm, *values), "Service")}
     assert grouper.upstream_gangs == _upstream(values)
-    if _upstream(values):  # the Service the webhook configuration names fronts the port the podgrouper listens on
+    assert grouper.queue_admission_gating == _gating(values)
+    if "scheduler" in configs:
+        assert configs["scheduler"].queue_admission_gating == _gating(values)
+        assert configs["scheduler"].reservation_ttl == 600.0
+    if _webhook(values) and "podgrouper.webhookPort=9555" in values:  # the Service fronts the podgrouper's port
         (deploy,) = [d for d in by_kind(render(helm, *values), "Deployment") if "podgrouper" in d["metadata"]["name"]]
         ports = {p["name"]: p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
         assert (grouper.webhook_port, ports["webhook"]) == (9555, 9555)
         assert services[grouper.webhook_service]["spec"]["ports"] == [
             {"name": "webhook", "port": 443, "targetPort": "webhook"}
         ]
-    else:
+    elif not _webhook(values):
         assert not any(name.endswith("-podgrouper-webhook") for name in services)
     assert grouper.default_priority["RayService"] == ("build" if values is NON_DEFAULT else "inference")
     if values is NON_DEFAULT:
@@ -112,7 +126,8 @@ def test_parser_refuses_what_the_chart_must_not_render() -> None:
 def test_chart_rbac_is_exactly_what_the_operators_declare(helm, values):  # noqa: F811
     docs = render(helm, *values)
     mode = _mode(values)
-    needed = set().union(*(_triples(rules) for rules in rules_for(mode, _upstream(values)).values()))
+    rules = rules_for(mode, _upstream(values), _gating(values) != "off")
+    needed = set().union(*(_triples(r) for r in rules.values()))
     (role,) = by_kind(docs, "ClusterRole")
     granted = _triples(role["rules"])
     assert needed - granted == set(), f"the chart does not grant what the operators call: {needed - granted}"
@@ -126,7 +141,7 @@ def test_chart_rbac_is_exactly_what_the_operators_declare(helm, values):  # noqa
     electing = [c for c in configs.values() if c.leader_elect]
     roles = by_kind(docs, "Role")
     tls = [r for r in roles if r["metadata"]["name"].endswith("-webhook-tls")]
-    if _upstream(values):
+    if _webhook(values):
         (tls_role,) = tls
         assert tls_role["metadata"]["namespace"] == "kai-system"
         assert _triples(tls_role["rules"]) == _triples(WEBHOOK_TLS_RULES)

@@ -41,6 +41,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/* Flags shared by both operators. */}}
+{{/* off | queues | all: queueAdmissionGating, with a bare YAML off (false) read as off */}}
+{{- define "kai-ray.gating" -}}
+{{- $v := toString .Values.queueAdmissionGating -}}
+{{- if or (eq $v "false") (eq $v "") (eq $v "<nil>") }}off{{ else }}{{ $v }}{{ end -}}
+{{- end -}}
+
+{{/* "true" when the podgrouper serves its admission webhook (upstream gangs or the queue-admission gate) */}}
+{{- define "kai-ray.webhook" -}}
+{{- if or .Values.podgrouper.upstreamGangs (ne (include "kai-ray.gating" .) "off") }}true{{ end -}}
+{{- end -}}
+
 {{- define "kai-ray.commonArgs" -}}
 - --scheduler-name={{ .Values.schedulerName }}
 - --queue-label-key={{ .Values.queueLabelKey }}

@@ -23,8 +23,11 @@ EVENT_RULES: list[Rule] = [
 ]
 
 SCHEDULER_RULES: list[Rule] = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},  # delete: eviction-mode
+    # delete: eviction-mode; patch: the queue-admission gate removed (ungate.py)
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/binding", "pods/eviction"], "verbs": ["create"]},
+    # PodScheduled=False/Unschedulable on pods it cannot place (the node autoscaler's signal; podcondition.py)
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]},
     # upstream gangs: Kubernetes PodGroups and their Workloads (read only)
@@ -79,6 +82,12 @@ PODGROUPER_UPSTREAM_RULES: list[Rule] = [
         "verbs": ["get", "create", "update"],
     },
 ]
+# --queue-admission-gating (chart: queueAdmissionGating): the podgrouper reads whether a queue opted in, and registers
+# the webhook (the same registration and certificate as above)
+PODGROUPER_GATING_RULES: list[Rule] = [
+    {"apiGroups": ["scheduling.run.ai"], "resources": ["queues"], "verbs": ["get"]},
+    PODGROUPER_UPSTREAM_RULES[-1],
+]
 # ... and keeps the webhook's certificate in a Secret of its own namespace (a Role there is enough)
 WEBHOOK_TLS_RULES: list[Rule] = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]}]
 
@@ -92,9 +101,10 @@ RULES: dict[str, list[Rule]] = {"scheduler": SCHEDULER_RULES, "podgrouper": PODG
 MODES = ("standalone", "kai-coexistence")
 
 
-def rules_for(mode: str, upstream_gangs: bool = False) -> dict[str, list[Rule]]:
+def rules_for(mode: str, upstream_gangs: bool = False, gating: bool = False) -> dict[str, list[Rule]]:
     """Per operator that runs in ``mode`` (the Helm chart's ``mode`` value), the cluster-wide rules it needs;
-    ``upstream_gangs``: the podgrouper also writes upstream gangs (``podgrouper.upstreamGangs``)."""
+    ``upstream_gangs``: the podgrouper also writes upstream gangs (``podgrouper.upstreamGangs``); ``gating``: it
+    gates new pods (``queueAdmissionGating`` not off)."""
     if mode == "standalone":
         rules = dict(RULES)
     elif mode == "kai-coexistence":
@@ -103,4 +113,6 @@ def rules_for(mode: str, upstream_gangs: bool = False) -> dict[str, list[Rule]]:
         raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     if upstream_gangs:
         rules["podgrouper"] = [*rules["podgrouper"], *PODGROUPER_UPSTREAM_RULES]
+    if gating:
+        rules["podgrouper"] = [*rules["podgrouper"], *PODGROUPER_GATING_RULES]
     return rules

@@ -12,7 +12,7 @@
   (``--upstream-gangs``);
 - ``problems``: what is wrong with an object, told once per distinct message; ``work``: the work queue's keys;
 - ``webhook``: the admission decision for new Ray pods and its serving; ``admission``: the HTTPS server and the
-  webhook's registration.
+  webhook's registration; ``quotagate``: the queue-admission gate added to new pods of gating queues.
 
 The pure rules (the Ray grouper, the ownerless-pod grouper, the PodGroup merge rules) are :mod:`kai_ray.podgrouper`.
 """

@@ -11,6 +11,10 @@ leaves that pod out of the upstream gang.
 Python's ``http.server`` is enough here: one small POST per pod creation, TLS from the standard ``ssl`` module; the
 certificate is the operator's own (:mod:`kai_ray.k8s.base.servingcert`), written into the webhook configuration's
 ``caBundle`` when the operator starts.
+
+The same server answers a second webhook on :data:`GATE_PATH` when ``--queue-admission-gating`` is on: every new pod
+kai-ray schedules (not only Ray's) goes there, and :mod:`kai_ray.k8s.podgrouping.quotagate` adds the queue-admission
+gate. Two paths, two registrations: a Ray pod is sent to both, and each answers only its own patch.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from kai_ray.k8s.base.servingcert import ServingCert
 log = logging.getLogger(__name__)
 
 PATH = "/mutate-pods"
+GATE_PATH = "/gate-pods"
 CONFIG_NAME = "kai-ray-podgrouper"
 WEBHOOK_NAME = "upstream-gangs.pods.kai-ray.io"
+GATE_WEBHOOK_NAME = "queue-admission.pods.kai-ray.io"
 CONFIGS_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 MAX_BODY = 4 * 1024 * 1024
 
@@ -58,10 +64,13 @@ def review_response(review: Mapping[str, Any], decide: Decide) -> dict[str, Any]
 
 
 class AdmissionServer:
-    """HTTPS server for :data:`PATH`; ``port`` 0 picks a free one (see :attr:`port` after :meth:`start`)."""
+    """HTTPS server for its ``routes`` (path -> decision: :data:`PATH`, :data:`GATE_PATH`); ``port`` 0 picks a free
+    one (see :attr:`port` after :meth:`start`)."""
 
-    def __init__(self, decide: Decide, cert: ServingCert, *, bind: str = "0.0.0.0", port: int = 9443) -> None:
-        self.decide = decide
+    def __init__(
+        self, routes: Mapping[str, Decide], cert: ServingCert, *, bind: str = "0.0.0.0", port: int = 9443
+    ) -> None:
+        self.routes = dict(routes)
         self.cert = cert
         self.bind = bind
         self._port = port
@@ -73,13 +82,14 @@ class AdmissionServer:
         return self._server.server_address[1] if self._server is not None else self._port
 
     def start(self) -> AdmissionServer:
-        decide = self.decide
+        routes = self.routes
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                if self.path.split("?")[0] != PATH or not 0 < length <= MAX_BODY:
-                    self.send_error(404 if self.path.split("?")[0] != PATH else 400)
+                decide = routes.get(self.path.split("?")[0])
+                if decide is None or not 0 < length <= MAX_BODY:
+                    self.send_error(404 if decide is None else 400)
                     return
                 try:
                     review = json.loads(self.rfile.read(length))
@@ -119,30 +129,46 @@ class AdmissionServer:
             self._server = None
 
 
+def client_for(client_config: dict[str, Any], path: str) -> dict[str, Any]:
+    """``client_config`` (a ``url`` or a ``service``) pointed at ``path`` of the same server."""
+    if "url" in client_config:
+        url = str(client_config["url"])
+        scheme, _, rest = url.partition("://")
+        return {**client_config, "url": f"{scheme}://{rest.split('/', 1)[0]}{path}"}
+    return {**client_config, "service": {**client_config["service"], "path": path}}
+
+
 def webhook_configuration(
-    client_config: dict[str, Any], ca_pem: bytes, namespaces: tuple[str, ...] = ()
+    client_config: dict[str, Any], ca_pem: bytes, namespaces: tuple[str, ...] = (), paths: tuple[str, ...] = (PATH,)
 ) -> dict[str, Any]:
-    """The MutatingWebhookConfiguration that sends new Ray pods (in ``namespaces``, or all) to this webhook."""
-    webhook: dict[str, Any] = {
-        "name": WEBHOOK_NAME,
-        "clientConfig": {**client_config, "caBundle": base64.b64encode(ca_pem).decode()},
-        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-        "objectSelector": {"matchExpressions": [{"key": "ray.io/is-ray-node", "operator": "Exists"}]},
-        "failurePolicy": "Ignore",
-        "sideEffects": "None",
-        "admissionReviewVersions": ["v1"],
-        "timeoutSeconds": 5,
-        "reinvocationPolicy": "Never",
-    }
-    if namespaces:
-        webhook["namespaceSelector"] = {
-            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)}]
+    """The MutatingWebhookConfiguration for ``paths``: :data:`PATH` gets new Ray pods, :data:`GATE_PATH` every new
+    pod (in ``namespaces``, or all)."""
+    webhooks = []
+    for path in paths:
+        webhook: dict[str, Any] = {
+            "name": WEBHOOK_NAME if path == PATH else GATE_WEBHOOK_NAME,
+            "clientConfig": {**client_for(client_config, path), "caBundle": base64.b64encode(ca_pem).decode()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "Never",
         }
+        if path == PATH:
+            webhook["objectSelector"] = {"matchExpressions": [{"key": "ray.io/is-ray-node", "operator": "Exists"}]}
+        if namespaces:
+            webhook["namespaceSelector"] = {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)}
+                ]
+            }
+        webhooks.append(webhook)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": CONFIG_NAME, "labels": {"app.kubernetes.io/managed-by": "kai-ray"}},
-        "webhooks": [webhook],
+        "webhooks": webhooks,
     }
 
 

@@ -35,6 +35,7 @@ from kai_ray.k8s.podgrouping.pod_reconcile import PodReconciler
 from kai_ray.k8s.podgrouping.pod_stamps import STAMP_MAX_DELAY, STAMP_WORKERS, DeferredStamp, PodStamps
 from kai_ray.k8s.podgrouping.podgroup_writer import PodGroupWriter
 from kai_ray.k8s.podgrouping.problems import Problems
+from kai_ray.k8s.podgrouping.quotagate import quota_gate
 from kai_ray.k8s.podgrouping.ray_gangs import RayGangs
 from kai_ray.k8s.podgrouping.ray_reconcile import RayReconciler
 from kai_ray.k8s.podgrouping.upstream_writer import UpstreamGangs
@@ -140,6 +141,7 @@ class PodgrouperOperator:
         self.parts = build_parts(config, self.grouper_config, self.kube, self.watches, self.events, self.metrics)
         self.pruned = self.parts.podgroups.pruned
         self.admission: admission.AdmissionServer | None = None
+        self.quota_gate = quota_gate(self.kube, config, self.grouper_config.default_queue, self.parts.pods.owners.chain)
         self.elector: LeaderElector | None = None
         if config.leader_elect:
             name, lns = config.lease("podgrouper")
@@ -158,8 +160,9 @@ class PodgrouperOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)
         for inf in self.informers:
             inf.start()
-        if self.config.upstream_gangs:
-            self.admission = serve_admission(self.config, self.kube, self.parts.admission)
+        if self.config.upstream_gangs or self.quota_gate is not None:
+            upstream = self.parts.admission if self.config.upstream_gangs else None
+            self.admission = serve_admission(self.config, self.kube, upstream, self.quota_gate)
         self.queue.start()
         self.writer.start()
         self.stamper.start()

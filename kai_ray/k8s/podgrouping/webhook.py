@@ -17,6 +17,7 @@ from kai_ray.k8s.base.servingcert import shared_serving_cert
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping import admission
 from kai_ray.k8s.podgrouping.owners import Owners
+from kai_ray.k8s.podgrouping.quotagate import QuotaGate
 from kai_ray.k8s.podgrouping.ray_gangs import RayGangs
 from kai_ray.podgrouper.defaultgrouper import skip_requested
 from kai_ray.podgrouper.upstream import scheduling_group_patch
@@ -68,8 +69,11 @@ class PodAdmission:
         return self._priority_values[name]
 
 
-def serve_admission(config: OperatorConfig, kube: Kube, decide: PodAdmission) -> admission.AdmissionServer:
-    """Serve the admission webhook (every replica, one certificate) and point the API server at it."""
+def serve_admission(
+    config: OperatorConfig, kube: Kube, decide: PodAdmission | None, gate: QuotaGate | None = None
+) -> admission.AdmissionServer:
+    """Serve the admission webhook (every replica, one certificate) and point the API server at it: the upstream
+    gangs' decision on :data:`~admission.PATH`, the queue-admission gate's on :data:`~admission.GATE_PATH`."""
     _, namespace = config.lease("podgrouper")
     if config.webhook_url:
         host = config.webhook_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
@@ -80,7 +84,10 @@ def serve_admission(config: OperatorConfig, kube: Kube, decide: PodAdmission) ->
         hosts = [f"{svc}.{namespace}.svc", f"{svc}.{namespace}.svc.cluster.local"]
         client = {"service": {"namespace": namespace, "name": svc, "path": admission.PATH, "port": 443}}
     cert = shared_serving_cert(kube, namespace, f"{config.webhook_service}-tls", hosts)
-    server = admission.AdmissionServer(decide.admit, cert, bind=config.bind_address, port=config.webhook_port).start()
-    admission.register(kube, admission.webhook_configuration(client, cert.ca_pem, config.namespaces))
-    log.info("admission webhook on port %d: new Ray pods name their upstream PodGroup", server.port)
+    routes: dict[str, admission.Decide] = {admission.PATH: decide.admit} if decide is not None else {}
+    if gate is not None:
+        routes[admission.GATE_PATH] = gate.decide
+    server = admission.AdmissionServer(routes, cert, bind=config.bind_address, port=config.webhook_port).start()
+    admission.register(kube, admission.webhook_configuration(client, cert.ca_pem, config.namespaces, tuple(routes)))
+    log.info("admission webhook on port %d: %s", server.port, ", ".join(routes))
     return server

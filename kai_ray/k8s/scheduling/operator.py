@@ -45,8 +45,11 @@ from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.scheduling import dra, upstream
 from kai_ray.k8s.scheduling.assembly import SchedulerParts, assemble
 from kai_ray.k8s.scheduling.cyclemetrics import record_cycle
+from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY
 from kai_ray.k8s.scheduling.dra import slim_pod_claims
+from kai_ray.k8s.scheduling.podcondition import UnschedulableMarker
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY
+from kai_ray.k8s.scheduling.ungate import Ungater
 from kai_ray.k8s.usagedb import capacity_of
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
@@ -117,6 +120,10 @@ class SchedulerOperator:
         self._stop = threading.Event()
         self._loop_thread: threading.Thread | None = None
         config = self.config
+        self.unschedulable = UnschedulableMarker(self.kube, partial(self.writer.submit, priority=STATUS_PRIORITY))
+        self.ungater = Ungater(
+            self.kube, partial(self.binder.submit, priority=EVICT_PRIORITY), config.queue_admission_gating != "off"
+        )
         self.informers = self._informers()
         self.elector: LeaderElector | None = None
         if config.leader_elect:
@@ -343,6 +350,7 @@ class SchedulerOperator:
             default_ready_timeout=cfg.ready_timeout or None,
             ready_timeout_backoff=cfg.ready_timeout_backoff,
             upgrade_surge=cfg.upgrade_surge,
+            reservation_ttl=cfg.reservation_ttl,
         )
 
     def _loop(self) -> None:
@@ -434,6 +442,7 @@ class SchedulerOperator:
             self.dispatch.binds(view, result)
             self.dispatch.evictions(view, result)
             self.dispatch.stop_pending(result)
+            self.ungater.after_cycle(view, result)
             if virtual and self.gangs is not None:
                 self.gangs.after_cycle(result, virtual)
             t3 = time.perf_counter()
@@ -442,6 +451,7 @@ class SchedulerOperator:
             if not result.binds or time.monotonic() - self._last_report >= REPORT_INTERVAL:
                 self.dispatch.forget(self.reporter.report(view, result))
                 self._last_report = time.monotonic()
+            self.unschedulable.after_cycle(view, result)
             if self.headroom is not None and self.headroom.due():
                 try:
                     self.headroom.maybe_publish(view.snapshot)

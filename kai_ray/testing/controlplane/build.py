@@ -34,11 +34,15 @@ HELM_VERSION = "v4.2.4"
 KUBERAY_VERSION = "v1.6.1"  # v1.7.0 is answered 403 "not available" by the module proxy here
 
 COREDNS_VERSION = "v1.15.0"  # the module proxy's latest here (v1.14.3 .. v1.15.0 listed)
+# v1.15.0 and v1.14.3 say ``go 1.26.9``/``go 1.26.10`` in go.mod and GOTOOLCHAIN=local refuses them under Go 1.26.8;
+# v1.14.1 (``go 1.26.6``) is the newest the local toolchain builds unchanged.
+KARPENTER_VERSION = "v1.14.1"
 KAI_VERSION = "v0.12.0"  # the only KAI tag the module proxy serves here (later tags and @v/list answer 403)
 
 KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
 KAI_MODULE = "github.com/NVIDIA/KAI-scheduler"
 KWOK_MODULE = "sigs.k8s.io/kwok"
+KARPENTER_MODULE = "sigs.k8s.io/karpenter"
 
 
 def cache_root() -> Path:
@@ -117,11 +121,15 @@ class Binary:
     package: str = ""
     ldflags: list[str] = field(default_factory=list)
     commands: tuple[str, ...] = ()  # a multi-call binary's names, each a symlink beside it in the cache
+    # (file, old, new): exact one-line edits to a "source" build's copy, each required to match once (see KARPENTER)
+    patches: tuple[tuple[str, str, str], ...] = ()
 
     def key(self) -> str:
-        parts = [self.module, self.package, self.ldflags, self.build]
+        parts: list[object] = [self.module, self.package, self.ldflags, self.build]
         if self.commands:  # a multi-call binary: its generated main too
             parts += [list(self.commands), hashlib.sha256(KUBE_MAIN.encode()).hexdigest()]
+        if self.patches:
+            parts += [[list(p) for p in self.patches]]
         digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
         return f"{self.name}-{self.version}-{go_version()}-{digest[:8]}"
 
@@ -163,6 +171,29 @@ ALIASES: dict[str, str] = dict.fromkeys(KUBE_COMMANDS, "kube")
 # KWOK-only path never needs it (CI runs the lane, so CI builds it there).
 REALNODE: dict[str, Binary] = {
     "coredns": Binary("coredns", COREDNS_VERSION, "source", module="github.com/coredns/coredns", package="."),
+}
+
+# The node-autoscaling lane's Karpenter (its KWOK cloud provider, tests/k8s/autoscaling): built when that lane first
+# starts, not by default, because no other test needs it.
+# Karpenter's manager binds its metrics and health ports on every interface (``fmt.Sprintf(":%d", ...)``, no flag for
+# the address); the tests listen on loopback only, so the build's copy says 127.0.0.1 there and nothing else changes.
+KARPENTER_LOOPBACK = tuple(
+    (
+        "pkg/operator/operator.go",
+        f'fmt.Sprintf(":%d", options.FromContext(ctx).{port})',
+        f'fmt.Sprintf("127.0.0.1:%d", options.FromContext(ctx).{port})',
+    )
+    for port in ("MetricsPort", "HealthProbePort")
+)
+AUTOSCALING: dict[str, Binary] = {
+    "karpenter-kwok": Binary(
+        "karpenter-kwok",
+        KARPENTER_VERSION,
+        "source",
+        module=KARPENTER_MODULE,
+        package="./kwok",
+        patches=KARPENTER_LOOPBACK,
+    ),
 }
 
 # Only ``kai-ray bench vs-kai`` runs KAI's own scheduler and binder: built on its first use, never by default (CI and
@@ -290,13 +321,18 @@ def _build_source(b: Binary, work: Path, out: Path) -> None:
     for path in [src, *src.rglob("*")]:
         if not path.is_symlink():
             path.chmod(path.stat().st_mode | 0o200)
+    for rel, old, new in b.patches:
+        text = (src / rel).read_text()
+        if text.count(old) != 1:
+            raise RuntimeError(f"{b.name} {b.version}: {rel} does not contain {old!r} exactly once; update its patch")
+        (src / rel).write_text(text.replace(old, new))
     _run(["go", "build", "-o", str(out), "-ldflags", "-s -w", b.package or "."], cwd=src)
 
 
 def binary(name: str) -> Binary:
     """The recipe for ``name`` (a multi-call binary's command name resolves to that binary)."""
     name = ALIASES.get(name, name)
-    for table in (BINARIES, REALNODE, OPTIONAL):
+    for table in (BINARIES, REALNODE, AUTOSCALING, OPTIONAL):
         if name in table:
             return table[name]
     raise KeyError(name)
@@ -334,10 +370,10 @@ def main(argv: list[str] | None = None) -> int:
         "names",
         nargs="*",
         default=list(BINARIES),
-        help=f"binaries to build (default: all but {', '.join([*REALNODE, *OPTIONAL])})",
+        help=f"binaries to build (default: all but {', '.join([*REALNODE, *AUTOSCALING, *OPTIONAL])})",
     )
     args = parser.parse_args(argv)
-    known = {*BINARIES, *ALIASES, *REALNODE, *OPTIONAL}
+    known = {*BINARIES, *ALIASES, *REALNODE, *AUTOSCALING, *OPTIONAL}
     unknown = [n for n in args.names if n not in known]
     if unknown:
         parser.error(f"unknown binaries: {', '.join(unknown)}")

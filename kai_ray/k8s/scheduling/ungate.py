@@ -1,0 +1,78 @@
+"""Removes the queue-admission gate from the pods of the gangs the cycle admitted (:mod:`kai_ray.scheduler.ungate`).
+
+Why here: the core decides which gangs their queue's quota admits; this adapter only carries that out. Each pod of an
+admitted gang gets one strategic-merge patch that deletes the ``kai.scheduler/queue-admission`` gate (by name: a
+foreign gate, or one removed meanwhile, is left alone) and stamps ``kai.scheduler/queue-admitted-timestamp`` in the
+same write, so the stamp (the gang's reservation, read back by every later cycle and by any new leader) exists
+exactly when the gate is gone. A patch lost to a leader change leaves the gang partly ungated; the core admits such
+gangs first, so it converges.
+
+With ``--queue-admission-gating=off`` every pod still carrying the gate is let go unconditionally: turning the
+feature off needs no clean-up, and quota is still enforced at allocation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kai_ray import constants as c
+from kai_ray.durations import rfc3339
+from kai_ray.k8s.base.rest import ApiError, Kube, pods_path
+from kai_ray.k8s.scheduling.cache import PodEntry, SnapshotView
+from kai_ray.scheduler.decisions import CycleResult
+
+log = logging.getLogger(__name__)
+
+STRATEGIC = "application/strategic-merge-patch+json"
+RESEND_AFTER = 10.0  # seconds: a patch the watch has not reflected by then is sent again
+
+Submit = Callable[[str, Callable[[], None]], None]
+
+
+def ungate_patch(now_iso: str) -> dict[str, object]:
+    """Delete the gate by name (``schedulingGates`` merges on ``name``) and stamp the admission in one write."""
+    return {
+        "metadata": {"annotations": {c.QUEUE_ADMITTED: now_iso}},
+        "spec": {"schedulingGates": [{"name": c.QUEUE_ADMISSION_GATE, "$patch": "delete"}]},
+    }
+
+
+@dataclass(eq=False)
+class Ungater:
+    kube: Kube
+    submit: Submit
+    enabled: bool = True  # False: --queue-admission-gating=off, every gated pod is let go
+    _sent: dict[str, float] = field(default_factory=dict)  # pod uid -> when its patch was submitted
+
+    def after_cycle(self, view: SnapshotView, result: CycleResult) -> None:
+        now = time.monotonic()
+        if self.enabled:
+            uids = [uid for u in result.ungate for uid in u.pods]
+        else:
+            uids = [uid for uid, e in view.pods_by_uid.items() if e.spod is not None and e.spod.quota_gated]
+        for uid in uids:
+            entry = view.pods_by_uid.get(uid)
+            if entry is None or now - self._sent.get(uid, -RESEND_AFTER) < RESEND_AFTER:
+                continue
+            self._sent[uid] = now
+            self.submit(f"ungate:{entry.key}", self._writer(entry))
+        for uid in [u for u, at in self._sent.items() if now - at > 2 * RESEND_AFTER]:
+            del self._sent[uid]
+
+    def _writer(self, entry: PodEntry) -> Callable[[], None]:
+        def write() -> None:
+            try:
+                self.kube.request(
+                    "PATCH",
+                    pods_path(entry.namespace, entry.name),
+                    body=ungate_patch(rfc3339()),
+                    content_type=STRATEGIC,
+                )
+            except ApiError as exc:
+                if not exc.not_found:
+                    log.info("removing the queue-admission gate of pod %s: %s", entry.key, exc)
+
+        return write
