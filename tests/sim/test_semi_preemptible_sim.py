@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kai_ray.sim.metrics import result_document
 
 from kai_ray import constants as c
 from kai_ray.sim.run import simulate
