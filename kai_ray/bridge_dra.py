@@ -27,7 +27,7 @@ import celpy
 from celpy import celtypes
 
 from kai_ray import constants as c
-from kai_ray.api.dra import (
+from kai_ray.api.dra_objects import (
     DeviceClass,
     ExactDeviceRequest,
     ResourceClaim,
@@ -38,7 +38,7 @@ from kai_ray.api.dra import (
 )
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.quantity import QuantityError, parse_quantity
-from kai_ray.scheduler import dra as d
+from kai_ray.scheduler import device_ledger as d
 from kai_ray.scheduler import snapshot as s
 
 

@@ -39,7 +39,7 @@ def explain_cmd(
     output = output_format(output, ("text", "json"))
     from kai_ray.cli.connection import api_problem, connect
     from kai_ray.k8s.base.rest import ApiError
-    from kai_ray.k8s.scheduling.explain import ExplainError, explain_data, render
+    from kai_ray.k8s.scheduling.pod_explanation import ExplainError, explain_data, render
 
     kube = connect(kubeconfig, context, pool_size=2)
     ns = namespace or _current_namespace(kubeconfig, context)

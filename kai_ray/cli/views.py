@@ -2,8 +2,8 @@
 
 Both read the same two things: what exists now (a snapshot) and what the last scheduling cycle said (fair share,
 allocated, requested; why each workload waits). Against a cluster they come from one list of each kind and the status
-the scheduler wrote (:mod:`kai_ray.k8s.scheduling.visibility`); against a scenario, from the simulator at ``--at``
-(:mod:`kai_ray.sim.scenario_view`). Rows are built by :mod:`kai_ray.scheduler.visibility`; this module only renders.
+the scheduler wrote (:mod:`kai_ray.k8s.scheduling.cluster_views`); against a scenario, from the simulator at ``--at``
+(:mod:`kai_ray.sim.scenario_view`). Rows are built by :mod:`kai_ray.scheduler.queue_views`; this module only renders.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from rich.table import Table
 from kai_ray.cli import CliError, StrictOpt, app, output_format
 from kai_ray.cli.output import console, dump_yaml
 from kai_ray.durations import EXAMPLES, clock, flag, span
-from kai_ray.scheduler.snapshot import Snapshot
-from kai_ray.scheduler.visibility import (
+from kai_ray.scheduler.queue_views import (
     LastCycle,
     PendingRow,
     QueueRow,
@@ -29,6 +28,7 @@ from kai_ray.scheduler.visibility import (
     pending_rows,
     queue_rows,
 )
+from kai_ray.scheduler.snapshot import Snapshot
 from kai_ray.tables import print_whole
 
 OUTPUTS = ("text", "json", "yaml")
@@ -103,7 +103,7 @@ def _cluster(kubeconfig: str | None, context: str | None, scheduler: str, node_p
     from kai_ray.cli.connection import api_problem, connect
     from kai_ray.k8s.base.rest import ApiError
     from kai_ray.k8s.config import ConfigError
-    from kai_ray.k8s.scheduling.visibility import cluster_view
+    from kai_ray.k8s.scheduling.cluster_views import cluster_view
 
     kube = connect(kubeconfig, context)
     try:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 from kai_ray import constants as c
 from kai_ray.headroom.contract import SubgroupHeadroom
-from kai_ray.scheduler import dra
+from kai_ray.scheduler import device_ledger
 from kai_ray.scheduler import snapshot as s
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
@@ -69,7 +69,7 @@ def compute_headroom(
         raise KeyError(f"jobs not in the snapshot: {', '.join(missing)}")
     templates = templates or {}
     claims = {cl.key: cl for cl in snapshot.claims}
-    new_claims: list[dra.Claim] = []
+    new_claims: list[device_ledger.Claim] = []
     counted: dict[str, dict[str, int]] = {}
     probes: dict[str, dict[str, list[str]]] = {}
     new_jobs: list[s.Job] = []
@@ -124,7 +124,7 @@ def compute_headroom(
 
 
 def _probe_claims(
-    keys: tuple[str, ...], uid: str, claims: Mapping[str, dra.Claim], out: list[dra.Claim]
+    keys: tuple[str, ...], uid: str, claims: Mapping[str, device_ledger.Claim], out: list[device_ledger.Claim]
 ) -> tuple[str, ...]:
     """A probe pod's claims: a fresh, unallocated copy of each claim made for one pod (KubeRay's pod would get its
     own claim from the template); a shared claim stays shared."""
@@ -135,7 +135,7 @@ def _probe_claims(
             mine.append(key)
             continue
         fresh = f"{uid}/{key}"
-        out.append(dra.Claim(key=fresh, requests=claim.requests))
+        out.append(device_ledger.Claim(key=fresh, requests=claim.requests))
         mine.append(fresh)
     return tuple(mine)
 

@@ -9,11 +9,13 @@
   its pure rules (owners followed, the ownerless-pod grouper, the PodGroup merge rules) are
   :mod:`kai_ray.podgrouper.defaultgrouper`.
 - ``scheduling``: the scheduler/binder operator — ``entries`` (watched objects read once), ``cache`` (watches ->
-  snapshot, assume/sent/forget), ``assembly`` (builds a replica's parts), ``operator`` (leadership, the cycle loop),
-  ``dispatch`` (bindings, evictions, max-pending actions) with ``rayvictims`` (victim records for the Ray path) and
-  ``maxpending``, ``reporting`` (PodGroup/Queue status, Events, metrics), ``cyclemetrics``, ``status``, ``resume``
-  (suspended gangs weighed against the snapshot and resumed), ``visibility`` and ``explain`` (the CLI's read-only
-  views).
+  snapshot, assume/sent/forget) with ``changes`` (what changed since the last cycle, for the incremental session),
+  ``assembly`` (builds a replica's parts), ``operator`` (leadership, the cycle loop), ``dispatch`` (bindings,
+  evictions, max-pending actions) with ``rayvictims`` (victim records for the Ray path) and ``maxpending``,
+  ``ungate`` (the queue-admission gate lifted), ``podcondition`` (``PodScheduled=False`` for node autoscalers),
+  ``reporting`` (PodGroup/Queue status, Events, metrics), ``cyclemetrics``, ``status``, ``resume`` (suspended gangs
+  weighed against the snapshot and resumed), ``rayactivity``, ``dra_claims`` (ResourceClaims), ``upstream_gangs``
+  (``scheduling.k8s.io`` PodGroups), ``cluster_views`` and ``pod_explanation`` (the CLI's read-only views).
 - ``ray``: Ray-aware reclaim — ``victims`` (victim records in, typed outcomes out), ``reclaim`` (the Ray path of the
   scheduler's victims), ``elastic`` (the API calls: shrink, suspend, resume), ``rayplan`` (pure patch plans),
   ``raygcs`` and ``drainfirst`` (draining Ray nodes); and ``headroom_publisher`` (what Ray's autoscaler may still ask

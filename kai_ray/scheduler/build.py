@@ -15,7 +15,7 @@ import numpy as np
 
 from kai_ray.scheduler.blocks import JobBlock, PodRow
 from kai_ray.scheduler.decisions import Finding, Reason
-from kai_ray.scheduler.dra import DeviceLedger
+from kai_ray.scheduler.device_ledger import DeviceLedger
 from kai_ray.scheduler.gang import PodSet, build_gang_tree, is_ready
 from kai_ray.scheduler.nodebase import NodeBase, mig_gpus, node_extended_names
 from kai_ray.scheduler.semipreemptible import job_mode

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from kai_ray.scheduler.dra import ClaimAllocation
+from kai_ray.scheduler.device_ledger import ClaimAllocation
 
 
 class Action(str, Enum):  # noqa: UP042  (str() kept as before)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kai_ray.durations import span
 from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, JobStatus, QueueStatus, Reason
-from kai_ray.scheduler.dra import ClaimAllocation
+from kai_ray.scheduler.device_ledger import ClaimAllocation
 from kai_ray.scheduler.queues import RES_NAMES
 from kai_ray.scheduler.session import (
     ACTIVE,

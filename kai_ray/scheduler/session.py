@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kai_ray.scheduler.decisions import Action, Finding, Reason
-from kai_ray.scheduler.dra import DeviceLedger
+from kai_ray.scheduler.device_ledger import DeviceLedger
 from kai_ray.scheduler.gang import PodSet, SubGroupSet, has_surplus
 from kai_ray.scheduler.nodebase import CPU, EPS, GPU, MEM, NodeBase
 from kai_ray.scheduler.queues import QueueTree, build_queue_tree

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kai_ray.scheduler.dra import Claim, Device
+from kai_ray.scheduler.device_ledger import Claim, Device
 from kai_ray.scheduler.usage import UsageParams
 
 UNLIMITED = -1.0
@@ -317,6 +317,6 @@ class Snapshot:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     # queue name -> normalised historical usage (KAI's U'; absent: 0); None: no usage is accounted (feature off)
     usage: dict[str, Resources] | None = None
-    # Dynamic Resource Allocation: published devices and the claims pods name (kai_ray.scheduler.dra)
+    # Dynamic Resource Allocation: published devices and the claims pods name (kai_ray.scheduler.device_ledger)
     devices: list[Device] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)

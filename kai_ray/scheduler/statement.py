@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kai_ray.scheduler.dra import Taken
+from kai_ray.scheduler.device_ledger import Taken
 from kai_ray.scheduler.session import (
     ALLOCATED,
     EVICTED,

@@ -25,7 +25,7 @@ from typing import Any
 from kai_ray.bridge_dra import DraCatalog
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
-from kai_ray.scheduler.dra import Claim
+from kai_ray.scheduler.device_ledger import Claim
 from kai_ray.scheduler.incremental import IncrementalState
 from kai_ray.scheduler.snapshot import (
     ZERO,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kai_ray.scheduler.cycle import run_cycle
+from kai_ray.scheduler.queue_views import LastCycle
 from kai_ray.scheduler.snapshot import Snapshot
-from kai_ray.scheduler.visibility import LastCycle
 from kai_ray.sim.run import build_engine
 from kai_ray.sim.scenario import Scenario
 

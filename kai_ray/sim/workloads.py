@@ -18,7 +18,7 @@ from kai_ray.api.ray import RayCluster, RayJob, RayObject, RayService
 from kai_ray.bridge import job_from_podgroup, pod_from_api
 from kai_ray.bridge_dra import DraCatalog, template_pod_claims
 from kai_ray.podgrouper import PodgrouperConfig, cluster_name, expand_pods, group, stamp
-from kai_ray.scheduler.dra import DeviceRequest
+from kai_ray.scheduler.device_ledger import DeviceRequest
 from kai_ray.scheduler.snapshot import Job, Pod, PodPhase, Resources, SubGroup
 
 NOT_ARRIVED, PENDING, RUNNING, COMPLETED = "NotArrived", "Pending", "Running", "Completed"

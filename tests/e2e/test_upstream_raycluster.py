@@ -21,7 +21,7 @@ from kai_ray.k8s.podgrouping import admission
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.podgrouping.upstream_writer import upstream_path
 from kai_ray.k8s.scheduling.operator import build_scheduler
-from kai_ray.podgrouper.upstream import min_count
+from kai_ray.podgrouper.workload_api import min_count
 from kai_ray.testing import kai_upstream
 from kai_ray.testing.controlplane import build
 from kai_ray.testing.controlplane.harness import (

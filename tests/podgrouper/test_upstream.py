@@ -7,7 +7,7 @@ import json
 
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.k8s.podgrouping.admission import review_response
-from kai_ray.podgrouper.upstream import min_count, scheduling_group_patch, upstream_gang
+from kai_ray.podgrouper.workload_api import min_count, scheduling_group_patch, upstream_gang
 
 
 def _pg() -> PodGroup:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from kai_ray.api.dra_objects import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.bridge import pod_from_api
 from kai_ray.bridge_dra import DraCatalog, attach

@@ -148,7 +148,7 @@ def test_a_surge_that_cannot_start_says_what_would_help() -> None:
 
 
 def test_the_pending_view_shows_the_backoff_and_the_max_pending_time() -> None:
-    from kai_ray.scheduler.visibility import LastCycle, pending_rows
+    from kai_ray.scheduler.queue_views import LastCycle, pending_rows
 
     blocker = _job("other", gpus=8, pods=1, node="n0")
     retry = _job("retry", facts=RayNativeFacts(backoff_until=NOW + 30))
@@ -211,7 +211,7 @@ def test_a_gang_marked_failed_is_never_placed_again() -> None:
 
 
 def test_the_pending_view_shows_the_max_pending_action() -> None:
-    from kai_ray.scheduler.visibility import LastCycle, pending_rows
+    from kai_ray.scheduler.queue_views import LastCycle, pending_rows
 
     blocker = _job("other", gpus=8, pods=1, node="n0")
     nodes = [Node("n0", Resources(8, 64000, 512e9)), Node("n1", Resources(8, 64000, 512e9))]

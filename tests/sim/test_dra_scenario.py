@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from kai_ray.scheduler.queue_views import queue_rows
 from kai_ray.scheduler.snapshot import PodPhase
-from kai_ray.scheduler.visibility import queue_rows
 from kai_ray.sim.run import build_engine
 from kai_ray.sim.scenario import load_scenario
 from kai_ray.sim.scenario_view import scenario_view

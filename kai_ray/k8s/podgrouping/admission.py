@@ -4,9 +4,9 @@ Why a webhook: a pod joins a Kubernetes ``scheduling.k8s.io/v1beta1`` PodGroup t
 which is immutable once the pod exists, and KubeRay (1.6) builds pods from templates that cannot carry it (its CRDs
 prune the field). So the field is set in admission, the only moment it can be: the API server sends each new Ray pod
 (``ray.io/is-ray-node`` labelled) here, the podgrouper answers with a JSON patch naming the gang it groups the pod
-into (:func:`kai_ray.podgrouper.upstream.scheduling_group_patch`). The webhook fails open (``failurePolicy: Ignore``,
-a short timeout, and every error answered "allowed, unchanged"): a podgrouper that is down delays no pod, it only
-leaves that pod out of the upstream gang.
+into (:func:`kai_ray.podgrouper.workload_api.scheduling_group_patch`). The webhook fails open
+(``failurePolicy: Ignore``, a short timeout, and every error answered "allowed, unchanged"): a podgrouper that is
+down delays no pod, it only leaves that pod out of the upstream gang.
 
 Python's ``http.server`` is enough here: one small POST per pod creation, TLS from the standard ``ssl`` module; the
 certificate is the operator's own (:mod:`kai_ray.k8s.base.servingcert`), written into the webhook configuration's

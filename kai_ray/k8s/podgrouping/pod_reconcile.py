@@ -74,7 +74,7 @@ class PodReconciler:
             return None
         named = (spec.get("schedulingGroup") or {}).get("podGroupName")
         if named and not (self.upstream_gangs and chain[-1].get("kind") in c.RAY_KINDS):
-            return None  # an upstream gang: the Kubernetes PodGroup the pod names is its gang (scheduling/upstream.py)
+            return None  # an upstream gang: the Kubernetes PodGroup the pod names is its gang (upstream_gangs.py)
         try:
             pod = Pod.model_validate(raw)
         except ValidationError as exc:

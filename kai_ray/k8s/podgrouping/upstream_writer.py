@@ -1,6 +1,6 @@
 """Writes the podgrouper's gangs in Kubernetes' own workload API, beside KAI's PodGroup (``--upstream-gangs``).
 
-The objects are :func:`kai_ray.podgrouper.upstream.upstream_gang`'s. A ``Workload``'s templates are immutable, so it
+The objects are :func:`kai_ray.podgrouper.workload_api.upstream_gang`'s. A ``Workload``'s templates are immutable, so it
 is created once; the ``PodGroup``'s gang ``minCount`` follows the Ray object (an autoscaling cluster's
 ``minReplicas`` edited, a worker group added). What was last written is remembered per gang, so a reconcile that
 changes nothing sends nothing.
@@ -13,7 +13,7 @@ import threading
 
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.k8s.base.rest import ApiError, Kube
-from kai_ray.podgrouper.upstream import VERSION, min_count, upstream_gang
+from kai_ray.podgrouper.workload_api import VERSION, min_count, upstream_gang
 
 log = logging.getLogger(__name__)
 

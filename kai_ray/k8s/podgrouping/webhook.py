@@ -1,5 +1,5 @@
 """The podgrouper's side of the admission webhook (``--upstream-gangs``): what a new Ray pod is told (the upstream
-PodGroup of its gang, :mod:`kai_ray.podgrouper.upstream`), and the server, its certificate and its registration.
+PodGroup of its gang, :mod:`kai_ray.podgrouper.workload_api`), and the server, its certificate and its registration.
 
 Why a decision at admission: ``spec.schedulingGroup`` can only be set when the pod is created, so the gang must be
 known before the pod exists; it is computed as the reconcile would, from the same owners and the same grouper.
@@ -20,7 +20,7 @@ from kai_ray.k8s.podgrouping.owners import Owners
 from kai_ray.k8s.podgrouping.quotagate import QuotaGate
 from kai_ray.k8s.podgrouping.ray_gangs import RayGangs
 from kai_ray.podgrouper.defaultgrouper import skip_requested
-from kai_ray.podgrouper.upstream import scheduling_group_patch
+from kai_ray.podgrouper.workload_api import scheduling_group_patch
 
 log = logging.getLogger(__name__)
 

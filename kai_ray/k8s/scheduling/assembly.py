@@ -21,11 +21,11 @@ from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
 from kai_ray.k8s.ray.reclaim import RayReclaim
-from kai_ray.k8s.scheduling import dra
+from kai_ray.k8s.scheduling import dra_claims
 from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.k8s.scheduling.changes import ChangeRecorder
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, BindPace, Dispatch
-from kai_ray.k8s.scheduling.dra import DraStore
+from kai_ray.k8s.scheduling.dra_claims import DraStore
 from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
@@ -118,7 +118,7 @@ def assemble(config: OperatorConfig, kube: Kube | None = None) -> SchedulerParts
         reclaim=reclaim,
         is_leader=leading.is_set,
         pace=pace,
-        dra_reserve=partial(dra.reserve, kube, dra_store),
+        dra_reserve=partial(dra_claims.reserve, kube, dra_store),
     )
     gangs: SuspendedGangs | None = None
     if config.suspend_kinds or config.headroom_interval > 0:

@@ -32,9 +32,9 @@ from kai_ray.bridge import node_from_api
 from kai_ray.k8s.base.informer import DELETE
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.elastic import SUSPEND_ANNOTATION
-from kai_ray.k8s.scheduling import upstream
+from kai_ray.k8s.scheduling import upstream_gangs
 from kai_ray.k8s.scheduling.changes import ChangeRecorder
-from kai_ray.k8s.scheduling.dra import DraStore
+from kai_ray.k8s.scheduling.dra_claims import DraStore
 from kai_ray.k8s.scheduling.entries import (
     Assumed,
     PgEntry,
@@ -256,7 +256,7 @@ class SchedulerCache:
             if old is not None and old.sig == sig:
                 old.raw = obj
                 return
-            wl = upstream.workload_name(obj)
+            wl = upstream_gangs.workload_name(obj)
             self.upstream[key] = UpstreamEntry(key, obj, f"{meta.get('namespace', '')}/{wl}" if wl else None, sig)
             self._dirty.add(key)
             self._changed()
@@ -364,20 +364,20 @@ class SchedulerCache:
             pg.pc_generation = self.pc_generation
         return pg.template
 
-    def _upstream_template(self, entry: UpstreamEntry) -> upstream.UpstreamTemplate | None:
+    def _upstream_template(self, entry: UpstreamEntry) -> upstream_gangs.UpstreamTemplate | None:
         if entry.template is None or entry.pc_generation != self.pc_generation:
             labels = self.workload_labels.get(entry.workload) if entry.workload else None
-            entry.template, entry.errors = upstream.template(
+            entry.template, entry.errors = upstream_gangs.template(
                 entry.raw, labels, self.priority_classes, self.global_default, self.config.max_gang_pods
             )
             entry.pc_generation = self.pc_generation
         return entry.template
 
-    def _build_upstream_job(self, key: str, tmpl: upstream.UpstreamTemplate) -> Built:
-        """:meth:`_build_job`, then what the pods settle (:func:`~kai_ray.k8s.scheduling.upstream.settle`)."""
+    def _build_upstream_job(self, key: str, tmpl: upstream_gangs.UpstreamTemplate) -> Built:
+        """:meth:`_build_job`, then what the pods settle (:func:`~kai_ray.k8s.scheduling.upstream_gangs.settle`)."""
         job, _, active, pending = self._build_job(key, tmpl.job)
         members = sorted((self.members.get(key) or {}).values(), key=lambda p: p.key)
-        upstream.settle(job, tmpl, [(p.raw[0] or {}, p.raw[1] or {}) for p in members])
+        upstream_gangs.settle(job, tmpl, [(p.raw[0] or {}, p.raw[1] or {}) for p in members])
         return job, tmpl.job, active, pending
 
     def upstream_queue(self, key: str) -> str | None:

@@ -38,7 +38,7 @@ from kai_ray.k8s.scheduling.rayvictims import count_outcome, pending_stop, victi
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, kai_object_ref, pod_ref, ray_owner_ref
 from kai_ray.k8s.scheduling.resume import is_virtual
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
-from kai_ray.scheduler.dra import ClaimAllocation
+from kai_ray.scheduler.device_ledger import ClaimAllocation
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class _GangTiming:
 class Dispatch:
     """Bindings and evictions of one scheduler replica. Victims go to ``reclaim`` (the Ray path) first;
     ``is_leader`` is asked again just before each call is sent; ``dra_reserve`` writes a pod's claims before its
-    binding (:func:`kai_ray.k8s.scheduling.dra.reserve`)."""
+    binding (:func:`kai_ray.k8s.scheduling.dra_claims.reserve`)."""
 
     config: OperatorConfig
     kube: Kube

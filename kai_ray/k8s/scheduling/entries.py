@@ -22,7 +22,7 @@ from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.queue import Queue as ApiQueue
 from kai_ray.bridge import job_from_podgroup, parse_time, pod_from_api, pod_request, queue_from_api
-from kai_ray.k8s.scheduling import upstream
+from kai_ray.k8s.scheduling import upstream_gangs
 from kai_ray.podgrouper.defaultgrouper import own_group_name
 from kai_ray.scheduler import snapshot as s
 
@@ -71,7 +71,7 @@ class UpstreamEntry:
     raw: dict[str, Any]
     workload: str | None  # "<namespace>/<name>" of its Workload (spec.workloadRef)
     sig: tuple[Any, ...]
-    template: upstream.UpstreamTemplate | None = None
+    template: upstream_gangs.UpstreamTemplate | None = None
     errors: list[str] = field(default_factory=list)
     pc_generation: int = -1  # priority classes and Workload labels it was built from
 
@@ -150,7 +150,7 @@ def pod_entry(key: str, obj: dict[str, Any], scheduler_name: str, namespaces: Ab
     uid = meta.get("uid") or key
     ours = spec.get("schedulerName") == scheduler_name and (not namespaces or ns in namespaces)
     group = (
-        upstream.pod_group_name(spec)
+        upstream_gangs.pod_group_name(spec)
         or (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION)
         or (own_group_name(meta) if ours else None)
     )

@@ -42,11 +42,11 @@ from kai_ray.k8s.base.leader import HANDOVER_PREFIX, LeaderElector, LeaseConfig
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.scheduling import dra, upstream
+from kai_ray.k8s.scheduling import dra_claims, upstream_gangs
 from kai_ray.k8s.scheduling.assembly import SchedulerParts, assemble
 from kai_ray.k8s.scheduling.cyclemetrics import record_cycle
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY
-from kai_ray.k8s.scheduling.dra import slim_pod_claims
+from kai_ray.k8s.scheduling.dra_claims import slim_pod_claims
 from kai_ray.k8s.scheduling.podcondition import UnschedulableMarker
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY
 from kai_ray.k8s.scheduling.ungate import Ungater
@@ -183,7 +183,7 @@ class SchedulerOperator:
                 )
             )
         infs.extend(
-            upstream.informers(
+            upstream_gangs.informers(
                 self.kube, cfg.namespaces, self.cache.on_upstream_podgroup, self.cache.on_workload, pool or None
             )
         )
@@ -195,7 +195,7 @@ class SchedulerOperator:
         gone = self.dra.on_pod(event, key, obj)
         if gone is not None and self.is_leader():  # a deleted pod's claims are released
             work = f"release-claims/{gone.metadata.namespace}/{gone.metadata.name}"
-            self.writer.submit(work, partial(dra.release, self.kube, self.dra, gone), priority=STATUS_PRIORITY)
+            self.writer.submit(work, partial(dra_claims.release, self.kube, self.dra, gone), priority=STATUS_PRIORITY)
         self.cache.on_pod(event, key, obj)
 
     def start(self) -> SchedulerOperator:

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from kai_ray.k8s.base.rest import Kube
-from kai_ray.k8s.scheduling import dra
-from kai_ray.scheduler.dra import ClaimAllocation
+from kai_ray.k8s.scheduling import dra_claims
+from kai_ray.scheduler.device_ledger import ClaimAllocation
 from kai_ray.testing.controlplane.harness import ControlPlane
 from tests.k8s.helpers import wait_until
 
@@ -35,18 +35,18 @@ def beta_kube() -> Iterator[Kube]:
 
 
 def test_the_shipped_apiserver_serves_v1_and_the_store_reads_it(kube: Kube) -> None:
-    assert dra.served_version(kube) == dra.VERSION == "resource.k8s.io/v1"
+    assert dra_claims.served_version(kube) == dra_claims.VERSION == "resource.k8s.io/v1"
 
 
 def test_without_v1_the_store_falls_back_to_v1beta2_says_so_and_allocates_through_it(
     beta_kube: Kube, caplog: pytest.LogCaptureFixture
 ) -> None:
     kube = beta_kube
-    store = dra.DraStore()
-    with caplog.at_level(logging.INFO, logger=dra.__name__):
+    store = dra_claims.DraStore()
+    with caplog.at_level(logging.INFO, logger=dra_claims.__name__):
         informers = store.informers(kube)
     assert store.version == V1BETA2
-    lines = [r.getMessage() for r in caplog.records if r.name == dra.__name__]
+    lines = [r.getMessage() for r in caplog.records if r.name == dra_claims.__name__]
     assert lines == [f"DRA: the API server does not serve resource.k8s.io/v1; falling back to {V1BETA2}"]
     kube.create(
         f"/apis/{V1BETA2}/resourceslices",
@@ -78,7 +78,7 @@ def test_without_v1_the_store_falls_back_to_v1beta2_says_so_and_allocates_throug
         wait_until("the v1beta2 slice and claim in the store", lambda: len(store.catalog().api_claims) == 1, 60)
         assert [dev.id for dev in store.catalog().devices] == ["gpu.nvidia.com/n1/gpu-0"]
         alloc = ClaimAllocation("dra-beta/c", "n1", (("gpu", "gpu.nvidia.com/n1/gpu-0"),))
-        dra.reserve(kube, store, "dra-beta", "p", "uid-p", (alloc,))
+        dra_claims.reserve(kube, store, "dra-beta", "p", "uid-p", (alloc,))
     finally:
         for inf in informers:
             inf.stop()

@@ -17,8 +17,8 @@ import pytest
 
 from kai_ray.cli import main
 from kai_ray.k8s.base.rest import Kube, events_path, podgroups_path, pods_path, queues_path
-from kai_ray.k8s.scheduling.explain import explain
 from kai_ray.k8s.scheduling.operator import SchedulerOperator
+from kai_ray.k8s.scheduling.pod_explanation import explain
 from kai_ray.testing.controlplane.harness import ControlPlane
 from tests.k8s.helpers import (
     bound,

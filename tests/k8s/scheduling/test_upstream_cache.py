@@ -1,5 +1,5 @@
 """Upstream gangs in the scheduler's cache (no API server): an upstream PodGroup, its Workload and the pods that name
-it become one core Job, with each field where :mod:`kai_ray.k8s.scheduling.upstream` says it comes from."""
+it become one core Job, with each field where :mod:`kai_ray.k8s.scheduling.upstream_gangs` says it comes from."""
 
 from __future__ import annotations
 

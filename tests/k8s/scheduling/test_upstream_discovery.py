@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kai_ray.k8s.base.rest import Kube, serves
-from kai_ray.k8s.scheduling import upstream
+from kai_ray.k8s.scheduling import upstream_gangs
 from tests.k8s.helpers import bound, make_gang, wait_until
 
 pytestmark = pytest.mark.controlplane
@@ -25,14 +25,14 @@ def test_without_the_api_the_scheduler_says_so_once_and_schedules_as_before(
     priority_classes: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    assert not serves(kube, upstream.VERSION, "podgroups")
+    assert not serves(kube, upstream_gangs.VERSION, "podgroups")
     nodes, selector = node_pool(1, gpus=8)
     team = queues("team", gpu_quota=8)
-    with caplog.at_level(logging.INFO, logger=upstream.__name__):
+    with caplog.at_level(logging.INFO, logger=upstream_gangs.__name__):
         op = run_scheduler(node_selector=selector)
-    lines = [r.getMessage() for r in caplog.records if r.name == upstream.__name__]
+    lines = [r.getMessage() for r in caplog.records if r.name == upstream_gangs.__name__]
     assert lines == [
-        f"upstream gangs: the API server does not serve {upstream.VERSION} PodGroups (gate GenericWorkload off)"
+        f"upstream gangs: the API server does not serve {upstream_gangs.VERSION} PodGroups (gate GenericWorkload off)"
     ]
     assert not [i for i in op.informers if "upstream" in i.name or "workloads" in i.name]
     names = make_gang(kube, namespace, "g", 2, 4, team)

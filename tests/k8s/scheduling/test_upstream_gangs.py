@@ -20,12 +20,12 @@ import pytest
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, serves
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
-from kai_ray.k8s.scheduling import upstream
-from kai_ray.k8s.scheduling.explain import explain_data, render
+from kai_ray.k8s.scheduling import upstream_gangs
+from kai_ray.k8s.scheduling.cluster_views import cluster_view
 from kai_ray.k8s.scheduling.operator import SchedulerOperator, build_scheduler
-from kai_ray.k8s.scheduling.visibility import cluster_view
+from kai_ray.k8s.scheduling.pod_explanation import explain_data, render
 from kai_ray.scheduler.decisions import Reason
-from kai_ray.scheduler.visibility import pending_rows
+from kai_ray.scheduler.queue_views import pending_rows
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane, our_crd_dir
 from kai_ray.testing.testbed import queue_body
 from tests.k8s.conftest import op_config
@@ -39,7 +39,7 @@ WAIT = 90.0  # generous: CI's two cores may be busy
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
-    args = [f"--feature-gates={','.join(GATES)}", f"--runtime-config={upstream.VERSION}=true"]
+    args = [f"--feature-gates={','.join(GATES)}", f"--runtime-config={upstream_gangs.VERSION}=true"]
     with ControlPlane(crds=[our_crd_dir()], apiserver_extra_args=args) as cp:
         cp.start_controller_manager(controllers=("job",), feature_gates=GATES)
         yield cp
@@ -96,14 +96,14 @@ class Cluster:
         **spec: Any,
     ) -> None:
         body: dict[str, Any] = {
-            "apiVersion": upstream.VERSION,
-            "kind": upstream.KIND,
+            "apiVersion": upstream_gangs.VERSION,
+            "kind": upstream_gangs.KIND,
             "metadata": {"name": name, "labels": {c.QUEUE_LABEL: queue} if queue else {}},
             "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}, "priorityClassName": pclass, **spec},
         }
         if mode:
             body["spec"]["disruptionMode"] = {mode: {}}
-        self.kube.create(upstream.podgroups_path(self.ns), body)
+        self.kube.create(upstream_gangs.podgroups_path(self.ns), body)
 
     def pods(self, group: str, n: int, gpus: float, pclass: str | None = None, queue: str | None = None) -> list[str]:
         names = [f"{group}-{k}" for k in range(n)]
@@ -143,7 +143,7 @@ def _unschedulable(kube: Kube, ns: str, pod: str) -> Callable[[], str | None]:
 
 
 def test_the_api_is_discovered(kube: Kube) -> None:
-    assert serves(kube, upstream.VERSION, "podgroups")
+    assert serves(kube, upstream_gangs.VERSION, "podgroups")
 
 
 def test_a_gang_that_does_not_fit_waits_whole_then_is_bound_together(cluster: Cluster) -> None:
@@ -161,7 +161,7 @@ def test_a_gang_that_does_not_fit_waits_whole_then_is_bound_together(cluster: Cl
     assert (row.name, row.queue, row.min_member, row.pending_pods, row.priority) == ("g", team, 4, 4, 50)
     facts = explain_data(cluster.kube, cluster.ns, "g-0")
     assert facts["pod"]["podGroup"] == "g"
-    assert facts["podGroup"]["apiVersion"] == upstream.VERSION
+    assert facts["podGroup"]["apiVersion"] == upstream_gangs.VERSION
     assert (facts["podGroup"]["queue"], facts["podGroup"]["minMember"]) == (team, 4)
     assert facts["summary"] == f"pending: {message}"
     assert "minCount=4" in render(facts)
@@ -203,9 +203,9 @@ def test_the_queue_comes_from_the_workload_label(cluster: Cluster) -> None:
     small = cluster.queue("small", gpu_quota=0, gpu_limit=0)
     cluster.scheduler()
     cluster.kube.create(
-        upstream.workloads_path(cluster.ns),
+        upstream_gangs.workloads_path(cluster.ns),
         {
-            "apiVersion": upstream.VERSION,
+            "apiVersion": upstream_gangs.VERSION,
             "kind": "Workload",
             "metadata": {"name": "w", "labels": {c.QUEUE_LABEL: small}},
             "spec": {"podGroupTemplates": [{"name": "t", "schedulingPolicy": {"gang": {"minCount": 1}}}]},
@@ -297,13 +297,13 @@ def test_a_job_controller_gang_gets_kai_ray_queues(cluster: Cluster) -> None:
 
     pods = wait_until(
         "the Job controller's pods, naming its PodGroup",
-        lambda: (lambda ps: ps if len(ps) == 3 and all(upstream.pod_group_name(p["spec"]) for p in ps) else None)(
+        lambda: (lambda ps: ps if len(ps) == 3 and all(upstream_gangs.pod_group_name(p["spec"]) for p in ps) else None)(
             cluster.kube.get(pods_path(cluster.ns))["items"]
         ),
         WAIT,
     )
-    (group,) = {upstream.pod_group_name(p["spec"]) for p in pods}
-    pg = cluster.kube.get(upstream.podgroups_path(cluster.ns, group))
+    (group,) = {upstream_gangs.pod_group_name(p["spec"]) for p in pods}
+    pg = cluster.kube.get(upstream_gangs.podgroups_path(cluster.ns, group))
     assert pg["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
     assert [r["kind"] for r in pg["metadata"]["ownerReferences"] if r.get("controller")] == ["Job"]
     names = [p["metadata"]["name"] for p in pods]
@@ -343,8 +343,10 @@ def test_a_job_whose_template_names_a_podgroup_is_scheduled_as_that_gang(cluster
         lambda: (lambda ps: ps if len(ps) == 2 else None)(cluster.kube.get(pods_path(cluster.ns))["items"]),
         WAIT,
     )
-    assert {upstream.pod_group_name(p["spec"]) for p in pods} == {"mine"}
+    assert {upstream_gangs.pod_group_name(p["spec"]) for p in pods} == {"mine"}
     names = [p["metadata"]["name"] for p in pods]
     wait_until("kai-ray to bind the gang", _all_bound(cluster.kube, cluster.ns, names), WAIT)
-    assert cluster.kube.get(upstream.workloads_path(cluster.ns))["items"] == [], "the Job controller made none"
-    assert [g["metadata"]["name"] for g in cluster.kube.get(upstream.podgroups_path(cluster.ns))["items"]] == ["mine"]
+    assert cluster.kube.get(upstream_gangs.workloads_path(cluster.ns))["items"] == [], "the Job controller made none"
+    assert [g["metadata"]["name"] for g in cluster.kube.get(upstream_gangs.podgroups_path(cluster.ns))["items"]] == [
+        "mine"
+    ]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from kai_ray.k8s.scheduling.cluster_views import queue_status
 from kai_ray.k8s.scheduling.status import usage_status
-from kai_ray.k8s.scheduling.visibility import queue_status
 from kai_ray.k8s.usagedb import LEDGER_FIELD, InternalUsage
 from kai_ray.scheduler.decisions import CycleResult, QueueStatus
 from kai_ray.scheduler.usage import UsageParams

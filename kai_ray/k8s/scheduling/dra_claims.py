@@ -9,7 +9,7 @@ free.
 
 API version: ``resource.k8s.io/v1`` (GA since Kubernetes 1.34, served by default). A server without v1 (an older
 release, or v1 turned off) is read through the newest version it serves, found by discovery when the informers start
-(one log line says which); :mod:`kai_ray.api.dra` reads the v1, v1beta2 and v1beta1 shapes alike.
+(one log line says which); :mod:`kai_ray.api.dra_objects` reads the v1, v1beta2 and v1beta1 shapes alike.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kai_ray.api.dra import pod_resource_claims
+from kai_ray.api.dra_objects import pod_resource_claims
 from kai_ray.api.meta import Pod as ApiPod
 from kai_ray.bridge_dra import DraCatalog, attach, catalog_from_documents
 from kai_ray.k8s.base.informer import DELETE, Informer, slim
 from kai_ray.k8s.base.rest import ApiError, Kube, serves
 from kai_ray.scheduler import snapshot as s
-from kai_ray.scheduler.dra import ClaimAllocation
+from kai_ray.scheduler.device_ledger import ClaimAllocation
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path
-from kai_ray.k8s.scheduling import upstream
+from kai_ray.k8s.scheduling import upstream_gangs
 from kai_ray.podgrouper.defaultgrouper import own_group_name
 
 
@@ -60,7 +60,7 @@ def _pod_group(meta: dict[str, Any]) -> str | None:
 def _upstream(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
     """An upstream PodGroup, or None where there is none or the server does not serve them."""
     try:
-        return _get(kube, upstream.podgroups_path(ns, name))
+        return _get(kube, upstream_gangs.podgroups_path(ns, name))
     except ApiError as exc:
         if exc.status in (403, 404):
             return None
@@ -68,12 +68,12 @@ def _upstream(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
 
 
 def _upstream_facts(kube: Kube, ns: str, pg: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
-    """An upstream PodGroup as kai-ray reads it (:mod:`kai_ray.k8s.scheduling.upstream`)."""
+    """An upstream PodGroup as kai-ray reads it (:mod:`kai_ray.k8s.scheduling.upstream_gangs`)."""
     meta, spec = pg.get("metadata") or {}, pg.get("spec") or {}
     queue = (meta.get("labels") or {}).get(c.QUEUE_LABEL)
-    wl = upstream.workload_name(pg)
+    wl = upstream_gangs.workload_name(pg)
     if not queue and wl:
-        workload = _get(kube, upstream.workloads_path(ns, wl))
+        workload = _get(kube, upstream_gangs.workloads_path(ns, wl))
         queue = (((workload or {}).get("metadata") or {}).get("labels") or {}).get(c.QUEUE_LABEL)
     if not queue:
         queue = next((q for p in members if (q := (p["metadata"].get("labels") or {}).get(c.QUEUE_LABEL))), None)
@@ -81,7 +81,7 @@ def _upstream_facts(kube: Kube, ns: str, pg: dict[str, Any], members: list[dict[
     mode = spec.get("disruptionMode") or {}
     return {
         "name": meta.get("name"),
-        "apiVersion": upstream.VERSION,
+        "apiVersion": upstream_gangs.VERSION,
         "queue": queue or c.DEFAULT_QUEUE,
         "priorityClassName": spec.get("priorityClassName"),
         "priority": spec.get("priority"),
@@ -109,11 +109,12 @@ def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
             "node": spec.get("nodeName"),
             "phase": (pod.get("status") or {}).get("phase"),
             "schedulerName": spec.get("schedulerName"),
-            "podGroup": upstream.pod_group_name(spec) or (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION),
+            "podGroup": upstream_gangs.pod_group_name(spec)
+            or (meta.get("annotations") or {}).get(c.PODGROUP_ANNOTATION),
             "subGroup": (meta.get("labels") or {}).get(c.SUBGROUP_LABEL),
             "terminating": bool(meta.get("deletionTimestamp")),
         }
-        if upstream.pod_group_name(spec):
+        if upstream_gangs.pod_group_name(spec):
             pg = _upstream(kube, ns, out["pod"]["podGroup"])
         elif out["pod"]["podGroup"]:
             pg = _get(kube, podgroups_path(ns, out["pod"]["podGroup"]))
@@ -125,10 +126,10 @@ def explain_data(kube: Kube, ns: str, name: str) -> dict[str, Any]:
         if pg is None:
             raise ExplainError(f"no pod, PodGroup or PodGroup owner named {name!r} in namespace {ns!r}")
     all_events = kube.get(events_path(ns)).get("items") or []
-    if pg is not None and pg.get("apiVersion") == upstream.VERSION:
+    if pg is not None and pg.get("apiVersion") == upstream_gangs.VERSION:
         pg_name = pg["metadata"]["name"]
         members = [
-            p for p in kube.get(pods_path(ns)).get("items") or [] if upstream.pod_group_name(p["spec"]) == pg_name
+            p for p in kube.get(pods_path(ns)).get("items") or [] if upstream_gangs.pod_group_name(p["spec"]) == pg_name
         ]
         out["podGroup"] = _upstream_facts(kube, ns, pg, members)
         out["queue"] = _queue(kube, out["podGroup"]["queue"])
@@ -210,11 +211,11 @@ def summary(data: dict[str, Any]) -> str:
     if pg is None:
         return f"pending: its PodGroup {pod.get('podGroup') if pod else '?'} does not exist"
     sched = pg.get("scheduled")
-    if pg.get("apiVersion") == upstream.VERSION:
+    if pg.get("apiVersion") == upstream_gangs.VERSION:
         said = [e for e in data.get("events") or [] if e.get("reason") == "Unschedulable"]
         if said:
             return f"pending: {said[-1].get('message')}"
-        return f"PodGroup {pg['name']} ({upstream.VERSION}): no verdict from the scheduler yet"
+        return f"PodGroup {pg['name']} ({upstream_gangs.VERSION}): no verdict from the scheduler yet"
     if sched is None:
         return f"PodGroup {pg['name']}: no verdict from the scheduler yet{_evicted_suffix(pg)}"
     if sched.get("status") == "True":
@@ -241,9 +242,10 @@ def render(data: dict[str, Any]) -> str:
         )
     pg = data.get("podGroup")
     if pg is not None:
-        if pg.get("apiVersion") == upstream.VERSION:
+        if pg.get("apiVersion") == upstream_gangs.VERSION:
             lines.append(
-                f"podgroup ({upstream.VERSION}): {pg['name']}  queue={pg.get('queue')}  priority={pg.get('priority')}"
+                f"podgroup ({upstream_gangs.VERSION}): {pg['name']}  queue={pg.get('queue')}  "
+                f"priority={pg.get('priority')}"
                 f" ({pg.get('priorityClassName') or '-'})  minCount={pg.get('minMember')}  "
                 f"disruptionMode={pg.get('disruptionMode')}  pods bound {pg['pods']['bound']}/{pg['pods']['total']}"
             )

@@ -21,11 +21,11 @@ from kai_ray.k8s.base.informer import UPSERT, object_key, slim
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, serves
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.scheduling import upstream
+from kai_ray.k8s.scheduling import upstream_gangs
 from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.scheduler.decisions import QueueStatus
+from kai_ray.scheduler.queue_views import LastCycle, Verdict
 from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
-from kai_ray.scheduler.visibility import LastCycle, Verdict
 
 PAGE = 500
 
@@ -177,10 +177,10 @@ def cluster_view(
 def _upstream_groups(kube: Kube, cache: SchedulerCache, pool: str | None) -> list[dict[str, Any]]:
     """Feed the upstream PodGroups and their Workloads to ``cache`` where the server serves them; the PodGroups."""
     try:
-        if not serves(kube, upstream.VERSION, "podgroups"):
+        if not serves(kube, upstream_gangs.VERSION, "podgroups"):
             return []
-        workloads = list_all(kube, upstream.workloads_path())
-        groups = list_all(kube, upstream.podgroups_path(), pool)
+        workloads = list_all(kube, upstream_gangs.workloads_path())
+        groups = list_all(kube, upstream_gangs.podgroups_path(), pool)
     except ApiError as exc:
         if exc.status == 403:  # a user who may not read them sees the rest
             return []
