@@ -228,7 +228,7 @@ def _define(kind: str) -> None:
         metrics_port: int = o(8080, "Prometheus /metrics port (0: off)", panel=SERVING, metavar="PORT"),
         health_port: int = o(8081, "/healthz port (0: off)", panel=SERVING, metavar="PORT"),
         placement_strategy: str = o(
-            "binpack", "binpack or spread (KAI's), bestfit or fgd", panel="scheduling", metavar="NAME"
+            "binpack", "binpack or spread (KAI's), bestfit, fgd or cpufgd", panel="scheduling", metavar="NAME"
         ),
         preemption_delay: str = o(
             "0s", "default time a group waits before it may evict", panel="scheduling", metavar="DURATION"

@@ -77,7 +77,7 @@ class OperatorConfig:
     bind_address: str = "0.0.0.0"
     metrics_port: int = 8080  # 0 disables
     health_port: int = 8081  # 0 disables
-    placement_strategy: str = "binpack"  # binpack | spread | bestfit | fgd
+    placement_strategy: str = "binpack"  # binpack | spread | bestfit | fgd | cpufgd
     preemption_delay: float = 0.0
     queue_priority_reclaim: bool = False
     eviction_mode: str = "evict"  # evict | delete

@@ -250,7 +250,8 @@ def _node_quota_ok(ses: Session, p: int, need: np.ndarray) -> np.ndarray:
     return ok
 
 
-PLACEMENT_POLICIES = ("binpack", "spread", "bestfit", "fgd")  # KAI's two, then kai-ray's (see fragmentation.py)
+PLACEMENT_POLICIES = ("binpack", "spread", "bestfit", "fgd", "cpufgd")  # KAI's two, then kai-ray's (fragmentation.py)
+FGD_FAMILY = ("fgd", "cpufgd")  # the same fraction-to-GPU choice (fragmentation.fgd_group)
 
 
 def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
@@ -265,8 +266,8 @@ def placement_term(ses: Session, p: int, cand: np.ndarray) -> np.ndarray:
     strategy = ses.cfg.placement_gpu if gpu_task else ses.cfg.placement_cpu
     if strategy == "bestfit":
         return bestfit_term(ses, p, cand)
-    if strategy == "fgd":
-        return fgd_term(ses, p, cand)
+    if strategy in FGD_FAMILY:
+        return fgd_term(ses, p, cand, stranding=strategy == "cpufgd")
     nonalloc = ses.free[r] + ses.rel[r]
     alloc = ses.alloc[r]
     has = cand & (alloc > 0)
@@ -307,7 +308,7 @@ def choose_gpu_group(ses: Session, p: int, node: int) -> tuple[str | None, bool]
     KAI's gpupack order: the most used shared GPU the fraction fits on, counting shares being released (a GPU
     whose tenants are all leaving is a whole GPU again); else a whole idle GPU; else a whole releasing one."""
     f = ses.node_gpu_fraction(p, node)
-    if ses.cfg.placement_gpu == "fgd" and ses.p_frac[p] and not ses.any_releasing:
+    if ses.cfg.placement_gpu in FGD_FAMILY and ses.p_frac[p] and not ses.any_releasing:
         target = fgd_group(ses, p, node)
         if target is not None and target < 1.0 - EPS:
             for name, (used, _rel) in sorted(ses.groups[node].items()):

@@ -272,7 +272,7 @@ class Queue:
 class SchedulerConfig:
     """Options of one scheduling cycle. Defaults are KAI's."""
 
-    placement_gpu: str = "binpack"  # binpack | spread | bestfit | fgd
+    placement_gpu: str = "binpack"  # binpack | spread | bestfit | fgd | cpufgd
     placement_cpu: str = "binpack"
     gpu_sharing_order: bool = True  # KAI's gpusharingorder plugin: fractions go first to nodes with a shared GPU
     actions: tuple[str, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
