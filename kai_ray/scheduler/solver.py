@@ -21,38 +21,25 @@ kai-ray's deliberate departures (each a strict improvement, each tested):
 * the search budget counts simulated scenarios, not seconds, so a cycle stays deterministic.
 
 Everything runs inside the session's statement: a scenario is a checkpoint, a failed one a rollback.
+
+The eviction units live in :mod:`.victims` and the generators in :mod:`.scenarios`; this module tries their
+scenarios for real (evict, place, re-place, validate), drives the probe search, and refines what it finds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from kai_ray.scheduler.allocation import capacity_failure, choose_gpu_group, choose_node, fit_mask, place_tasks
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.ordering import JobsOrderByQueues, job_key
-from kai_ray.scheduler.placement import signature
-from kai_ray.scheduler.session import (
-    ACTIVE,
-    ALLOCATED,
-    BOUND,
-    CPU,
-    EPS,
-    EVICTED,
-    GPU,
-    MEM,
-    PIPELINED,
-    EvictInfo,
-    JobInfo,
-    Session,
-)
-from kai_ray.scheduler.snapshot import Disruption
+from kai_ray.scheduler.scenarios import MULTI_NODE, NODE_LOCAL, Scenario, ScenarioGenerators
+from kai_ray.scheduler.session import ACTIVE, CPU, EPS, EVICTED, GPU, MEM, EvictInfo, JobInfo, Session
 from kai_ray.scheduler.statement import Allocated
-from kai_ray.scheduler.tasks import evict_key, tasks_to_allocate, tasks_to_evict, tasks_to_replace
-
-Vec = tuple[float, float, float]
+from kai_ray.scheduler.tasks import tasks_to_allocate, tasks_to_replace
+from kai_ray.scheduler.victims import Unit, Vec, VictimJob, unit_risk, victim_jobs
 
 
 def job_start(ses: Session, job: JobInfo) -> float:
@@ -62,238 +49,8 @@ def job_start(ses: Session, job: JobInfo) -> float:
     return min(starts) if starts else ses.now
 
 
-# ---------------------------------------------------------------------- victims and their units
-
-
-@dataclass(slots=True)
-class VictimJob:
-    """A candidate victim job and its eviction steps, computed once per search (KAI re-derives them from clones)."""
-
-    job: JobInfo
-    steps: list[list[int]] = field(default_factory=list)
-    cores: list[bool] = field(default_factory=list)  # the step ends the gang
-    states: list[int] = field(default_factory=list)  # elastic state of what remains before the step
-    allocs: list[Vec] = field(default_factory=list)  # resources of what remains before the step
-    nodes: list[int] = field(default_factory=list)  # nodes the job runs on (sorted by name)
-    risks: list[float] = field(default_factory=list)  # work the step's pods would lose (kai-ray, :mod:`.workloss`)
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    vj: VictimJob
-    step: int
-
-    @property
-    def pods(self) -> list[int]:
-        return self.vj.steps[self.step]
-
-    @property
-    def core(self) -> bool:
-        return self.vj.cores[self.step]
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.vj.job.idx, self.step)
-
-
-class _Rep:
-    """What KAI's victims queue holds: a victim job from one step on (its remaining pods)."""
-
-    __slots__ = ("alloc", "created_at", "priority", "queue", "risk", "state", "step", "uid", "vj")
-
-    def __init__(self, vj: VictimJob, step: int) -> None:
-        job = vj.job
-        self.vj = vj
-        self.step = step
-        self.queue = job.queue
-        self.priority = job.priority
-        self.created_at = job.created_at
-        self.uid = job.uid
-        self.state = vj.states[step]
-        self.alloc = vj.allocs[step]
-        self.risk = _unit_risk(vj, step)
-
-    def elastic_state(self) -> int:
-        return self.state
-
-
-def _unit_risk(vj: VictimJob, step: int) -> float:
-    """Work a unit's eviction loses (:mod:`.workloss`): the job's for a step that ends the gang, else its pods'."""
-    if vj.cores[step]:
-        return vj.job.risk
-    return vj.risks[step]
-
-
-def victim_jobs(ses: Session, jobs: list[JobInfo], surplus_only: set[int] | None = None) -> list[VictimJob]:
-    """The eviction steps of each candidate (running, nothing placed this cycle); ``surplus_only`` jobs (protected
-    by a min-runtime) offer only the steps that keep their gang alive."""
-    out: list[VictimJob] = []
-    info = EvictInfo(Action.PREEMPT, Reason.PREEMPTED, None, "", False, False)
-    cache: dict[int, tuple[int, bool, VictimJob | None]] = ses.memo.setdefault("victims", {})
-    for job in jobs:
-        protect = surplus_only is not None and job.idx in surplus_only
-        hit = cache.get(job.idx)
-        if hit is not None and hit[0] == job.version and hit[1] == protect:
-            if hit[2] is not None:
-                out.append(hit[2])
-            continue
-        before = len(out)
-        _victim_job(ses, job, protect, info, out)
-        cache[job.idx] = (job.version, protect, out[-1] if len(out) > before else None)
-    return out
-
-
-def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out: list[VictimJob]) -> None:
-    st = ses.p_status
-    active = [p for p in job.pods if st[p] in (BOUND, ALLOCATED, PIPELINED)]
-    if not active or len(active) != job.n_active:
-        return  # moved pods are not evicted again in the same cycle
-    vj = VictimJob(job)
-    names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
-    vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
-    mode = job.spec.disruption
-    # the common case: the whole gang (never a semi-preemptible one: only its burst goes, step by step)
-    if mode is Disruption.ALL or (mode is None and not job.semi and not job.has_surplus()):
-        if not protect:
-            vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
-            vj.cores.append(True)
-            vj.states.append(job.elastic_state())
-            vj.allocs.append(_sum_req(ses, active))
-            out.append(vj)
-        return
-    cp = ses.stmt.checkpoint()
-    while job.n_active > 0:
-        pods, keeps = tasks_to_evict(ses, job)
-        if not pods or (protect and (not keeps or (mode is Disruption.SINGLE and not job.has_surplus()))):
-            break
-        vj.states.append(job.elastic_state())
-        vj.allocs.append(_sum_req(ses, [p for p in job.pods if st[p] in ACTIVE]))
-        vj.steps.append(pods)
-        vj.cores.append(not keeps)
-        vj.risks.append(sum(ses.p_risk[p] for p in pods))  # GPU-seconds: every pod of the step loses its own
-        for p in pods:
-            ses.stmt.evict(p, info)
-    ses.stmt.rollback(cp)
-    if vj.steps:
-        out.append(vj)
-
-
-def _sum_req(ses: Session, pods: list[int]) -> Vec:
-    g = c = m = 0.0
-    for p in pods:
-        r = ses.charged(p)
-        g, c, m = g + r[0], c + r[1], m + r[2]
-    return (g, c, m)
-
-
-# ---------------------------------------------------------------------- scenarios
-
-
-@dataclass(slots=True)
-class Scenario:
-    tasks: list[int]  # the pending pods to place
-    recorded: list[Unit]  # victims carried from an earlier success (always evicted)
-    potential: list[Unit]  # victims this scenario adds
-
-    def units(self) -> list[Unit]:
-        return self.recorded + self.potential
-
-    def fingerprint(self) -> tuple[frozenset[int], frozenset[tuple[int, int]], frozenset[tuple[int, int]]]:
-        return (
-            frozenset(self.tasks),
-            frozenset(u.key for u in self.recorded),
-            frozenset(u.key for u in self.potential),
-        )
-
-
 # (units chosen, pods moved) -> None when acceptable, else why not
 Validator = Callable[[list[Unit], set[int]], str | None]
-
-NODE_LOCAL, MULTI_NODE = "NodeLocalGreedy", "MultiNodeGang"
-
-
-class _Accum:
-    """Victims accumulated for one probe and what KAI's filters and generators read of them, kept incrementally:
-    victim GPUs per node, the victim jobs on each node, and (multi-node generator) the potential units on each node
-    in the order they came."""
-
-    def __init__(self, solver: JobSolver, tasks: list[int]) -> None:
-        ses = solver.ses
-        self.solver = solver
-        self.need = sorted((ses.p_req[p][0] for p in tasks), reverse=True)
-        self.gpus: dict[int, float] = {}  # node -> GPUs the victims free there
-        self.jobs_on: dict[int, set[int]] = {}  # node -> victim jobs with a pod there
-        self.potential_on: dict[int, list[Unit]] = {}
-        self.potential_gpu: dict[int, float] = {}
-        self.first_seen: dict[int, int] = {}
-        self.order: dict[tuple[int, int], int] = {}
-        self.selectors = [ses.masks.mask(ses.pods[p]) for p in tasks if signature(ses.pods[p]) != _NO_SIGNATURE]
-        self.touched: set[int] = set()
-        self._seen_pods = 0
-
-    def add(self, u: Unit, index: int | None = None) -> None:
-        ses = self.solver.ses
-        node_of = self.solver._node_of_pod
-        for p in u.pods:
-            n = node_of[p]
-            if index is not None:
-                self._seen_pods += 1
-            if n < 0:
-                continue
-            g = ses.p_req[p][0]
-            self.gpus[n] = self.gpus.get(n, 0.0) + g
-            self.jobs_on.setdefault(n, set()).add(u.vj.job.idx)
-            self.touched.add(n)
-            if index is not None:
-                self.first_seen.setdefault(n, self._seen_pods)
-                lst = self.potential_on.setdefault(n, [])
-                if not lst or lst[-1] is not u:
-                    lst.append(u)
-                self.potential_gpu[n] = self.potential_gpu.get(n, 0.0) + g
-        if index is not None:
-            self.order[u.key] = index
-
-    def valid(self) -> bool:
-        """KAI's accumulated-scenario filters: every pod with a node selector has a node among the usable ones, and
-        the idle, releasing and victims' GPUs of the best nodes can hold the pending GPU requests."""
-        solver = self.solver
-        if self.selectors:
-            allowed = solver.feasible.copy()
-            if self.touched:
-                allowed[list(self.touched)] = True
-            if not all((m & allowed).any() for m in self.selectors):
-                return False
-        need = self.need
-        if not need or need[0] <= 0:
-            return True
-        room = solver._gpu_room
-        caps = [float(room[n]) + g for n, g in self.gpus.items()]
-        taken = 0
-        for n in solver._room_order():
-            if taken >= len(need):
-                break
-            if n in self.gpus:
-                continue
-            caps.append(float(room[n]))
-            taken += 1
-        caps.sort(reverse=True)
-        holders = caps[: len(need)]
-        used = [0.0] * len(holders)
-        for req in need:
-            if req <= 0:
-                return True
-            for i, total in enumerate(holders):
-                if total + EPS < req:
-                    break
-                if total - used[i] + EPS >= req:
-                    used[i] += req
-                    break
-            else:
-                return False
-        return True
-
-
-_NO_SIGNATURE: tuple[tuple[object, ...], ...] = ((), (), ())
 
 
 class JobSolver:
@@ -318,8 +75,6 @@ class JobSolver:
         self.failure = ""
         self.budget = budget if budget is not None else [ses.cfg.max_scenarios_per_action]
         self.job_budget = ses.cfg.max_scenarios_per_job
-        self._sequence: list[Unit] = []
-        self._seq_iter: Iterator[Unit] | None = None
         self._failed: set[object] = set()
         self.simulated = 0
         n = len(ses.nodes)
@@ -329,176 +84,12 @@ class JobSolver:
             self.feasible = np.ones(n, dtype=bool)  # KAI: a job with a CPU-only pod may use every node
         else:
             self.feasible = gpu_room > EPS  # else only nodes with idle or releasing GPUs, plus the victims' nodes
-        self._gpu_room = gpu_room.copy()
-        self._seq_index: dict[tuple[int, int], int] = {}
+        self.generators = ScenarioGenerators(ses, candidates, self.feasible, gpu_room.copy())
         self._pending: dict[int, list[JobInfo]] | None = None
-        self._room_sorted: list[int] | None = None
 
     # -- budget
     def exhausted(self) -> bool:
         return self.budget[0] <= 0 or self.simulated >= self.job_budget
-
-    # -- the victims queue, materialised lazily (the session is back at the same state before every scenario)
-    def sequence(self) -> Iterator[Unit]:
-        i = 0
-        while True:
-            if i < len(self._sequence):
-                yield self._sequence[i]
-                i += 1
-                continue
-            if self._seq_iter is None:
-                self._seq_iter = self._pop_units()
-            nxt = next(self._seq_iter, None)
-            if nxt is None:
-                return
-            self._seq_index[nxt.key] = len(self._sequence)
-            self._sequence.append(nxt)
-
-    def _pop_units(self) -> Iterator[Unit]:
-        order = JobsOrderByQueues(self.ses, victims=True)
-        order.extend([_Rep(vj, 0) for vj in self.vjobs])
-        while not order.empty():
-            rep: _Rep | None = order.pop()  # type: ignore[assignment]
-            if rep is None:
-                return
-            yield Unit(rep.vj, rep.step)
-            if rep.step + 1 < len(rep.vj.steps):
-                order.push(_Rep(rep.vj, rep.step + 1))  # type: ignore[arg-type]
-
-    # -- the accumulated victims and KAI's cheap filters over them, kept incrementally
-    def _room_order(self) -> list[int]:
-        if self._room_sorted is None:
-            room = self._gpu_room
-            self._room_sorted = sorted(range(room.size), key=lambda n: -room[n])
-        return self._room_sorted
-
-    def _accum(self, tasks: list[int], recorded: list[Unit]) -> _Accum:
-        acc = _Accum(self, tasks)
-        for u in recorded:
-            acc.add(u)
-        return acc
-
-    def _accumulated(self, tasks: list[int], recorded: list[Unit]) -> Iterator[tuple[list[Unit], _Accum]]:
-        """KAI's accumulated scenario builder: victims added one unit at a time, least deserving first (recorded
-        ones skipped), each valid accumulation yielded."""
-        skip = {u.key for u in recorded}
-        acc = self._accum(tasks, recorded)
-        potential: list[Unit] = []
-        for unit in self.sequence():
-            if unit.key in skip:
-                continue
-            potential.append(unit)
-            acc.add(unit, len(potential) - 1)
-            if acc.valid():
-                yield potential, acc
-
-    def _node_local(self, tasks: list[int], recorded: list[Unit]) -> Iterator[Scenario]:
-        if recorded and self._accum(tasks, recorded).valid():
-            yield Scenario(tasks, recorded, [])
-        for potential, acc in self._accumulated(tasks, recorded):
-            latest = potential[-1].vj
-            seen: set[frozenset[tuple[int, int]]] = set()
-            for n in latest.nodes:
-                jobs_here = acc.jobs_on.get(n, set())
-                victims = [u for u in potential if u.vj.job.idx in jobs_here]
-                key = frozenset(u.key for u in victims)
-                if not victims or key in seen:
-                    continue
-                seen.add(key)
-                yield Scenario(tasks, recorded, victims)
-
-    def _multi_node(self, tasks: list[int], recorded: list[Unit]) -> Iterator[Scenario]:
-        ses = self.ses
-        if self._accum(tasks, recorded).valid():
-            yield Scenario(tasks, recorded, [])
-        node_of = self._node_of_pod
-        demand = sum(ses.p_req[p][0] for p in tasks)
-        smallest = min((ses.p_req[p][0] for p in tasks), default=0.0)
-        freed: dict[int, float] = {}
-        for u in recorded:
-            for p in u.pods:
-                if node_of[p] >= 0:
-                    freed[node_of[p]] = freed.get(node_of[p], 0.0) + ses.p_req[p][0]
-        room = self._gpu_room
-        base_nodes = set(np.flatnonzero(self.feasible).tolist()) | set(freed)  # KAI: + recorded victims' nodes
-        base_total = sum(float(room[n]) + freed.get(n, 0.0) for n in base_nodes)
-        for _potential, acc in self._accumulated(tasks, recorded):
-            node_units = acc.potential_on
-            cap = {n: acc.potential_gpu[n] + freed.get(n, 0.0) + float(room[n]) for n in node_units}
-            nodes = sorted(
-                (n for n in cap if not smallest > 0 or cap[n] + EPS >= smallest),
-                key=lambda n: (cap[n], acc.first_seen[n]),
-            )
-            baseline = base_total - sum(float(room[n]) + freed.get(n, 0.0) for n in node_units if n in base_nodes)
-            remaining = max(0.0, demand - baseline)
-            k, total = 0, 0.0
-            if remaining > EPS:
-                k = len(nodes) + 1
-                for i, n in enumerate(nodes):
-                    total += cap[n]
-                    if total + EPS >= remaining:
-                        k = i + 1
-                        break
-            step = 1
-            while k <= len(nodes):
-                picked: list[Unit] = []
-                keys: set[tuple[int, int]] = set()
-                for n in nodes[:k]:
-                    for u in node_units[n]:
-                        if u.key not in keys:
-                            keys.add(u.key)
-                            picked.append(u)
-                picked.sort(key=lambda u: acc.order[u.key])
-                yield Scenario(tasks, recorded, picked)
-                if k >= len(nodes):
-                    break
-                k = min(k + step, len(nodes))
-                step *= 2
-
-    def _single_node(self, tasks: list[int], queues: set[int], top: int) -> Iterator[Scenario]:
-        """kai-ray: for each node, its least deserving victim units (of the given queues, priority at most ``top``)
-        until the pods could fit there; nodes needing the fewest pods lost first."""
-        ses = self.ses
-        node_of = self._node_of_pod
-        need = [sum(ses.p_req[p][r] for p in tasks) for r in range(3)]
-        alloc = ses.alloc
-        per_node: dict[int, list[tuple[tuple[object, ...], Unit]]] = {}
-        for vj in self.vjobs:
-            job = vj.job
-            if job.queue not in queues or job.priority > top:
-                continue
-            for step in range(len(vj.steps)):
-                nodes = {node_of[p] for p in vj.steps[step]}
-                if len(nodes) != 1 or -1 in nodes:
-                    break  # a later step needs this one gone first: stop at the first step off one node
-                (n,) = nodes
-                risk = _unit_risk(vj, step)
-                key = (job.priority, -job.elastic_state(), risk, -job.created_at, job.uid, step)
-                per_node.setdefault(n, []).append((key, Unit(vj, step)))
-        fut = ses.free + ses.rel
-        options: list[tuple[int, int, float, str, list[Unit]]] = []
-        for n, keyed in per_node.items():
-            if any(alloc[r, n] + EPS * max(1.0, need[r]) < need[r] for r in range(3)):
-                continue
-            have = [float(fut[r, n]) for r in range(3)]
-            chosen: list[Unit] = []
-            taken: set[tuple[int, int]] = set()
-            for _, u in sorted(keyed, key=lambda kv: kv[0]):
-                if all(have[r] + EPS * max(1.0, need[r]) >= need[r] for r in range(3)):
-                    break
-                if u.step > 0 and (u.vj.job.idx, u.step - 1) not in taken:
-                    continue
-                chosen.append(u)
-                taken.add(u.key)
-                for p in u.pods:
-                    req = ses.p_req[p]
-                    for r in range(3):
-                        have[r] += req[r]
-            if chosen and all(have[r] + EPS * max(1.0, need[r]) >= need[r] for r in range(3)):
-                risk = sum(_unit_risk(u.vj, u.step) for u in chosen)  # kai-ray: least work lost, then node name
-                options.append((sum(len(u.pods) for u in chosen), len(chosen), risk, ses.nodes[n].name, chosen))
-        for *_, chosen in sorted(options, key=lambda o: (o[0], o[1], o[2], o[3])):
-            yield Scenario(tasks, [], chosen)
 
     # -- one scenario, for real
     def _evict(self, units: list[Unit]) -> None:
@@ -655,8 +246,8 @@ class JobSolver:
 
     def _probe(self, gen: str, tasks: list[int], recorded: list[Unit]) -> Scenario | None:
         if gen == NODE_LOCAL:
-            return self._solve_with(self._node_local(tasks, recorded))
-        return self._solve_with(self._multi_node(tasks, recorded))
+            return self._solve_with(self.generators.node_local(tasks, recorded))
+        return self._solve_with(self.generators.multi_node(tasks, recorded))
 
     def _probe_discard(self, gen: str, tasks: list[int], recorded: list[Unit]) -> Scenario | None:
         cp = self.ses.stmt.checkpoint()
@@ -746,15 +337,15 @@ class JobSolver:
         top = max(u.vj.job.priority for u in found)
         pods = sum(len(u.pods) for u in found)
         ended = sum(1 for u in found if u.core)
-        risk = sum(_unit_risk(u.vj, u.step) for u in found)
+        risk = sum(unit_risk(u.vj, u.step) for u in found)
         ses.stmt.rollback(cp0)
-        for sc in self._single_node(tasks, queues, top):
+        for sc in self.generators.single_node(tasks, queues, top):
             units = sc.units()
             if (
                 any(u.vj.job.queue not in queues or u.vj.job.priority > top for u in units)
                 or sum(len(u.pods) for u in units) > pods
                 or sum(1 for u in units if u.core) > ended
-                or sum(_unit_risk(u.vj, u.step) for u in units) > risk
+                or sum(unit_risk(u.vj, u.step) for u in units) > risk
             ):
                 continue
             if self.simulate(sc) and self._spans_nodes(cp0) == 1:
@@ -771,7 +362,7 @@ class JobSolver:
         if len(units) < 2 or len(units) > ses.cfg.prune_limit:
             return best
         kept = list(units)
-        seq_index = self._seq_index
+        seq_index = self.generators.seq_index
         changed = False
         for u in sorted(units, key=lambda u: -seq_index.get(u.key, -1)):
             if u not in kept or any(v.vj is u.vj and v.step > u.step for v in kept):
@@ -824,4 +415,16 @@ def split_victim_chunks(ses: Session, units: list[Unit], moved: set[int]) -> lis
     return out
 
 
-__all__ = ["CPU", "GPU", "MEM", "JobSolver", "Scenario", "Unit", "VictimJob", "job_start", "victim_jobs"]
+__all__ = [
+    "CPU",
+    "GPU",
+    "MEM",
+    "JobSolver",
+    "Scenario",
+    "Unit",
+    "Validator",
+    "VictimJob",
+    "job_start",
+    "split_victim_chunks",
+    "victim_jobs",
+]
