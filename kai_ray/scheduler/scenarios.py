@@ -22,7 +22,7 @@ import numpy as np
 from kai_ray.scheduler.ordering import JobsOrderByQueues
 from kai_ray.scheduler.placement import signature
 from kai_ray.scheduler.session import EPS, Session
-from kai_ray.scheduler.victims import Unit, VictimJob, VictimRep, unit_risk
+from kai_ray.scheduler.victim_units import Unit, VictimJob, VictimRep, unit_risk
 
 
 @dataclass(slots=True)

@@ -39,7 +39,7 @@ from kai_ray.scheduler.scenarios import MULTI_NODE, NODE_LOCAL, Scenario, Scenar
 from kai_ray.scheduler.session import ACTIVE, CPU, EPS, EVICTED, GPU, MEM, EvictInfo, JobInfo, Session
 from kai_ray.scheduler.statement import Allocated
 from kai_ray.scheduler.tasks import tasks_to_allocate, tasks_to_replace
-from kai_ray.scheduler.victims import Unit, Vec, VictimJob, unit_risk, victim_jobs
+from kai_ray.scheduler.victim_units import Unit, Vec, VictimJob, unit_risk, victim_jobs
 
 
 def job_start(ses: Session, job: JobInfo) -> float:
