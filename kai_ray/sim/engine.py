@@ -10,13 +10,17 @@ The world plays every controller around the scheduler: a bind makes a pod Runnin
 deletes the pod (after ``termination_grace``) and KubeRay recreates it Pending; a workload runs while its gang
 minimum runs, loses its progress since the last checkpoint when the gang is lost, and pays ``restart_cost`` on
 each restart.
+
+The engine holds those rules; what does not decide what happens next lives beside it, so each reads as one job:
+the clock (:mod:`~kai_ray.sim.event_queue`), the record (:mod:`~kai_ray.sim.timeline`,
+:mod:`~kai_ray.sim.idle_windows`), when a time-based rule ripens (:mod:`~kai_ray.sim.timers`), why workloads wait
+(:mod:`~kai_ray.sim.pending_reasons`) and what the operators and adapters report (:mod:`~kai_ray.sim.ray_facts`,
+:mod:`~kai_ray.sim.dra_claims`).
 """
 
 from __future__ import annotations
 
 import gc
-import heapq
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +28,7 @@ from typing import Any
 
 from kai_ray.bridge_dra import DraCatalog
 from kai_ray.scheduler.cycle import run_cycle
-from kai_ray.scheduler.decisions import Action, Bind, CycleResult, Evict, Reason
+from kai_ray.scheduler.decisions import Bind, CycleResult, Evict
 from kai_ray.scheduler.device_ledger import Claim
 from kai_ray.scheduler.incremental import IncrementalState
 from kai_ray.scheduler.snapshot import (
@@ -33,19 +37,21 @@ from kai_ray.scheduler.snapshot import (
     Pod,
     PodPhase,
     Queue,
-    RayActivity,
-    RayNativeFacts,
     Resources,
     SchedulerConfig,
     Snapshot,
     Topology,
 )
 from kai_ray.sim.cluster import Cluster
+from kai_ray.sim.dra_claims import live_claims, write_allocations
+from kai_ray.sim.event_queue import ARRIVE, AUTOSCALE, COMPLETE, CYCLE, RELEASE, SCALE, WARM, EventQueue
 from kai_ray.sim.fair_share_usage import SimUsage, UsageRecord
+from kai_ray.sim.idle_windows import IdleWindows
+from kai_ray.sim.pending_reasons import note_pending_reasons
+from kai_ray.sim.ray_facts import note_evictions, on_bounded_wait, report_ray_facts
+from kai_ray.sim.timeline import Timeline, gpus_held
+from kai_ray.sim.timers import TimeRules, update_stale
 from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, SUSPENDED, RayWorkload, WorkloadBase
-
-# event kinds, in the order they are handled at the same instant
-COMPLETE, RELEASE, ARRIVE, SCALE, AUTOSCALE, CYCLE, WARM = range(7)
 
 
 @dataclass
@@ -99,11 +105,6 @@ class SimResult:
     usage: UsageRecord | None = None  # time-based fair share: per-cycle fair share, allocation and usage
 
 
-def _tick(t: float, period: float, strictly_after: bool = False) -> float:
-    k = math.floor(t / period + 1e-9) + 1 if strictly_after else math.ceil(t / period - 1e-9)
-    return round(k * period, 9)
-
-
 class Engine:
     """An in-memory cluster over simulated time. Add workloads, then :meth:`run`."""
 
@@ -125,7 +126,6 @@ class Engine:
         self.claims: dict[str, Claim] = {}  # live claims made for pods, with the allocation of each bound one
         parents = {q.parent for q in queues if q.parent}
         self.leaf_queues = [q.name for q in queues if q.name not in parents]
-        self._queue_by_name = {q.name: q for q in queues}
         self.workloads: list[WorkloadBase] = []
         self.active: dict[str, WorkloadBase] = {}  # by job key, arrived and not completed
         self.with_pending: dict[str, WorkloadBase] = {}  # active workloads with a Pending pod
@@ -134,36 +134,21 @@ class Engine:
         self.hopeless: set[str] = set()
         self.stale: dict[str, WorkloadBase] = {}
         self.pods: dict[str, tuple[WorkloadBase, Pod]] = {}  # pod uid -> owner, pod (Running or Releasing)
-        self.events: list[dict[str, Any]] = []
-        # (t, workload, group, replicas, pods removed, GPUs removed)
-        self.scales: list[tuple[float, str, str, int, int, float]] = []
-        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.timeline = Timeline(0.0, self.opt.max_findings, self.opt.track_idle)
         self.queue_alloc: dict[str, float] = {}
         self.errors: list[str] = []
-        self.findings: dict[str, None] = {}
-        self._heap: list[tuple[float, int, int, Any]] = []
-        self._seq = 0
-        self._cycle_at: float | None = None
+        self.event_queue = EventQueue(self.opt.schedule_period)
         self._last_cycle: float | None = None
         self._dirty = False
-        self._last_t = 0.0
-        self.alloc_integral = 0.0
-        self.frag_integral = 0.0
         self.cycles = 0
         self.cycle_seconds = 0.0
         self.now = 0.0
         self._autoscale_armed: set[int] = set()
         self._evicted_now: set[str] = set()
-        self._timers_possible = bool(
-            self.config.default_preempt_min_runtime
-            or self.config.default_reclaim_min_runtime
-            or any(q.preempt_min_runtime or q.reclaim_min_runtime for q in queues)
-        )
+        self.time_rules = TimeRules(self.config, queues, self.opt.ray_facts)
         self.progress: Callable[[float, int, int], None] | None = None
         self._completed = 0
-        self.idle_windows: list[dict[str, Any]] = []
-        self._idle_open: dict[str, Any] | None = None
-        self.held_samples: list[tuple[float, dict[str, float]]] = []
+        self.idle = IdleWindows(self.idle_latency())
         # time-based fair share (config.usage_params): allocations per leaf queue feed the usage ledger
         self.usage: SimUsage | None = None
         if self.config.usage_params is not None:
@@ -176,50 +161,12 @@ class Engine:
     # ------------------------------------------------------------------ setup
     def add(self, w: WorkloadBase) -> None:
         self.workloads.append(w)
-        self._push(w.arrive_at, ARRIVE, w)
+        self.event_queue.push(w.arrive_at, ARRIVE, w)
 
-    def _push(self, t: float, kind: int, payload: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (t, kind, self._seq, payload))
-
-    def _want_cycle(self, t: float, strictly_after: bool = False) -> None:
-        at = _tick(t, self.opt.schedule_period, strictly_after)
-        if self._cycle_at is not None and self._cycle_at <= at:
-            return
-        self._cycle_at = at
-        self._push(at, CYCLE, at)
-
-    # ------------------------------------------------------------------ metrics bookkeeping
-    def _integrate(self, t: float) -> None:
-        dt = t - self._last_t
-        if dt > 0:
-            self.alloc_integral += self.cluster.allocated_gpus * dt
-            self.frag_integral += self.cluster.fragmentation() * dt
-            self._last_t = t
-
-    def _sample(self, t: float) -> None:
-        snap = {q: round(v, 9) for q, v in self.queue_alloc.items() if abs(v) > 1e-9}
-        self._append_sample(self.samples, t, snap)
-        if self.opt.track_idle:
-            held: dict[str, float] = {}
-            for w in self.active.values():
-                if w.job is None or (w.state == RUNNING and w.warmup_left - (t - w.last_update) <= 1e-9):
-                    continue
-                gpus = self._gpus_held(w)
-                if gpus > 0:
-                    held[w.key] = round(gpus, 9)
-            self._append_sample(self.held_samples, t, held)
-
-    @staticmethod
-    def _append_sample(samples: list[tuple[float, dict[str, float]]], t: float, snap: dict[str, float]) -> None:
-        if samples and samples[-1][0] == t:
-            samples[-1] = (t, snap)
-        elif not samples or samples[-1][1] != snap:
-            samples.append((t, snap))
-
-    def _gpus_held(self, w: WorkloadBase) -> float:
-        assert w.job is not None
-        return sum(p.request.gpu for p in w.job.pods if p.phase is PodPhase.RUNNING)
+    @property
+    def findings(self) -> dict[str, None]:
+        """Findings so far, in order, as dict keys (a finding reported twice is kept once)."""
+        return self.timeline.findings
 
     # ------------------------------------------------------------------ pods on nodes
     def _bind(self, w: WorkloadBase, pod: Pod, node: str, group: str | None, t: float) -> None:
@@ -254,7 +201,7 @@ class Engine:
     @property
     def drained(self) -> bool:
         """No event is left: the run is over, and ``now`` is the time of its last event."""
-        return not self._heap
+        return not self.event_queue
 
     def run(self) -> SimResult:
         """Run to the end (or ``until``). The world's long-lived objects are frozen out of the cyclic GC while it
@@ -269,22 +216,18 @@ class Engine:
     def _run(self) -> SimResult:
         wall0 = time.perf_counter()
         first = min((w.arrive_at for w in self.workloads), default=0.0)
-        self._last_t = first
+        self.timeline.last_t = first
         until = self.opt.until
-        while self._heap:
-            t, kind, _, payload = self._heap[0]
-            if self._obsolete(kind, payload):
-                heapq.heappop(self._heap)  # a superseded completion or cycle: time does not move for it
-                continue
+        while (t := self.event_queue.next_time()) is not None:
             if until is not None and t > until:
                 break
             if self.cycles >= self.opt.max_cycles:
                 self.errors.append(f"t={t:g}: stopped after {self.cycles} scheduling cycles (max_cycles)")
                 break
-            self._integrate(t)
+            self.timeline.integrate(t, self.cluster)
             self.now = t
-            while self._heap and self._heap[0][0] == t:
-                _, kind, _, payload = heapq.heappop(self._heap)
+            while (ev := self.event_queue.pop_at(t)) is not None:
+                kind, payload = ev
                 if kind == ARRIVE:
                     self._arrive(payload, t)
                 elif kind == COMPLETE:
@@ -297,36 +240,35 @@ class Engine:
                     self._autoscale(payload, t)
                 elif kind == SCALE:
                     self._scale(payload, t)
-                elif kind == CYCLE and payload == self._cycle_at:
-                    self._cycle_at = None
+                elif kind == CYCLE and self.event_queue.take_cycle(payload):
                     self._cycle(t)
-            self._sample(t)
+            self.timeline.sample(t, self.queue_alloc, self.active)
             if self.usage is not None:
                 self.usage.observe(t, self.queue_res)
             if self._dirty and self._can_progress():
-                self._want_cycle(t, strictly_after=self._last_cycle == t)
+                self.event_queue.want_cycle(t, strictly_after=self._last_cycle == t)
             self._dirty = False
             if self.opt.track_idle:
-                self._idle_check(t)
+                self.idle.check(t, self.cluster, self.with_pending)
         end = self.now
         if until is not None:
-            end = max(end, until) if not self._heap else until
-            self._integrate(end)
+            end = max(end, until) if not self.event_queue else until
+            self.timeline.integrate(end, self.cluster)
         if self.opt.track_idle:
-            self._idle_close(end)
+            self.idle.close(end)
         for w in self.workloads:
             if w.state == RUNNING:
-                w.advance(end, self._gpus_held(w))
+                w.advance(end, gpus_held(w))
             w.close(end)
         return SimResult(
             workloads=self.workloads,
-            events=self.events,
-            samples=self.samples,
+            events=self.timeline.events,
+            samples=self.timeline.samples,
             total_gpus=self.cluster.total_gpus,
             start=first,
             end=end,
-            alloc_gpu_seconds=self.alloc_integral,
-            frag_gpu_seconds=self.frag_integral,
+            alloc_gpu_seconds=self.timeline.alloc_integral,
+            frag_gpu_seconds=self.timeline.frag_integral,
             queues=self.leaf_queues,
             cycles=self.cycles,
             cycle_seconds=self.cycle_seconds,
@@ -334,19 +276,13 @@ class Engine:
             errors=self.errors,
             findings=list(self.findings),
             nodes=len(self.nodes),
-            scales=self.scales,
-            idle_windows=self.idle_windows,
+            scales=self.timeline.scales,
+            idle_windows=self.idle.windows,
             useful_gpu_seconds=sum(w.useful_gpu_seconds for w in self.workloads),
-            held_samples=self.held_samples,
+            held_samples=self.timeline.held_samples,
             gpu_quotas={q.name: q.quota.gpu for q in self.queues if q.name in self.leaf_queues and q.quota.gpu >= 0},
             usage=self.usage.close(end) if self.usage is not None else None,
         )
-
-    def _obsolete(self, kind: int, payload: Any) -> bool:
-        if kind in (COMPLETE, WARM):
-            w, version = payload
-            return bool(version != w.version or w.state != RUNNING)
-        return kind == CYCLE and payload != self._cycle_at
 
     # ------------------------------------------------------------------ handlers
     def _changed(self, w: WorkloadBase) -> None:
@@ -358,7 +294,7 @@ class Engine:
         if isinstance(w, RayWorkload) and w.user_suspended:
             w.set_state(t, SUSPENDED)
             message = f"{w.kind} {w.key}: spec.suspend is true: KubeRay creates no pods until it is resumed"
-            self._event(t, "suspended", w, "Suspended", message)
+            self.timeline.event(t, "suspended", w, "Suspended", message)
             return
         job = w.create(t)
         self._changed(w)
@@ -368,12 +304,12 @@ class Engine:
         self._refresh_pending(w)
         self._dirty = True
         for problem in getattr(w, "problems", []):
-            self._finding(f"{w.key}: {problem}")
+            self.timeline.finding(f"{w.key}: {problem}")
 
     def _complete(self, w: WorkloadBase, t: float) -> None:
         assert w.job is not None
         self._changed(w)
-        w.advance(t, self._gpus_held(w))
+        w.advance(t, gpus_held(w))
         for pod in list(w.job.pods):
             if pod.phase in (PodPhase.RUNNING, PodPhase.RELEASING):
                 self._unbind(w, pod)
@@ -386,7 +322,7 @@ class Engine:
         self.hopeless.discard(w.job.key)
         self.stale.pop(w.job.key, None)
         self._completed += 1
-        self._event(t, "complete", w, "Completed", f"{w.kind} {w.key} finished its work")
+        self.timeline.event(t, "complete", w, "Completed", f"{w.kind} {w.key} finished its work")
         self._dirty = True
         if self.progress is not None:
             self.progress(t, self._completed, len(self.workloads))
@@ -395,7 +331,7 @@ class Engine:
         w, pod = payload
         if pod.phase is PodPhase.RELEASING:
             self._changed(w)
-            w.advance(t, self._gpus_held(w))
+            w.advance(t, gpus_held(w))
             self._unbind(w, pod)
             assert w.job is not None
             if pod in w.job.pods:
@@ -406,14 +342,14 @@ class Engine:
     def add_scale(self, w: RayWorkload, at: float, group: str, replicas: int) -> None:
         """A scripted replica change of one worker group at ``at`` (Ray Serve autoscaling, a user's edit)."""
         w.scripted = True
-        self._push(at, SCALE, (w, group, replicas))
+        self.event_queue.push(at, SCALE, (w, group, replicas))
 
     def _scale(self, payload: tuple[RayWorkload, str, int], t: float) -> None:
         w, group, replicas = payload
         if w.state in (COMPLETED, SUSPENDED):
             return
         if w.job is not None:
-            w.advance(t, self._gpus_held(w))
+            w.advance(t, gpus_held(w))
         removed = w.scale_to(t, group, replicas)
         self._changed(w)
         gpus = sum(p.request.gpu for p in removed)
@@ -425,7 +361,7 @@ class Engine:
                 self._transition(w, t)
             self._refresh_pending(w)
             self._dirty = True
-            self.scales.append((t, w.key, group, replicas, len(removed), gpus))
+            self.timeline.scales.append((t, w.key, group, replicas, len(removed), gpus))
 
     def _autoscale(self, w: WorkloadBase, t: float) -> None:
         self._autoscale_armed.discard(id(w))
@@ -442,28 +378,11 @@ class Engine:
             return
         if w.state == RUNNING and w.wants_more():
             self._autoscale_armed.add(id(w))
-            self._push(t + self.opt.autoscaler_period, AUTOSCALE, w)
-
-    def _finding(self, text: str) -> None:
-        if len(self.findings) < self.opt.max_findings:
-            self.findings[text] = None
-
-    def _event(self, t: float, typ: str, w: WorkloadBase, reason: str, message: str, **extra: Any) -> None:
-        self.events.append({"t": t, "type": typ, "workload": w.key, "reason": reason, "message": message, **extra})
+            self.event_queue.push(t + self.opt.autoscaler_period, AUTOSCALE, w)
 
     # ------------------------------------------------------------------ one scheduling cycle
     def _stuck(self) -> bool:
-        """A running gang on a bounded-wait clock (half-started, or with a max-runtime): cycles must go on."""
-        return self.opt.ray_facts and any(
-            w.stuck
-            or (
-                w.state == RUNNING
-                and w.job is not None
-                and w.job.raynative is not None
-                and w.job.raynative.max_runtime is not None
-            )
-            for w in self.active.values()
-        )
+        return self.opt.ray_facts and on_bounded_wait(self.active)
 
     def _cycle(self, t: float) -> None:
         if not self.with_pending and not self._stuck():
@@ -475,7 +394,7 @@ class Engine:
         self.cycle_seconds += time.perf_counter() - t0
         self.cycles += 1
         for f in res.findings:
-            self._finding(f"{f.kind} {f.name} {f.field}: {f.message}".replace("  ", " "))
+            self.timeline.finding(f"{f.kind} {f.name} {f.field}: {f.message}".replace("  ", " "))
         touched = self._apply(res, t)
         if self.usage is not None:
             self.usage.after_cycle(t, res)
@@ -485,9 +404,12 @@ class Engine:
         """The world as the scheduler core sees it at ``t``: every node and queue, every arrived, unfinished job."""
         if self.opt.ray_facts:
             for w in self.active.values():
-                self._report_ray_facts(w, t)
+                old = self._active_workload(w.upgrade_of) if w.upgrade_of is not None and w.served_at is None else None
+                report_ray_facts(w, t, self.opt.checkpoint_interval, old)
                 self._changed(w)  # Ray's answers and each run's checkpoint move with time
         jobs = [w.job for w in self.active.values() if w.job is not None]
+        if self.dra is not None:
+            self.claims = live_claims(self.active, self.claims)
         return Snapshot(
             nodes=self.nodes,
             queues=self.queues,
@@ -497,59 +419,11 @@ class Engine:
             config=self.config,
             usage=self.usage.for_cycle(t) if self.usage is not None else None,
             devices=self.dra.devices if self.dra is not None else [],
-            claims=self._live_claims() if self.dra is not None else [],
+            claims=list(self.claims.values()) if self.dra is not None else [],
         )
-
-    def _live_claims(self) -> list[Claim]:
-        """The claims of the pods that exist (a claim made from a template goes with its pod, releasing its devices);
-        a new pod's claims are made from its template, unallocated."""
-        live: dict[str, Claim] = {}
-        for w in self.active.values():
-            if w.job is None or not isinstance(w, RayWorkload):
-                continue
-            for pod in w.job.pods:
-                if not pod.claims or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
-                    continue
-                for key, requests in w.claim_requests(pod).items():
-                    live[key] = self.claims.get(key) or Claim(key=key, requests=requests)
-        self.claims = live
-        return list(live.values())
 
     def _active_workload(self, key: str) -> WorkloadBase | None:
         return next((w for w in self.active.values() if w.key == key), None)
-
-    def _report_ray_facts(self, w: WorkloadBase, t: float) -> None:
-        """What the operators would put in the snapshot for ``w`` at ``t``: Ray's busy/idle answer per running pod,
-        the time of the run's last checkpoint, its pods' readiness, the active cluster a RayService upgrade replaces."""
-        job = w.job
-        if job is None:
-            return
-        facts = job.raynative if job.raynative is not None else RayNativeFacts()
-        old = self._active_workload(w.upgrade_of) if w.upgrade_of is not None and w.served_at is None else None
-        facts.upgrade_of = old.job.key if old is not None and old.job is not None else None
-        facts.last_checkpoint = None
-        running = w.state == RUNNING and job.last_start is not None
-        activity: RayActivity | None = None
-        if running and not w.stuck:
-            assert job.last_start is not None
-            interval = w.checkpoint_interval if w.checkpoint_interval is not None else self.opt.checkpoint_interval
-            if interval > 0 and w.rate > 0:
-                done = w.done + max(0.0, (t - w.last_update) - w.warmup_left) * w.rate
-                since = (done - math.floor(done / interval + 1e-9) * interval) / w.rate
-                facts.last_checkpoint = t - since
-            phase = w.busy_phase(t)
-            if phase is None or phase > 0 or w.activity is None:
-                busy_since = t - phase if phase is not None else job.last_start
-                activity = RayActivity(observed_at=t, busy_since=busy_since)
-            else:
-                busy, idle = w.activity
-                idle_for = (t - job.last_start) % (busy + idle) - busy
-                activity = RayActivity(observed_at=t, idle_seconds=max(idle_for, 1e-3))
-        for pod in job.pods:
-            if pod.phase is PodPhase.RUNNING:
-                pod.ray_activity = activity
-                pod.ready = not w.stuck or pod.is_ray_head
-        job.raynative = facts
 
     def _apply(self, res: CycleResult, t: float) -> dict[str, WorkloadBase]:
         touched: dict[str, WorkloadBase] = {}
@@ -561,13 +435,13 @@ class Engine:
                 continue
             w, pod = owner
             assert w.job is not None
-            w.advance(t, self._gpus_held(w))
+            w.advance(t, gpus_held(w))
             evicted.setdefault(w.job.key, []).append((pod, e))
             touched[w.job.key] = w
             if self.opt.termination_grace > 0:
                 pod.phase = PodPhase.RELEASING
                 w.wasted_gpu_seconds += pod.request.gpu * self.opt.termination_grace
-                self._push(t + self.opt.termination_grace, RELEASE, (w, pod))
+                self.event_queue.push(t + self.opt.termination_grace, RELEASE, (w, pod))
             else:
                 self._unbind(w, pod)
                 w.job.pods.remove(pod)
@@ -584,31 +458,26 @@ class Engine:
                 if not b.pipelined:
                     self.errors.append(f"t={t:g}: bind of {b.pod} to {b.node} rejected: {why}")
                 continue
-            owner_w.advance(t, self._gpus_held(owner_w))
+            owner_w.advance(t, gpus_held(owner_w))
             self._bind(owner_w, pod_obj, b.node, b.gpu_group, t)
-            for alloc in b.claims:  # the adapter's part of DRA: write the claim's allocation before binding
-                claim = self.claims.get(alloc.claim)
-                if claim is not None and claim.allocation is None:
-                    per: dict[str, tuple[str, ...]] = {}
-                    for req, dev in alloc.devices:
-                        per[req] = (*per.get(req, ()), dev)
-                    claim.allocation = per
+            write_allocations(b, self.claims)
             binds.setdefault(b.job, []).append(b)
             touched[b.job] = owner_w
-        self._record(evicted, binds, t)
+        self.timeline.cycle_events(
+            evicted,
+            binds,
+            self.active,
+            self.pods,
+            t,
+            self.opt.ray_aware,
+            self.opt.suspend_kinds,
+            self.opt.record_bind_events,
+        )
         self._evicted_now = set(evicted)
         for key, items in evicted.items():
             job = touched[key].job
-            if job is None:
-                continue
-            if any(e.reason is Reason.READY_TIMEOUT for _, e in items):
-                backoff = job.raynative if job.raynative is not None else RayNativeFacts()
-                backoff.backoff_until = t + self.config.ready_timeout_backoff
-                job.raynative = backoff
-            limit = job.raynative
-            whole = any(e.whole_gang for _, e in items)
-            if whole and limit is not None and limit.max_runtime is not None and job.last_start is not None:
-                limit.admitted_seconds = (limit.admitted_seconds or 0.0) + (t - job.last_start)  # as the operator
+            if job is not None:
+                note_evictions(job, [e for _, e in items], t, self.config.ready_timeout_backoff)
         for key, items in evicted.items():
             w = touched[key]
             w.evicted_pods += len(items)
@@ -616,76 +485,6 @@ class Engine:
         for w in touched.values():  # pods bound, evicted or recreated; start, stale and backoff times follow
             self._changed(w)
         return touched
-
-    def _record(self, evicted: dict[str, list[tuple[Pod, Evict]]], binds: dict[str, list[Bind]], t: float) -> None:
-        for key, items in evicted.items():
-            w = self.active[key]
-            by_action: dict[Action, list[Evict]] = {}
-            for _, e in items:
-                by_action.setdefault(e.action, []).append(e)
-            for action, evs in by_action.items():
-                typ = {Action.PREEMPT: "preempt", Action.RECLAIM: "reclaim"}.get(action, "evict")
-                first = evs[0]
-                outcome = self._outcome(w)
-                preemptor = None
-                if first.preemptor is not None and first.preemptor in self.active:
-                    preemptor = self.active[first.preemptor].key
-                elif first.preemptor is not None:
-                    preemptor = first.preemptor
-                self._event(
-                    t,
-                    typ,
-                    w,
-                    first.reason.value,
-                    first.message,
-                    pods=len(evs),
-                    pod_names=[e.pod.split("/", 1)[-1] for e in evs[:10]],
-                    gpus=round(sum(self._req_gpu(e.pod, items) for e in evs), 6),
-                    action=action.value,
-                    preemptor=preemptor,
-                    elastic=all(e.elastic for e in evs),
-                    whole_gang=any(e.whole_gang for e in evs),
-                    outcome=outcome,
-                )
-        if not self.opt.record_bind_events:
-            return
-        for key, bs in binds.items():
-            w = self.active[key]
-            reasons = {b.reason for b in bs}
-            reason = Reason.SCHEDULED if Reason.SCHEDULED in reasons else sorted(reasons, key=lambda r: r.value)[0]
-            nodes = sorted({b.node for b in bs})
-            self._event(
-                t,
-                "bind",
-                w,
-                reason.value,
-                f"{len(bs)} pod(s) bound to {', '.join(nodes)}",
-                pods=len(bs),
-                gpus=round(sum(self._pod_gpu(w, b.pod) for b in bs), 6),
-                nodes=nodes,
-            )
-
-    def _outcome(self, w: WorkloadBase) -> str:
-        """What an eviction did to its workload (called with the victims already gone, before the transition):
-        ``shrink`` (the run goes on with fewer workers), ``restart`` (Ray-unaware: the run restarts from its
-        checkpoint on the pods left), ``suspend`` (kai-ray suspends the owner of a lost gang until re-admitted),
-        ``stop`` (the gang is lost; its pods are recreated and wait) or ``cleanup`` (the workload was not running)."""
-        if w.state != RUNNING:
-            return "cleanup"
-        if w.min_satisfied():
-            return "shrink" if self.opt.ray_aware else "restart"
-        return "suspend" if self.opt.ray_aware and w.kind in self.opt.suspend_kinds else "stop"
-
-    @staticmethod
-    def _req_gpu(uid: str, items: list[tuple[Pod, Evict]]) -> float:
-        for pod, _ in items:
-            if pod.uid == uid:
-                return pod.request.gpu
-        return 0.0
-
-    def _pod_gpu(self, w: WorkloadBase, uid: str) -> float:
-        owner = self.pods.get(uid)
-        return owner[1].request.gpu if owner else 0.0
 
     def _after_cycle(self, res: CycleResult, touched: dict[str, WorkloadBase], t: float) -> None:
         changed = bool(touched)
@@ -697,85 +496,23 @@ class Engine:
             self._refresh_pending(w)
             if survived and self.opt.ray_aware:
                 w.shrinks += 1
-        for key, w in list(self.with_pending.items()):
-            st = res.jobs.get(key)
-            if st is None:
-                continue
-            if w.state == PENDING:
-                if not st.scheduled:
-                    if not w.pending_log or w.pending_log[-1][1] != st.reason.value:
-                        w.pending_log.append((t, st.reason.value, st.message))
-                    w.pending_reason = st.reason.value
-                    w.pending_message = st.message
-                    w.last_pending_reason = st.reason.value
-                if st.reason is Reason.NEVER_FITS and not w.running_pods_any():
-                    self.hopeless.add(key)
-                else:
-                    self.hopeless.discard(key)
-            else:
-                w.pending_reason = None
-                w.pending_message = None
-        for w in touched.values():
-            if w.state != PENDING:
-                w.pending_reason = None
-                w.pending_message = None
-        self._update_stale(touched, t)
+        note_pending_reasons(res, self.with_pending, touched, self.hopeless, t)
+        update_stale(touched, self.stale, t)
         # Another cycle next tick only if this one can have left work for it: evictions (victims gone, pods
         # recreated) or a job that got pods and still has pending ones (elastic growth goes on). Otherwise the
         # next cycle would see exactly what this one saw, minus the room it just used.
         followup = bool(self._evicted_now) or any(key in self.with_pending for key in touched)
         if changed and followup and self._can_progress():
-            self._want_cycle(t, strictly_after=True)
+            self.event_queue.want_cycle(t, strictly_after=True)
         elif self._can_progress():
-            wake = self._next_timer(t)
+            wake = self.time_rules.next_wake(t, self.with_pending, self.stale, self.active, self.usage)
             if wake is not None:
-                self._want_cycle(wake, strictly_after=True)
-
-    # ------------------------------------------------------------------ idle GPUs while workloads wait
-    def _idle_check(self, t: float) -> None:
-        """Open, extend or close an idle window: GPUs are free while workloads wait for GPUs. For each waiting
-        workload: the GPUs of its next step (the pods its gang minimum lacks, else one elastic pod) and whether
-        that step would fit on the free capacity as it stands."""
-        waiting: dict[str, tuple[float, bool]] = {}
-        if self.cluster.free_gpus > 1e-9:
-            for w in self.with_pending.values():
-                if w.state == COMPLETED or w.job is None:
-                    continue
-                step = w.missing_pods()
-                need = sum(p.request.gpu for p in step)
-                if need > 0:
-                    waiting[w.key] = (need, self.cluster.fits_all(step))
-        cur = self._idle_open
-        if cur is not None and cur["waiting"] != waiting:
-            self._idle_close(t)
-            cur = None
-        if waiting and cur is None:
-            reasons = {w.key: w.pending_reason for w in self.with_pending.values() if w.key in waiting}
-            self._idle_open = {"from": t, "idle_gpus": self.cluster.free_gpus, "waiting": waiting, "reasons": reasons}
-        elif cur is not None:
-            cur["idle_gpus"] = max(cur["idle_gpus"], self.cluster.free_gpus)
+                self.event_queue.want_cycle(wake, strictly_after=True)
 
     def idle_latency(self) -> float:
         """Idle spans no longer than this are latency, not idleness: elastic growth takes a cycle per step, a
         pipelined bind waits a cycle for its victims, and the Ray autoscaler asks for a worker per period."""
         return max(2 * self.opt.schedule_period, self.opt.autoscaler_period)
-
-    def _idle_close(self, t: float) -> None:
-        cur, self._idle_open = self._idle_open, None
-        if cur is None or t - cur["from"] <= self.idle_latency() + 1e-9:
-            return  # the scheduler's and the autoscaler's own latency, not an idle window
-        self.idle_windows.append(
-            {
-                "from": cur["from"],
-                "to": t,
-                "idle_gpus": round(cur["idle_gpus"], 6),
-                "fits": any(fits for _, fits in cur["waiting"].values()),
-                "waiting": [
-                    {"workload": k, "needs_gpus": need, "fits": fits, "pending_reason": cur["reasons"].get(k)}
-                    for k, (need, fits) in sorted(cur["waiting"].items())
-                ],
-            }
-        )
 
     def _transition(self, w: WorkloadBase, t: float) -> None:
         """After binds/evictions: start, restart, lose the gang, or change speed; (re)schedule completion."""
@@ -810,78 +547,7 @@ class Engine:
             w.version += 1
             eta = w.eta(t)
             if eta is not None:
-                self._push(eta, COMPLETE, (w, w.version))
+                self.event_queue.push(eta, COMPLETE, (w, w.version))
             if self.opt.track_idle and w.warmup_left > 0:
-                self._push(t + w.warmup_left, WARM, (w, w.version))  # a sample when the restart cost is paid
+                self.event_queue.push(t + w.warmup_left, WARM, (w, w.version))  # a sample when the restart cost is paid
             self._arm_autoscaler(w, t)
-
-    def _update_stale(self, touched: dict[str, WorkloadBase], t: float) -> None:
-        for key, w in touched.items():
-            job = w.job
-            assert job is not None
-            active = any(p.phase is PodPhase.RUNNING for p in job.pods)
-            if active and w.state != RUNNING:
-                if job.stale_since is None:
-                    job.stale_since = t
-                self.stale[key] = w
-            else:
-                job.stale_since = None
-                self.stale.pop(key, None)
-
-    def _next_timer(self, t: float) -> float | None:
-        """The earliest future instant at which a time-based rule could change the core's answer."""
-        cfg = self.config
-        best: float | None = None
-
-        def consider(x: float | None) -> None:
-            nonlocal best
-            if x is not None and x > t and (best is None or x < best):
-                best = x
-
-        for w in self.with_pending.values():
-            job = w.job
-            assert job is not None
-            delay = job.preemption_delay if job.preemption_delay is not None else cfg.default_preemption_delay
-            if delay:
-                consider(job.created_at + delay)
-        for w in self.stale.values():
-            job = w.job
-            assert job is not None
-            grace = job.staleness_grace if job.staleness_grace is not None else cfg.default_staleness_grace
-            if job.stale_since is not None and grace >= 0:
-                consider(job.stale_since + grace)
-        if self.usage is not None:
-            consider(self.usage.next_refresh(t))  # a new usage can move fair shares: reclaim may become possible
-        if self.opt.ray_facts:
-            for w in self.active.values():
-                facts = w.job.raynative if w.job is not None else None
-                if w.stuck and w.job is not None and w.job.last_start is not None:
-                    timeout = facts.ready_timeout if facts is not None and facts.ready_timeout else None
-                    timeout = timeout or cfg.default_ready_timeout
-                    if timeout:
-                        consider(w.job.last_start + timeout)
-                if facts is not None and facts.backoff_until is not None:
-                    consider(facts.backoff_until)
-                start = w.job.last_start if w.job is not None and w.state == RUNNING else None
-                if start is not None and facts is not None and facts.max_runtime is not None:
-                    consider(start + facts.max_runtime - (facts.admitted_seconds or 0.0))
-        if self._timers_possible:
-            for w in self.active.values():
-                job = w.job
-                if job is None or w.state != RUNNING or job.last_start is None:
-                    continue
-                for v in self._min_runtimes(job.queue):
-                    consider(job.last_start + v)
-        return best
-
-    def _min_runtimes(self, queue: str) -> set[float]:
-        out = {self.config.default_preempt_min_runtime, self.config.default_reclaim_min_runtime}
-        q = self._queue_by_name.get(queue)
-        seen = 0
-        while q is not None and seen < 64:
-            for v in (q.preempt_min_runtime, q.reclaim_min_runtime):
-                if v:
-                    out.add(v)
-            q = self._queue_by_name.get(q.parent) if q.parent else None
-            seen += 1
-        return {v for v in out if v and v > 0}
