@@ -16,7 +16,7 @@
   ``reporting`` (PodGroup/Queue status, Events, metrics), ``cyclemetrics``, ``status``, ``resume`` (suspended gangs
   weighed against the snapshot and resumed), ``rayactivity``, ``dra_claims`` (ResourceClaims), ``upstream_gangs``
   (``scheduling.k8s.io`` PodGroups), ``cluster_views`` and ``pod_explanation`` (the CLI's read-only views).
-- ``ray``: Ray-aware reclaim — ``victims`` (victim records in, typed outcomes out), ``reclaim`` (the Ray path of the
+- ``ray``: Ray-aware reclaim — ``victims`` (victim records in, typed outcomes out), ``ray_reclaim`` (the Ray path of the
   scheduler's victims), ``elastic`` (the API calls: shrink, suspend, resume), ``rayplan`` (pure patch plans),
   ``raygcs`` and ``drainfirst`` (draining Ray nodes); and ``headroom_publisher`` (what Ray's autoscaler may still ask
   for).

@@ -13,18 +13,18 @@ import traceback
 
 from kai_ray.scheduler.allocate import allocate_action
 from kai_ray.scheduler.bounded import annotate, hold
-from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.consolidation import consolidation_action
 from kai_ray.scheduler.decisions import CycleResult, Finding
 from kai_ray.scheduler.incremental import IncrementalState
 from kai_ray.scheduler.preempt import preempt_action
 from kai_ray.scheduler.proportion import compute_fair_share
+from kai_ray.scheduler.queue_admission import apply_ungates
 from kai_ray.scheduler.reclaim import reclaim_action
 from kai_ray.scheduler.results import build_result
 from kai_ray.scheduler.session import Session
+from kai_ray.scheduler.session_build import build_session
 from kai_ray.scheduler.snapshot import Snapshot
 from kai_ray.scheduler.stale import stale_gang_action
-from kai_ray.scheduler.ungate import apply_ungates
 from kai_ray.scheduler.workloss import assess
 
 ACTIONS = {

@@ -16,9 +16,9 @@ much only costs time.
 from __future__ import annotations
 
 from kai_ray.scheduler.blocks import JobBlock
-from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.nodebase import NodeBase
 from kai_ray.scheduler.session import Session
+from kai_ray.scheduler.session_build import build_session
 from kai_ray.scheduler.snapshot import Snapshot
 
 

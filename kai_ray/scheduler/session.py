@@ -148,7 +148,7 @@ class StatementOps(Protocol):
 
 
 class Session:
-    """All state of one scheduling cycle, built by :func:`~kai_ray.scheduler.build.build_session` from a
+    """All state of one scheduling cycle, built by :func:`~kai_ray.scheduler.session_build.build_session` from a
     :class:`Snapshot` (never mutated) and changed by its statement (``stmt``)."""
 
     stmt: StatementOps  # set by the build: checkpoint, rollback, allocate, evict, move, unevict

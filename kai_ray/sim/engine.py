@@ -15,7 +15,7 @@ The engine holds those rules; what does not decide what happens next lives besid
 the clock (:mod:`~kai_ray.sim.event_queue`), the record (:mod:`~kai_ray.sim.timeline`,
 :mod:`~kai_ray.sim.idle_windows`), when a time-based rule ripens (:mod:`~kai_ray.sim.timers`), why workloads wait
 (:mod:`~kai_ray.sim.pending_reasons`) and what the operators and adapters report (:mod:`~kai_ray.sim.ray_facts`,
-:mod:`~kai_ray.sim.dra_claims`).
+:mod:`~kai_ray.sim.simulated_claims`).
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ from kai_ray.scheduler.snapshot import (
     Topology,
 )
 from kai_ray.sim.cluster import Cluster
-from kai_ray.sim.dra_claims import live_claims, write_allocations
 from kai_ray.sim.event_queue import ARRIVE, AUTOSCALE, COMPLETE, CYCLE, RELEASE, SCALE, WARM, EventQueue
 from kai_ray.sim.fair_share_usage import SimUsage, UsageRecord
 from kai_ray.sim.idle_windows import IdleWindows
 from kai_ray.sim.pending_reasons import note_pending_reasons
 from kai_ray.sim.ray_facts import note_evictions, on_bounded_wait, report_ray_facts
+from kai_ray.sim.simulated_claims import live_claims, write_allocations
 from kai_ray.sim.timeline import Timeline, gpus_held
 from kai_ray.sim.timers import TimeRules, update_stale
 from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, SUSPENDED, RayWorkload, WorkloadBase

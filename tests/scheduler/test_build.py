@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kai_ray.scheduler.build import build_session, extended_names
 from kai_ray.scheduler.nodebase import CPU, GPU
 from kai_ray.scheduler.session import BOUND, IGNORED, PENDING, RELEASING
+from kai_ray.scheduler.session_build import build_session, extended_names
 from kai_ray.scheduler.snapshot import Node, PodPhase, Resources
 from tests.scheduler.session_fixtures import NOW, job, pod, snapshot
 

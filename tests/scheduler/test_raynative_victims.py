@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
+from kai_ray.scheduler.session_build import build_session
 from kai_ray.scheduler.snapshot import (
     Job,
     Node,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult, Reason
 from kai_ray.scheduler.semipreemptible import core_rows
 from kai_ray.scheduler.session import ACTIVE
+from kai_ray.scheduler.session_build import build_session
 from kai_ray.scheduler.snapshot import (
     Job,
     Node,

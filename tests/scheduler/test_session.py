@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.nodebase import CPU, GPU, MEM
 from kai_ray.scheduler.session import le
+from kai_ray.scheduler.session_build import build_session
 from kai_ray.scheduler.snapshot import UNLIMITED, PodPhase
 from tests.scheduler.session_fixtures import job, pod, snapshot
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kai_ray.scheduler.build import build_session
 from kai_ray.scheduler.decisions import Action, Reason
 from kai_ray.scheduler.nodebase import GPU
 from kai_ray.scheduler.session import ALLOCATED, BOUND, EVICTED, MOVED, PENDING, PIPELINED, EvictInfo, Session
+from kai_ray.scheduler.session_build import build_session
 from kai_ray.scheduler.snapshot import PodPhase
 from kai_ray.scheduler.statement import Allocated, Evicted, Moved, Unevicted
 from tests.scheduler.session_fixtures import job, pod, snapshot

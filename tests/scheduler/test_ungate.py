@@ -1,4 +1,4 @@
-"""The queue-admission gate's decision (``kai_ray.scheduler.ungate``): which gated gangs their queue admits.
+"""The queue-admission gate's decision (``kai_ray.scheduler.queue_admission``): which gated gangs their queue admits.
 
 Asserted on whole cycles: a gang is ungated whole and only when the limits up its queue chain admit it; admissions in
 one cycle are charged one after the other; an ungated gang still pending holds its room (from the stamp on its pods,

@@ -13,7 +13,7 @@ unchanged, the new pod sits Pending, and Ray sees a node die with no warning (ku
 
 Three modules, as Ray autoscaler v2 splits deciding, reconciling and the provider: :mod:`kai_ray.k8s.ray.rayplan` plans
 (pure: dicts in, JSON patch out), :mod:`kai_ray.k8s.ray.raygcs` drains Ray nodes, and this module does the few API calls
-(``apply_*``); :mod:`kai_ray.k8s.ray.reclaim` runs them for the scheduler's victims. The PodGroup records what was
+(``apply_*``); :mod:`kai_ray.k8s.ray.ray_reclaim` runs them for the scheduler's victims. The PodGroup records what was
 done under :data:`SHRINK_ANNOTATION` / :data:`SUSPEND_ANNOTATION`.
 """
 

@@ -2,10 +2,10 @@
 
 The scheduler's dispatch knows, from its informer cache, everything the Ray path needs about a pod it takes (its
 PodGroup and queue, the RayCluster it is a node of, the Ray object that owns its gang, its drain deadline), so it
-writes that down once as a :class:`Victim`; the Ray path (:mod:`kai_ray.k8s.ray.reclaim`) reads nothing back from the
-cache and calls nothing back in the scheduler. What it did comes back as a :class:`ReclaimOutcome` that says which
-pods dispatch must still evict and which it must hand back to the next cycle, so every Kubernetes effect on the
-scheduler's own objects stays in dispatch.
+writes that down once as a :class:`Victim`; the Ray path (:mod:`kai_ray.k8s.ray.ray_reclaim`) reads nothing back
+from the cache and calls nothing back in the scheduler. What it did comes back as a :class:`ReclaimOutcome` that
+says which pods dispatch must still evict and which it must hand back to the next cycle, so every Kubernetes effect
+on the scheduler's own objects stays in dispatch.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from kai_ray.k8s.base.rest import Kube
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.ray.headroom_publisher import HeadroomPublisher
-from kai_ray.k8s.ray.reclaim import RayReclaim
+from kai_ray.k8s.ray.ray_reclaim import RayReclaim
 from kai_ray.k8s.scheduling import dra_claims
 from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.k8s.scheduling.changes import ChangeRecorder

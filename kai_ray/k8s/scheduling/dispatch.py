@@ -1,5 +1,5 @@
 """Sends a cycle's decisions: bindings through ``pods/binding``, evictions through the Eviction API (the Ray path,
-:class:`~kai_ray.k8s.ray.reclaim.RayReclaim`, first), and the max-pending actions on Ray owners.
+:class:`~kai_ray.k8s.ray.ray_reclaim.RayReclaim`, first), and the max-pending actions on Ray owners.
 
 Nothing here is awaited by the cycle loop: work goes to the binder pool, and the cache *assumes* each binding before
 it is sent, so the next cycle can run while bindings are in flight and still never binds a pod twice nor gives its
@@ -28,7 +28,7 @@ from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import ApiError, Kube
 from kai_ray.k8s.base.workqueue import Dispatcher
 from kai_ray.k8s.config import OperatorConfig
-from kai_ray.k8s.ray.reclaim import RayReclaim
+from kai_ray.k8s.ray.ray_reclaim import RayReclaim
 from kai_ray.k8s.ray.victims import ReclaimOutcome, StopOutcome
 from kai_ray.k8s.scheduling import status as st
 from kai_ray.k8s.scheduling.cache import SchedulerCache

@@ -13,7 +13,7 @@ Eviction API; the cache *assumes* each binding before it is sent, so the next cy
 flight. Status and Events are written by a separate, lower-priority pool that waits while bindings are outstanding,
 and are written on transitions, not every cycle.
 
-Ray-aware by default: evictions first go the Ray path, :class:`~kai_ray.k8s.ray.reclaim.RayReclaim` (elastic KubeRay
+Ray-aware by default: evictions first go the Ray path, :class:`~kai_ray.k8s.ray.ray_reclaim.RayReclaim` (elastic KubeRay
 workers: shrink the worker group; whole gangs of ``suspend_kinds``, RayJob by default: suspend the owner), a gang that
 kai-ray suspended stays in the snapshot as virtual pending pods and is resumed when the core admits it
 (:mod:`kai_ray.k8s.scheduling.resume`), and the headroom the Ray autoscaler hook reads is published after cycles,

@@ -1,4 +1,5 @@
-"""Removes the queue-admission gate from the pods of the gangs the cycle admitted (:mod:`kai_ray.scheduler.ungate`).
+"""Removes the queue-admission gate from the pods of the gangs the cycle admitted
+(:mod:`kai_ray.scheduler.queue_admission`).
 
 Why here: the core decides which gangs their queue's quota admits; this adapter only carries that out. Each pod of an
 admitted gang gets one strategic-merge patch that deletes the ``kai.scheduler/queue-admission`` gate (by name: a

@@ -20,8 +20,8 @@ import pytest
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.ray import drainfirst
+from kai_ray.k8s.ray.ray_reclaim import RayReclaim
 from kai_ray.k8s.ray.raygcs import ACCEPTED
-from kai_ray.k8s.ray.reclaim import RayReclaim
 from kai_ray.k8s.ray.victims import RayOwner, Victim
 from kai_ray.scheduler.decisions import Reason
 from tests.autoscaler.conftest import OBJECT_STORE

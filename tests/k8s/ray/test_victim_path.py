@@ -13,7 +13,7 @@ import pytest
 
 from kai_ray.k8s.base.metrics import SchedulerMetrics
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, ray_path
-from kai_ray.k8s.ray.reclaim import RayReclaim
+from kai_ray.k8s.ray.ray_reclaim import RayReclaim
 from kai_ray.k8s.ray.victims import PendingStop, RayOwner, Result, StopOutcome, Victim, by_cluster
 from kai_ray.k8s.scheduling.entries import pg_entry, pod_entry, pod_fingerprint
 from kai_ray.k8s.scheduling.maxpending import max_pending_report
