@@ -34,7 +34,7 @@ def _ref(ns: str, name: str) -> dict[str, Any]:
 
 
 def _on(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
-    return [ev for ev in kube.get(events_path(ns))["items"] if ev["involvedObject"]["name"] == name]
+    return [ev for ev in kube.get(events_path(ns))["items"] if ev["involvedObject"].get("name") == name]
 
 
 def test_the_bucket_allows_a_burst_then_one_per_refill() -> None:

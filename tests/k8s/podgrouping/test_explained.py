@@ -27,7 +27,7 @@ def _spec(*workers: dict[str, Any]) -> dict[str, Any]:
 
 
 def _events(kube: Kube, ns: str) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(e["involvedObject"]["name"], e["reason"]): e for e in kube.get(events_path(ns))["items"]}
+    return {(e["involvedObject"].get("name"), e["reason"]): e for e in kube.get(events_path(ns))["items"]}
 
 
 def test_each_legal_surprise_gets_its_own_event(
@@ -74,7 +74,7 @@ def test_each_legal_surprise_gets_its_own_event(
     renamed = [
         e["message"]
         for e in kube.get(events_path(namespace))["items"]
-        if e["involvedObject"]["name"] == "renamed" and e["reason"] == "SubGroupRenamed"
+        if e["involvedObject"].get("name") == "renamed" and e["reason"] == "SubGroupRenamed"
     ]
     assert any("'GPU_Workers'" in m for m in renamed) and any("'a b'" in m for m in renamed), renamed
     ordinary = {reason for (name, reason) in events if name == "idle"}

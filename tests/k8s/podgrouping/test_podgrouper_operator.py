@@ -196,7 +196,7 @@ def test_bad_ray_cr_gets_an_event_and_the_operator_keeps_going(kube: Kube, names
         lambda: [
             e
             for e in kube.get(events_path(namespace))["items"]
-            if e["involvedObject"]["name"] == "bad" and e["reason"] == "PodGroupError"
+            if e["involvedObject"].get("name") == "bad" and e["reason"] == "PodGroupError"
         ],
     )
     assert ev[0]["type"] == "Warning"

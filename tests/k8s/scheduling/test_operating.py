@@ -202,7 +202,7 @@ def _warning_events(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
     return [
         e
         for e in kube.get(events_path(ns))["items"]
-        if e["involvedObject"]["name"] == name and e["reason"] == "UnknownField" and e["type"] == "Warning"
+        if e["involvedObject"].get("name") == name and e["reason"] == "UnknownField" and e["type"] == "Warning"
     ]
 
 

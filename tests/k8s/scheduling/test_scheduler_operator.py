@@ -254,7 +254,7 @@ def test_bad_queue_and_podgroup_are_reported_and_scheduling_goes_on(
     assert "spec.resources.gpu.quota" in qcond["message"]
     wait_until(
         "an InvalidQueue Event",
-        lambda: [e for e in kube.get(events_path("default"))["items"] if e["involvedObject"]["name"] == bad],
+        lambda: [e for e in kube.get(events_path("default"))["items"] if e["involvedObject"].get("name") == bad],
     )
     pg = wait_until(
         "the job in the bad queue to say so",
