@@ -16,6 +16,7 @@ import pytest
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
 from kai_ray.k8s.podgrouping import admission
+from kai_ray.k8s.scheduling.pod_explanation import explain
 from kai_ray.testing.controlplane.harness import free_port
 from tests.k8s.helpers import bound, condition, pod_body, podgroup, podgroup_body, wait_until
 
@@ -136,6 +137,7 @@ def test_a_pod_whose_queue_does_not_exist_stays_gated_until_the_queue_is_created
             60,
         )
         assert cond["reason"] == "QueueDoesNotExist"
+        assert f"gated: queue {ghost!r} does not exist" in explain(kube, namespace, pod)
         assert gates(kube, namespace, pod) == [c.QUEUE_ADMISSION_GATE]
 
         assert queues("ghost", gpu_quota=8) == ghost
