@@ -69,6 +69,14 @@ def test_gated_pods_of_a_queue_that_does_not_gate_are_let_go_whatever_its_quota(
         60,
     )
     assert cond["reason"] == "OverLimit"
+    status = wait_until(
+        "queue b's status to count its gated demand as requested",
+        lambda: (lambda st: st if (st.get("requested") or {}).get(c.GPU_RESOURCE) == "4" else None)(
+            kube.get(queues_path(b)).get("status") or {}
+        ),
+        60,
+    )
+    assert (status.get("allocated") or {}).get(c.GPU_RESOURCE) in (None, "0")  # requested, never allocated
     wait_until(
         "queue a's pod, ungated, to be left pending by its queue's limit at allocation",
         lambda: (
