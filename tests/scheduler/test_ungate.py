@@ -2,7 +2,9 @@
 
 Asserted on whole cycles: a gang is ungated whole and only when the limits up its queue chain admit it; admissions in
 one cycle are charged one after the other; an ungated gang still pending holds its room (from the stamp on its pods,
-so any leader sees it) until it binds or the reservation expires; a gang kept gated says why, apart from "no node".
+so any leader sees it) until it binds or the reservation expires; a gang kept gated says why, apart from "no node";
+a gang whose queue does not gate is let go; a missing queue keeps its gang gated under ``all``; gated demand counts in
+its queue's request and fair share.
 """
 
 from __future__ import annotations
