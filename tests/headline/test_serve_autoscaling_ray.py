@@ -24,9 +24,11 @@ from tests.headline.serve_load import HEADLINE, Load, free_port, shipped_deploym
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 APP, DEPLOYMENT = "classifier", "Classifier"
+QUIET = {"enable_access_log": False}  # thousands of requests: no access-log line for each in the test's output
 # Serve's defaults wait 30 s to upscale and 600 s to downscale on metrics pushed every 10 s; the test keeps the
-# shipped range and target and shortens the waits (the push intervals are environment variables in Ray 2.60).
-SHORT_DELAYS = {"upscale_delay_s": 1.0, "downscale_delay_s": 3.0, "look_back_period_s": 2.0}
+# shipped range and target and shortens the waits. Ray 2.60 deprecates ``metrics_interval_s`` for the two push-interval
+# environment variables but still wants it below ``look_back_period_s``: both are set.
+SHORT_DELAYS = {"upscale_delay_s": 1.0, "downscale_delay_s": 3.0, "look_back_period_s": 2.0, "metrics_interval_s": 0.5}
 METRIC_PUSH_S = {
     "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
     "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
@@ -79,7 +81,7 @@ def test_load_grows_serve_to_max_replicas_and_it_shrinks_back_when_load_stops(
     try:
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
         deployment = serve_app.Classifier.options(
-            ray_actor_options=shipped["ray_actor_options"], autoscaling_config=scaling
+            ray_actor_options=shipped["ray_actor_options"], autoscaling_config=scaling, logging_config=QUIET
         )
         serve.run(deployment.bind(), name=APP, route_prefix="/", blocking=False)
         wait_for(f"{low} running replica(s)", lambda: running_replicas(serve) == low, 180)

@@ -29,7 +29,7 @@ import pytest
 from kai_ray.k8s.ray import raygcs
 from tests.autoscaler.conftest import OBJECT_STORE
 from tests.headline.serve_load import HEADLINE, Load, free_port, shipped_deployment
-from tests.headline.test_serve_autoscaling_ray import APP, running_replicas, wait_for
+from tests.headline.test_serve_autoscaling_ray import APP, QUIET, running_replicas, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -70,7 +70,7 @@ def test_draining_a_serving_node_under_load_loses_no_request(
     try:
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
         deployment = serve_app.Classifier.options(
-            ray_actor_options=shipped_deployment()["ray_actor_options"], num_replicas=REPLICAS
+            ray_actor_options=shipped_deployment()["ray_actor_options"], num_replicas=REPLICAS, logging_config=QUIET
         )
         serve.run(deployment.bind(), name=APP, route_prefix="/", blocking=False)
         wait_for(f"{REPLICAS} running replicas", lambda: running_replicas(serve) == REPLICAS, 180)
