@@ -175,6 +175,11 @@ def test_serves_scale_up_waits_for_headroom_then_grows_onto_the_new_worker(
 
 def wait_for_value(what: str, get: Callable[[], Any], timeout: float, poll: float = 0.5) -> Any:
     """The first truthy ``get()``; fails after ``timeout``."""
-    found: list[Any] = []
-    wait_for(what, lambda: bool(found.append(get()) or found[-1]), timeout, poll)
-    return found[-1]
+    found: list[Any] = [None]
+
+    def check() -> bool:
+        found[0] = get()
+        return bool(found[0])
+
+    wait_for(what, check, timeout, poll)
+    return found[0]
