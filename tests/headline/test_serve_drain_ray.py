@@ -34,7 +34,9 @@ from tests.headline.test_serve_autoscaling_ray import APP, QUIET, running_replic
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 REPLICAS = 2
-DRAIN_DEADLINE_S = 30.0  # kai-ray's default drain deadline
+# kai-ray's default is 30 s; a RayService may set its own (annotation kai-ray.io/drain-deadline). The replacement
+# replica starts in under 10 s here; 60 s leaves a loaded CI machine room to start it.
+DRAIN_DEADLINE_S = 60.0
 LOAD_BOUND_S = 150.0
 
 
@@ -90,6 +92,7 @@ def test_draining_a_serving_node_under_load_loses_no_request(
         assert out[0].node_id == victim.node_id
         left = raygcs.wait_drained(cluster.gcs_address, {victim.node_id}, time.time() + DRAIN_DEADLINE_S)
         t_gone = time.monotonic()
+        assert not left, f"Serve did not move its replica off the drained node within {DRAIN_DEADLINE_S:.0f}s"
         cluster.remove_node(nodes.pop("serve-gpu-b"))
 
         base = load.snapshot().ok
@@ -105,8 +108,8 @@ def test_draining_a_serving_node_under_load_loses_no_request(
         during = result.between(t_drain, t_gone)
         before = result.between(0.0, t_drain)
         print(
-            f"\ndrain of a serving node under load: node {'exited by itself' if not left else 'removed at the deadline'}"
-            f" {t_gone - t_drain:.1f}s after the drain; {result.ok} requests, 0 failed, {result.retries} retries "
+            f"\ndrain of a serving node under load: the node exited by itself {t_gone - t_drain:.1f}s after the drain;"
+            f" {result.ok} requests, 0 failed, {result.retries} retries "
             f"({during.retries} during the drain); p99 {during.percentile(99) * 1000:.0f} ms during the drain "
             f"({len(during.requests)} requests), p99 {before.percentile(99) * 1000:.0f} ms before it"
         )
