@@ -81,10 +81,12 @@ class JobBlock:
         "migs",
         "n_active",
         "n_pend",
+        "node_rows",
         "on_node",
         "pend",
         "podsets",
         "ready",
+        "rel_on_node",
         "root",
         "rows",
         "sealed",
@@ -117,6 +119,9 @@ class JobBlock:
     hold_rel: list[bool]
     hold_x: list[int]  # of those, the rows that also hold extended resources
     hold_rows: list[int]  # rows on a node that hold a shared GPU (placed one by one)
+    # per node, the rows on it: (whole-GPU rows, of those the ones with extended resources, shared-GPU rows)
+    node_rows: dict[int, tuple[list[int], list[int], list[int]]]
+    rel_on_node: bool  # a releasing pod holds room on a node
 
     def __init__(
         self,
@@ -172,6 +177,18 @@ class JobBlock:
         self.hold_rel = [rows[i].status == releasing for i in whole]
         self.hold_x = [i for i in whole if rows[i].xreq is not None]
         self.hold_rows = [i for i in self.on_node if rows[i].frac or rows[i].gpumem]
+        by_node: dict[int, tuple[list[int], list[int], list[int]]] = {}
+        for i in self.on_node:
+            r = rows[i]
+            whole, with_x, shared = by_node.setdefault(r.node, ([], [], []))
+            if r.frac or r.gpumem:
+                shared.append(i)
+            else:
+                whole.append(i)
+                if r.xreq is not None:
+                    with_x.append(i)
+        self.node_rows = by_node
+        self.rel_on_node = any(rows[i].status == releasing for i in self.on_node)
         self.set_counts = [
             (ps, ps.n_active, ps.n_alive, [i for i, r in enumerate(rows) if r.set is ps])
             for ps in self.podsets.values()

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from kai_ray.scheduler.blocks import JobBlock
 from kai_ray.scheduler.nodebase import NodeBase
+from kai_ray.scheduler.placed import PlacedLayout
 from kai_ray.scheduler.session import Session
-from kai_ray.scheduler.session_build import build_session
+from kai_ray.scheduler.session_build import build_kept
 from kai_ray.scheduler.snapshot import Snapshot
 
 
@@ -28,6 +29,7 @@ class IncrementalState:
     def __init__(self) -> None:
         self._nodes: NodeBase | None = None
         self._blocks: dict[str, JobBlock] = {}
+        self._placed: PlacedLayout | None = None
 
     @property
     def node_base(self) -> NodeBase | None:
@@ -42,9 +44,11 @@ class IncrementalState:
         """A node was added, changed (allocatable, labels, taints, readiness, cordon) or deleted."""
         self._nodes = None
         self._blocks.clear()
+        self._placed = None
 
     def open(self, snapshot: Snapshot) -> Session:
         """The session of one cycle over ``snapshot``, built from the parts no reported change touched."""
-        ses = build_session(snapshot, self._nodes, self._blocks)
+        placed, self._placed = self._placed, None  # the build takes its parts over; a failed build leaves none
+        ses, self._placed = build_kept(snapshot, self._nodes, self._blocks, placed)
         self._nodes = ses.node_base
         return ses

@@ -18,6 +18,7 @@ from kai_ray.scheduler.decisions import Finding, Reason
 from kai_ray.scheduler.device_ledger import DeviceLedger
 from kai_ray.scheduler.gang import PodSet, build_gang_tree, is_ready
 from kai_ray.scheduler.nodebase import NodeBase, mig_gpus, node_extended_names
+from kai_ray.scheduler.placed import PlacedLayout, place_kept
 from kai_ray.scheduler.semipreemptible import job_mode
 from kai_ray.scheduler.session import (
     ACTIVE,
@@ -77,11 +78,20 @@ def build_session(
     earlier cycles saw them (by key), reused when still valid (same ``Job`` object, same nodes and rows) and
     refilled with the ones this build makes; the caller drops the block of a PodGroup that changed
     (:class:`~kai_ray.scheduler.incremental.IncrementalState`)."""
+    return build_kept(snapshot, nodes, blocks, None)[0]
+
+
+def build_kept(
+    snapshot: Snapshot, nodes: NodeBase | None, blocks: dict[str, JobBlock] | None, layout: PlacedLayout | None
+) -> tuple[Session, PlacedLayout | None]:
+    """:func:`build_session`, also keeping the placement: with ``blocks``, the PodGroups are placed from
+    ``layout`` (the last session's placement, or None) where they did not change, and the new placement is
+    returned for the next cycle (None when it could not be kept: a pod uid in two PodGroups)."""
     xnames = extended_names(snapshot, nodes)
     if nodes is None or nodes.xnames != xnames:
         nodes = NodeBase(snapshot.nodes, xnames)
     ses = Session(snapshot, nodes)
-    SessionBuild(ses).build_jobs(snapshot.jobs, blocks)
+    placed = SessionBuild(ses).build_jobs(snapshot.jobs, blocks, layout)
     ses.build_queue_accounting()
     if snapshot.claims:
         dra = ses.dra = DeviceLedger(snapshot.devices, snapshot.claims, ses.node_index)
@@ -90,7 +100,7 @@ def build_session(
                 dra.use(ses.pods[p].claims, 1)
     ses.p_risk = [0.0] * len(ses.pods)
     ses.stmt = Statement(ses)
-    return ses
+    return ses, placed
 
 
 class SessionBuild:
@@ -106,9 +116,12 @@ class SessionBuild:
         self._init_req: list[tuple[float, float, float]] = []
         self._init_rel: list[bool] = []
 
-    def build_jobs(self, jobs: list[Job], blocks: dict[str, JobBlock] | None) -> None:
+    def build_jobs(
+        self, jobs: list[Job], blocks: dict[str, JobBlock] | None, layout: PlacedLayout | None = None
+    ) -> PlacedLayout | None:
         """Place every PodGroup of the snapshot (in key order), reusing the still-valid ``blocks`` and refilling
-        them with the ones built here; then count the whole-GPU pods on their nodes in one step."""
+        them with the ones built here, and, when every block could be kept, the unchanged part of ``layout``;
+        returns the placement the next cycle may keep (None without ``blocks`` or when a block could not be kept)."""
         ses = self.ses
         seen_pods: set[str] = set()
         by_key: dict[str, Job] = {}
@@ -118,30 +131,42 @@ class SessionBuild:
                 ses.findings.append(Finding("PodGroup", key, "name", "duplicate PodGroup; the first is used"))
                 continue
             by_key[key] = j
-        for key in sorted(by_key):
-            j = by_key[key]
-            if blocks is None:  # from scratch: each block is built for this session and placed once
-                self._place_block(self._job_block(key, j, seen_pods))
-                continue
-            block = blocks.get(key)
-            if (
-                block is None
-                or block.spec is not j
-                or block.base is not ses.node_base
-                or block.xnames != ses.xnames
-                or not seen_pods.isdisjoint(block.uids)
-            ):
-                fresh = seen_pods.isdisjoint(_pod_uids(j))
-                block = self._job_block(key, j, set() if fresh else seen_pods)
-                if fresh:
-                    block.seal(RELEASING)  # kept: laid out by column once, placed with list extensions from now on
-                    blocks[key] = block
-            seen_pods.update(block.uids)
-            self._place_block(block)
+        placed: PlacedLayout | None = None
+        if blocks is None:  # from scratch: each block is built for this session and placed once
+            for key in sorted(by_key):
+                self._place_block(self._job_block(key, by_key[key], seen_pods))
+        else:
+            entries: list[tuple[str, JobBlock]] = []
+            all_kept = True
+            for key in sorted(by_key):
+                j = by_key[key]
+                block = blocks.get(key)
+                if (
+                    block is None
+                    or block.spec is not j
+                    or block.base is not ses.node_base
+                    or block.xnames != ses.xnames
+                    or not seen_pods.isdisjoint(block.uids)
+                ):
+                    fresh = seen_pods.isdisjoint(_pod_uids(j))
+                    block = self._job_block(key, j, set() if fresh else seen_pods)
+                    if fresh:
+                        block.seal(RELEASING)  # kept: laid out by column once, placed with list extensions from now on
+                        blocks[key] = block
+                    else:
+                        all_kept = False
+                seen_pods.update(block.uids)
+                entries.append((key, block))
+            if all_kept:
+                placed = place_kept(self, entries, layout)
+            else:
+                for _, block in entries:
+                    self._place_block(block)
         self._apply_initial_nodes()
         for rank, job in enumerate(sorted(ses.jobs, key=lambda jb: (jb.created_at, jb.uid))):
             job.rank = rank
         ses.initial_status = list(ses.p_status)
+        return placed
 
     def _apply_initial_nodes(self) -> None:
         ses = self.ses
@@ -244,9 +269,9 @@ class SessionBuild:
         block.n_active = n_active
         return block
 
-    def _place_block(self, block: JobBlock) -> None:
-        """Append ``block``'s job and pods to the session and count its pods on their nodes and GPUs; a block kept
-        from an earlier cycle is placed exactly as a new one (its gang counters are set back to the block's)."""
+    def job_info(self, block: JobBlock) -> JobInfo:
+        """Append ``block``'s job to the session (queue resolved, preemptibility decided, findings raised), without
+        its pods."""
         ses = self.ses
         j = block.spec
         key = block.key
@@ -279,6 +304,13 @@ class SessionBuild:
         info.init_pending = block.pend
         ses.job_index[key] = info.idx
         ses.jobs.append(info)
+        return info
+
+    def _place_block(self, block: JobBlock) -> None:
+        """Append ``block``'s job and pods to the session and count its pods on their nodes and GPUs; a block kept
+        from an earlier cycle is placed exactly as a new one (its gang counters are set back to the block's)."""
+        ses = self.ses
+        info = self.job_info(block)
         jidx = info.idx
         if not block.sealed:
             self._place_rows(info, block)
@@ -314,9 +346,9 @@ class SessionBuild:
             self._init_rel.extend(block.hold_rel)
             for i in block.hold_x:
                 row = rows[i]
-                self._hold_extended(row.xreq, row.node, row.status == RELEASING)
+                self.hold_extended(row.xreq, row.node, row.status == RELEASING)
         for i in block.hold_rows:
-            self._hold_row(p0 + i, rows[i])
+            self.hold_row(p0 + i, rows[i])
 
     def _place_rows(self, info: JobInfo, block: JobBlock) -> None:
         """``_place_block`` for a block built for this session alone: row by row, without the column layout a
@@ -357,9 +389,9 @@ class SessionBuild:
             if row.mig:
                 ses.p_mig[p] = row.mig
             if row.node >= 0:
-                self._hold_row(p, row)
+                self.hold_row(p, row)
 
-    def _hold_row(self, p: int, row: PodRow) -> None:
+    def hold_row(self, p: int, row: PodRow) -> None:
         """Count pod ``p`` (``row``), which runs, is pipelined or is releasing, on its node."""
         ses = self.ses
         pod = row.pod
@@ -382,9 +414,9 @@ class SessionBuild:
             self._init_req.append(row.req)
             self._init_rel.append(status == RELEASING)
             if xreq is not None:  # the shared-GPU path above holds them through occupy and release
-                self._hold_extended(xreq, node, status == RELEASING)
+                self.hold_extended(xreq, node, status == RELEASING)
 
-    def _hold_extended(self, xreq: tuple[np.ndarray, np.ndarray] | None, node: int, releasing: bool) -> None:
+    def hold_extended(self, xreq: tuple[np.ndarray, np.ndarray] | None, node: int, releasing: bool) -> None:
         """Count a whole-GPU pod's extended resources on its node (its GPU, CPU and memory are counted in bulk)."""
         if xreq is None:
             return
