@@ -13,7 +13,7 @@ them changes. Queue resolution is not part of it: the session redoes it every cy
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -151,6 +151,22 @@ class JobBlock:
         self.n_pend = 0  # pods pending at session open
         self.n_active = 0  # pods holding resources at session open
         self.sealed = False  # laid out by column (a block kept across cycles)
+
+    def columns(self) -> tuple[list[Any], ...]:
+        """The sealed rows by column, in the order of :data:`~kai_ray.scheduler.placed.COLUMNS` (the GPU groups
+        empty, the unstarted pods' start times None)."""
+        return (
+            self.col_pods,
+            self.col_sets,
+            self.col_status,
+            self.col_node,
+            self.col_none,
+            self.col_req,
+            self.col_frac,
+            self.col_gpumem,
+            self.col_start,
+            self.col_xreq,
+        )
 
     def seal(self, releasing: int) -> None:
         """Lay the rows out by column (and the gang counters per set, and the whole-GPU pods on nodes), so a

@@ -74,14 +74,14 @@ def place_kept(build: SessionBuild, entries: list[tuple[str, JobBlock]], layout:
     affected: set[int] = set()
     if old_jobs:
         kept = dict(entries)
-        for key, pj in old_jobs.items():
-            if kept.get(key) is not pj.block:
-                for n in pj.block.node_rows:
+        for key, last in old_jobs.items():
+            if kept.get(key) is not last.block:
+                for n in last.block.node_rows:
                     affected.add(n)
                     node_keys[n].discard(key)
     for key, block in entries:
-        pj = old_jobs.get(key)
-        if pj is None or pj.block is not block:
+        was = old_jobs.get(key)
+        if was is None or was.block is not block:
             for n in block.node_rows:
                 affected.add(n)
                 node_keys.setdefault(n, set()).add(key)
@@ -110,9 +110,10 @@ def place_kept(build: SessionBuild, entries: list[tuple[str, JobBlock]], layout:
         jidx = info.idx
         n = len(block.rows)
         pj = old_jobs.get(key)
-        same = pj is not None and pj.block is block
-        if same and pj.p0 == p0:  # type: ignore[union-attr]
-            info.pods = pj.pods  # type: ignore[union-attr]
+        if pj is not None and pj.block is not block:
+            pj = None
+        if pj is not None and pj.p0 == p0:
+            info.pods = pj.pods
             for ps, n_active, n_alive, _ in block.set_counts:
                 ps.n_active = n_active
                 ps.n_alive = n_alive
@@ -122,8 +123,7 @@ def place_kept(build: SessionBuild, entries: list[tuple[str, JobBlock]], layout:
                 ps.n_active = n_active
                 ps.n_alive = n_alive
                 ps.pods = [p0 + i for i in members]
-        if same:
-            assert pj is not None
+        if pj is not None:
             if run and run[1] == pj.p0 and pj.j - run[2] == jidx - run[3]:
                 run[1] = pj.p0 + n
             else:
@@ -133,22 +133,7 @@ def place_kept(build: SessionBuild, entries: list[tuple[str, JobBlock]], layout:
         else:
             if run:
                 flush()
-            for col, src in zip(
-                cols,
-                (
-                    block.col_pods,
-                    block.col_sets,
-                    block.col_status,
-                    block.col_node,
-                    block.col_none,
-                    block.col_req,
-                    block.col_frac,
-                    block.col_gpumem,
-                    block.col_start,
-                    block.col_xreq,
-                ),
-                strict=True,
-            ):
+            for col, src in zip(cols, block.columns(), strict=True):
                 col += src
             p_job.extend([jidx] * n)
         if block.unstarted:
