@@ -19,10 +19,11 @@ import numpy as np
 
 from kai_ray.scheduler.decisions import Finding, Reason
 from kai_ray.scheduler.gang import PodSet, SubGroupSet
-from kai_ray.scheduler.snapshot import Job, Pod
+from kai_ray.scheduler.snapshot import Job, Pod, Preemptibility
 
 if TYPE_CHECKING:
     from kai_ray.scheduler.nodebase import NodeBase
+    from kai_ray.scheduler.session import JobInfo
 
 
 class PodRow:
@@ -75,10 +76,12 @@ class JobBlock:
         "hold_req",
         "hold_rows",
         "hold_x",
+        "info",
         "invalid",
         "key",
         "max_total",
         "migs",
+        "mode",
         "n_active",
         "n_pend",
         "node_rows",
@@ -151,6 +154,9 @@ class JobBlock:
         self.n_pend = 0  # pods pending at session open
         self.n_active = 0  # pods holding resources at session open
         self.sealed = False  # laid out by column (a block kept across cycles)
+        self.info: JobInfo | None = None  # the job as the sessions that keep the block place it
+        # the effective preemptibility (and its note) for the leaf queue's default it was decided under
+        self.mode: tuple[Preemptibility | None, tuple[Preemptibility, str]] | None = None
 
     def columns(self) -> tuple[list[Any], ...]:
         """The sealed rows by column, in the order of :data:`~kai_ray.scheduler.placed.COLUMNS` (the GPU groups

@@ -106,7 +106,7 @@ def place_kept(build: SessionBuild, entries: list[tuple[str, JobBlock]], layout:
     jobs = new.jobs
     p0 = 0
     for key, block in entries:
-        info = build.job_info(block)
+        info = build.job_info(block, keep=True)
         jidx = info.idx
         n = len(block.rows)
         pj = old_jobs.get(key)

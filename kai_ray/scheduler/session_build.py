@@ -269,39 +269,68 @@ class SessionBuild:
         block.n_active = n_active
         return block
 
-    def job_info(self, block: JobBlock) -> JobInfo:
+    def job_info(self, block: JobBlock, keep: bool = False) -> JobInfo:
         """Append ``block``'s job to the session (queue resolved, preemptibility decided, findings raised), without
-        its pods."""
+        its pods. ``keep``: the block is kept across cycles and placed in one live session at a time (as its gang
+        counters are), so its ``JobInfo`` is kept with it and set back to its state at session open."""
         ses = self.ses
         j = block.spec
         key = block.key
         ses.findings.extend(block.findings)
         qidx, qerr = self._queues_seen.get(j.queue) or self._queue_for(key, j.queue)
-        mode, note = job_mode(j, block.root, ses.tree.nodes[qidx].default_preemptibility if qidx >= 0 else None)
+        default = ses.tree.nodes[qidx].default_preemptibility if qidx >= 0 else None
+        if block.mode is not None and block.mode[0] is default:
+            mode, note = block.mode[1]
+        else:
+            mode, note = job_mode(j, block.root, default)
+            block.mode = (default, (mode, note))
         if note:
             ses.findings.append(Finding("PodGroup", key, "preemptibility", note))
-        info = JobInfo(
-            idx=len(ses.jobs),
-            spec=j,
-            key=key,
-            queue=qidx,
-            priority=int(j.priority),
-            preemptible=mode is not Preemptibility.NON_PREEMPTIBLE,
-            semi=mode is Preemptibility.SEMI_PREEMPTIBLE,
-            created_at=float(j.created_at),
-            uid=j.uid or key,
-            root=block.root,
-            podsets=block.podsets,
-            invalid=block.invalid or qerr,
-        )
-        info.max_total = block.max_total
-        info.simple = block.simple
+        info = block.info if keep else None
+        if info is None:
+            info = JobInfo(
+                idx=len(ses.jobs),
+                spec=j,
+                key=key,
+                queue=qidx,
+                priority=int(j.priority),
+                preemptible=mode is not Preemptibility.NON_PREEMPTIBLE,
+                semi=mode is Preemptibility.SEMI_PREEMPTIBLE,
+                created_at=float(j.created_at),
+                uid=j.uid or key,
+                root=block.root,
+                podsets=block.podsets,
+                invalid=block.invalid or qerr,
+            )
+            info.max_total = block.max_total
+            info.simple = block.simple
+            info.ready = block.ready
+            # read only (queue accounting); a kept block's own lists are shared with the sessions that place it
+            info.init_active = block.act
+            info.init_pending = block.pend
+            if keep:
+                block.info = info
+        else:
+            info.idx = len(ses.jobs)
+            info.queue = qidx
+            info.preemptible = mode is not Preemptibility.NON_PREEMPTIBLE
+            info.semi = mode is Preemptibility.SEMI_PREEMPTIBLE
+            info.invalid = block.invalid or qerr
+            info.fail_reason = None
+            info.fail_message = ""
+            if info.fail_details:
+                info.fail_details = {}
+            info.touched = False
+            info.stale_since = None
+            info.version = 0
+            if info.cache:
+                info.cache = {}
+            info.risk = 0.0
+            info.risk_note = ""
+            if info.core:
+                info.core = {}
         info.n_pend = block.n_pend
         info.n_active = block.n_active
-        info.ready = block.ready
-        # read only (queue accounting); a kept block's own lists are shared with the sessions that place it
-        info.init_active = block.act
-        info.init_pending = block.pend
         ses.job_index[key] = info.idx
         ses.jobs.append(info)
         return info
