@@ -141,7 +141,7 @@ def place_kept(build: SessionBuild, entries: list[tuple[str, JobBlock]], layout:
         for i, mig in block.migs:
             ses.p_mig[p0 + i] = mig
         any_rel = any_rel or block.rel_on_node
-        jobs[key] = PlacedJob(block, jidx, p0, info.pods)
+        jobs[key] = pj if pj is not None and pj.p0 == p0 and pj.j == jidx else PlacedJob(block, jidx, p0, info.pods)
         p0 += n
     if run:
         flush()
