@@ -3,8 +3,8 @@
 Why a record of its own: turning a :class:`Job` and its pods into session rows (validating requests, resolving
 nodes, sizing GPU-memory requests on their node, building the gang tree, counting what the job holds and asks
 for) is most of the cost of opening a session, and between two cycles most PodGroups do not change. A
-:class:`JobBlock` keeps that work; the session places a block (appends its rows, counts its pods on their nodes)
-the same way whether the block is new or kept from an earlier cycle, so both paths give the same session.
+:class:`JobBlock` keeps that work, laid out by column once (``seal``) and with its rows on each node, so that a
+kept placement (:mod:`.placed`) can copy it in runs and recount only the nodes it has pods on.
 
 A block depends on the job, on the node list it resolved node names against (``NodeBase``) and on the
 extended-resource rows (``xnames``); :class:`~kai_ray.scheduler.incremental.IncrementalState` drops it when any of

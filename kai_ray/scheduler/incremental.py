@@ -4,7 +4,9 @@ Why: a cycle used to rebuild the whole picture of the cluster from its snapshot,
 rather than with what happened (replaying 8,000 pods on 1,500 nodes spent most of its time opening sessions). An
 :class:`IncrementalState` lives across cycles beside the adapter that feeds the core. The adapter still hands each
 cycle a complete :class:`Snapshot`, and also says what changed since the last one (a node, a PodGroup and its
-pods, the queues); the state reuses every part of the previous session that no change touched.
+pods, the queues); the state reuses every part of the previous session that no change touched: the node arrays,
+each PodGroup's block (its rows, gang tree and ``JobInfo``), and the placement itself (:mod:`.placed`: the
+per-pod lists and node counts of the last session, recounted only on the nodes a changed PodGroup has pods on).
 
 The simulator's engine and the scheduler operator (``kai_ray/k8s/scheduling/changes.py``: one state per leadership
 term, fed by the cache's informer handlers) both keep one. Decisions do not depend on the path: a session opened

@@ -17,19 +17,29 @@ them grows or shrinks; the lists that hold positions are shifted with them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from kai_ray.scheduler.blocks import JobBlock
+from kai_ray.scheduler.blocks import JobBlock, PodRow
 from kai_ray.scheduler.nodebase import NodeBase
-from kai_ray.scheduler.session import RELEASING
-
-if TYPE_CHECKING:
-    from kai_ray.scheduler.session_build import SessionBuild
+from kai_ray.scheduler.session import RELEASING, JobInfo, Session
 
 # the session's per-pod lists a block fills without positions in them (p_job holds job positions: shifted)
 COLUMNS = ("pods", "p_set", "p_status", "p_node", "p_group", "p_req", "p_frac", "p_gpumem", "p_start", "p_xreq")
+
+
+class Placer(Protocol):
+    """What a kept placement asks of the build (:class:`~kai_ray.scheduler.session_build.SessionBuild`), which
+    places blocks the same way for a from-scratch session; a protocol, as the build is above this module."""
+
+    ses: Session
+
+    def job_info(self, block: JobBlock, keep: bool = False) -> JobInfo: ...
+
+    def hold_row(self, p: int, row: PodRow) -> None: ...
+
+    def hold_extended(self, xreq: tuple[np.ndarray, np.ndarray] | None, node: int, releasing: bool) -> None: ...
 
 
 class PlacedJob:
@@ -62,7 +72,7 @@ class PlacedLayout:
 _ARRAYS = ("free", "rel", "rel_pods", "pods_free", "xfree", "xrel", "frac_room", "frac_room_future", "frac_room_shared")
 
 
-def place_kept(build: SessionBuild, entries: list[tuple[str, JobBlock]], layout: PlacedLayout | None) -> PlacedLayout:
+def place_kept(build: Placer, entries: list[tuple[str, JobBlock]], layout: PlacedLayout | None) -> PlacedLayout:
     """Place the sealed ``entries`` (key order) into ``build``'s session, reusing ``layout`` (the last session's,
     discarded: its parts move to the returned one) where it is over the same nodes; returns the new layout."""
     ses = build.ses
@@ -187,7 +197,7 @@ def place_kept(build: SessionBuild, entries: list[tuple[str, JobBlock]], layout:
     return new
 
 
-def _recount_node(build: SessionBuild, n: int, keys: set[str] | tuple[()], jobs: dict[str, PlacedJob]) -> None:
+def _recount_node(build: Placer, n: int, keys: set[str] | tuple[()], jobs: dict[str, PlacedJob]) -> None:
     """Count the pods on node ``n`` (reset to its allocatable) in the order a from-scratch build counts them: per
     PodGroup in key order, the whole-GPU pods' extended resources, then the shared-GPU pods one by one; at the end
     the whole-GPU pods' requests summed in order and taken off at once, as the build's ``np.bincount`` does."""

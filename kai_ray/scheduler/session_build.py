@@ -3,8 +3,9 @@
 Why apart from the session: building reads the snapshot once (validating requests, resolving nodes and queues,
 building gang trees, counting running pods on their nodes) and is done when the cycle starts; the session then
 only holds and accounts state, and the statement changes it. The build also decides what an
-:class:`~kai_ray.scheduler.incremental.IncrementalState` may reuse: node arrays (:class:`NodeBase`) and PodGroup
-blocks (:class:`JobBlock`) from earlier cycles, when still valid, are placed exactly like fresh ones.
+:class:`~kai_ray.scheduler.incremental.IncrementalState` may reuse: node arrays (:class:`NodeBase`), PodGroup
+blocks (:class:`JobBlock`) from earlier cycles when still valid, and, when every block could be kept, the last
+placement (:mod:`.placed`), which gives the session a from-scratch build gives.
 """
 
 from __future__ import annotations
