@@ -82,19 +82,6 @@ def place_kept(build: Placer, entries: list[tuple[str, JobBlock]], layout: Place
     node_keys = old.node_keys if old is not None else new.node_keys
     new.node_keys = node_keys
     affected: set[int] = set()
-    if old_jobs:
-        kept = dict(entries)
-        for key, last in old_jobs.items():
-            if kept.get(key) is not last.block:
-                for n in last.block.node_rows:
-                    affected.add(n)
-                    node_keys[n].discard(key)
-    for key, block in entries:
-        was = old_jobs.get(key)
-        if was is None or was.block is not block:
-            for n in block.node_rows:
-                affected.add(n)
-                node_keys.setdefault(n, set()).add(key)
 
     cols: list[list[Any]] = [getattr(ses, c) for c in COLUMNS]
     p_job = ses.p_job
@@ -115,13 +102,20 @@ def place_kept(build: Placer, entries: list[tuple[str, JobBlock]], layout: Place
     any_rel = False
     jobs = new.jobs
     p0 = 0
+    n_kept = 0
     for key, block in entries:
         info = build.job_info(block, keep=True)
         jidx = info.idx
         n = len(block.rows)
         pj = old_jobs.get(key)
-        if pj is not None and pj.block is not block:
-            pj = None
+        if pj is not None:
+            if pj.block is block:
+                n_kept += 1
+            else:  # changed: its old pods leave their nodes, the new ones arrive on theirs
+                _move(node_keys, affected, key, pj.block, block)
+                pj = None
+        else:
+            _move(node_keys, affected, key, None, block)
         if pj is not None and pj.p0 == p0:
             info.pods = pj.pods
             for ps, n_active, n_alive, _ in block.set_counts:
@@ -155,6 +149,9 @@ def place_kept(build: Placer, entries: list[tuple[str, JobBlock]], layout: Place
         p0 += n
     if run:
         flush()
+    if n_kept < len(old_jobs):
+        for key in old_jobs.keys() - jobs.keys():
+            _move(node_keys, affected, key, old_jobs[key].block, None)
     p_start = ses.p_start
     for p in unstarted:
         p_start[p] = now
@@ -195,6 +192,21 @@ def place_kept(build: Placer, entries: list[tuple[str, JobBlock]], layout: Place
     new.groups = groups_kept
     new.slot_dirty = set(ses.slot_dirty)
     return new
+
+
+def _move(
+    node_keys: dict[int, set[str]], affected: set[int], key: str, gone: JobBlock | None, came: JobBlock | None
+) -> None:
+    """PodGroup ``key``'s block ``gone`` is replaced by ``came`` (either may be None): the nodes either has pods on
+    are recounted."""
+    if gone is not None:
+        for n in gone.node_rows:
+            affected.add(n)
+            node_keys[n].discard(key)
+    if came is not None:
+        for n in came.node_rows:
+            affected.add(n)
+            node_keys.setdefault(n, set()).add(key)
 
 
 def _recount_node(build: Placer, n: int, keys: set[str] | tuple[()], jobs: dict[str, PlacedJob]) -> None:
