@@ -180,37 +180,49 @@ class JobBlock:
         session's state of a releasing pod."""
         rows = self.rows
         self.sealed = True
-        self.col_pods = [r.pod for r in rows]
-        self.col_sets = [r.set for r in rows]
-        self.col_status = [r.status for r in rows]
-        self.col_node = [r.node for r in rows]
-        self.col_req = [r.req for r in rows]
-        self.col_frac = [r.frac for r in rows]
-        self.col_gpumem = [r.gpumem for r in rows]
-        self.col_start = [r.pod.start_time for r in rows]
-        self.col_xreq = [r.xreq for r in rows]
-        self.unstarted = [i for i, t in enumerate(self.col_start) if t is None]
-        self.migs = [(i, r.mig) for i, r in enumerate(rows) if r.mig]
-        self.on_node = [i for i, r in enumerate(rows) if r.node >= 0]
+        self.col_pods, self.col_sets, self.col_status, self.col_node = [], [], [], []
+        self.col_req, self.col_frac, self.col_gpumem, self.col_start, self.col_xreq = [], [], [], [], []
+        self.unstarted, self.migs, self.on_node = [], [], []
+        self.hold_nodes, self.hold_req, self.hold_rel, self.hold_x, self.hold_rows = [], [], [], [], []
         self.col_none = [None] * len(rows)
-        whole = [i for i in self.on_node if not (rows[i].frac or rows[i].gpumem)]
-        self.hold_nodes = [rows[i].node for i in whole]
-        self.hold_req = [rows[i].req for i in whole]
-        self.hold_rel = [rows[i].status == releasing for i in whole]
-        self.hold_x = [i for i in whole if rows[i].xreq is not None]
-        self.hold_rows = [i for i in self.on_node if rows[i].frac or rows[i].gpumem]
         by_node: dict[int, tuple[list[int], list[int], list[int]]] = {}
-        for i in self.on_node:
-            r = rows[i]
-            whole, with_x, shared = by_node.setdefault(r.node, ([], [], []))
+        rel_on_node = False
+        for i, r in enumerate(rows):
+            pod = r.pod
+            self.col_pods.append(pod)
+            self.col_sets.append(r.set)
+            self.col_status.append(r.status)
+            self.col_node.append(r.node)
+            self.col_req.append(r.req)
+            self.col_frac.append(r.frac)
+            self.col_gpumem.append(r.gpumem)
+            self.col_start.append(pod.start_time)
+            self.col_xreq.append(r.xreq)
+            if pod.start_time is None:
+                self.unstarted.append(i)
+            if r.mig:
+                self.migs.append((i, r.mig))
+            node = r.node
+            if node < 0:
+                continue
+            self.on_node.append(i)
+            rel_on_node = rel_on_node or r.status == releasing
+            on = by_node.get(node)
+            if on is None:
+                on = by_node[node] = ([], [], [])
             if r.frac or r.gpumem:
-                shared.append(i)
+                self.hold_rows.append(i)
+                on[2].append(i)
             else:
-                whole.append(i)
+                self.hold_nodes.append(node)
+                self.hold_req.append(r.req)
+                self.hold_rel.append(r.status == releasing)
+                on[0].append(i)
                 if r.xreq is not None:
-                    with_x.append(i)
+                    self.hold_x.append(i)
+                    on[1].append(i)
         self.node_rows = by_node
-        self.rel_on_node = any(rows[i].status == releasing for i in self.on_node)
+        self.rel_on_node = rel_on_node
         self.set_counts = [
             (ps, ps.n_active, ps.n_alive, [i for i, r in enumerate(rows) if r.set is ps])
             for ps in self.podsets.values()

@@ -37,6 +37,10 @@ class Placer(Protocol):
 
     def job_info(self, block: JobBlock, keep: bool = False) -> JobInfo: ...
 
+    def place_block(self, block: JobBlock, keep: bool = False) -> JobInfo: ...
+
+    def apply_initial_nodes(self) -> None: ...
+
     def hold_row(self, p: int, row: PodRow) -> None: ...
 
     def hold_extended(self, xreq: tuple[np.ndarray, np.ndarray] | None, node: int, releasing: bool) -> None: ...
@@ -77,16 +81,17 @@ def place_kept(build: Placer, entries: list[tuple[str, JobBlock]], layout: Place
     discarded: its parts move to the returned one) where it is over the same nodes; returns the new layout."""
     ses = build.ses
     old = layout if layout is not None and layout.base is ses.node_base and layout.xnames == ses.xnames else None
+    if old is None:
+        return _place_all(build, entries)
     new = PlacedLayout(ses.node_base, ses.xnames)
-    old_jobs = old.jobs if old is not None else {}
-    node_keys = old.node_keys if old is not None else new.node_keys
-    new.node_keys = node_keys
+    old_jobs = old.jobs
+    node_keys = new.node_keys = old.node_keys
     affected: set[int] = set()
 
     cols: list[list[Any]] = [getattr(ses, c) for c in COLUMNS]
     p_job = ses.p_job
-    old_cols = old.cols if old is not None else []
-    old_p_job = old.p_job if old is not None else []
+    old_cols = old.cols
+    old_p_job = old.p_job
     run: list[int] = []  # [old p0, old end, old job, new job] of the current run of kept blocks (same shift)
 
     def flush() -> None:
@@ -157,32 +162,30 @@ def place_kept(build: Placer, entries: list[tuple[str, JobBlock]], layout: Place
         p_start[p] = now
 
     base = ses.node_base
-    if old is not None:
-        for name, arr in zip(_ARRAYS, old.arrays, strict=True):
-            setattr(ses, name, arr.copy())
-        groups = ses.groups
-        for n, g in old.groups.items():
-            if n not in affected:
-                groups[n] = {k: v[:] for k, v in g.items()}
-        ses.slot_dirty = old.slot_dirty - affected
-        for n in affected:
-            ses.free[:, n] = base.alloc[:, n]
-            ses.rel[:, n] = 0.0
-            ses.rel_pods[n] = 0
-            ses.pods_free[n] = base.max_pods[n]
-            ses.xfree[:, n] = base.xalloc[:, n]
-            ses.xrel[:, n] = 0.0
-            ses.frac_room[n] = 0.0
-            ses.frac_room_future[n] = 0.0
-            ses.frac_room_shared[n] = 0.0
+    for name, arr in zip(_ARRAYS, old.arrays, strict=True):
+        setattr(ses, name, arr.copy())
+    groups = ses.groups
+    for n, g in old.groups.items():
+        if n not in affected:
+            groups[n] = {k: v[:] for k, v in g.items()}
+    ses.slot_dirty = old.slot_dirty - affected
     for n in affected:
+        ses.free[:, n] = base.alloc[:, n]
+        ses.rel[:, n] = 0.0
+        ses.rel_pods[n] = 0
+        ses.pods_free[n] = base.max_pods[n]
+        ses.xfree[:, n] = base.xalloc[:, n]
+        ses.xrel[:, n] = 0.0
+        ses.frac_room[n] = 0.0
+        ses.frac_room_future[n] = 0.0
+        ses.frac_room_shared[n] = 0.0
         _recount_node(build, n, node_keys.get(n, ()), jobs)
     ses.any_releasing = any_rel
 
     new.cols = [list(c) for c in cols]
     new.p_job = list(p_job)
     new.arrays = [getattr(ses, name).copy() for name in _ARRAYS]
-    groups_kept = old.groups if old is not None else new.groups
+    groups_kept = old.groups
     for n in affected:
         g = ses.groups[n]
         if g:
@@ -190,6 +193,28 @@ def place_kept(build: Placer, entries: list[tuple[str, JobBlock]], layout: Place
         else:
             groups_kept.pop(n, None)
     new.groups = groups_kept
+    new.slot_dirty = set(ses.slot_dirty)
+    return new
+
+
+def _place_all(build: Placer, entries: list[tuple[str, JobBlock]]) -> PlacedLayout:
+    """The first placement over a node base: every block placed as the build places it (whole-GPU pods counted
+    in one vectorised step), then kept."""
+    ses = build.ses
+    new = PlacedLayout(ses.node_base, ses.xnames)
+    jobs = new.jobs
+    node_keys = new.node_keys
+    for key, block in entries:
+        p0 = len(ses.pods)
+        info = build.place_block(block, keep=True)
+        jobs[key] = PlacedJob(block, info.idx, p0, info.pods)
+        for n in block.node_rows:
+            node_keys.setdefault(n, set()).add(key)
+    build.apply_initial_nodes()
+    new.cols = [list(getattr(ses, c)) for c in COLUMNS]
+    new.p_job = list(ses.p_job)
+    new.arrays = [getattr(ses, name).copy() for name in _ARRAYS]
+    new.groups = {n: {k: v[:] for k, v in g.items()} for n, g in enumerate(ses.groups) if g}
     new.slot_dirty = set(ses.slot_dirty)
     return new
 

@@ -135,7 +135,7 @@ class SessionBuild:
         placed: PlacedLayout | None = None
         if blocks is None:  # from scratch: each block is built for this session and placed once
             for key in sorted(by_key):
-                self._place_block(self._job_block(key, by_key[key], seen_pods))
+                self.place_block(self._job_block(key, by_key[key], seen_pods))
         else:
             entries: list[tuple[str, JobBlock]] = []
             all_kept = True
@@ -162,14 +162,15 @@ class SessionBuild:
                 placed = place_kept(self, entries, layout)
             else:
                 for _, block in entries:
-                    self._place_block(block)
-        self._apply_initial_nodes()
+                    self.place_block(block)
+        self.apply_initial_nodes()
         for rank, job in enumerate(sorted(ses.jobs, key=lambda jb: (jb.created_at, jb.uid))):
             job.rank = rank
         ses.initial_status = list(ses.p_status)
         return placed
 
-    def _apply_initial_nodes(self) -> None:
+    def apply_initial_nodes(self) -> None:
+        """Take the whole-GPU pods placed so far off their nodes in one vectorised step (then forget them)."""
         ses = self.ses
         if self._init_nodes:
             idx = np.asarray(self._init_nodes, dtype=np.int64)
@@ -185,6 +186,7 @@ class SessionBuild:
                     ses.rel[r] += np.bincount(ridx, weights=req[rel, r], minlength=nn)
                 ses.rel_pods += np.bincount(ridx, minlength=nn)
                 ses.any_releasing = True
+            self._init_nodes, self._init_req, self._init_rel = [], [], []
 
     def _queue_for(self, key: str, queue: str) -> tuple[int, tuple[Reason, str] | None]:
         hit = self._queues_seen.get(queue)
@@ -336,15 +338,15 @@ class SessionBuild:
         ses.jobs.append(info)
         return info
 
-    def _place_block(self, block: JobBlock) -> None:
+    def place_block(self, block: JobBlock, keep: bool = False) -> JobInfo:
         """Append ``block``'s job and pods to the session and count its pods on their nodes and GPUs; a block kept
         from an earlier cycle is placed exactly as a new one (its gang counters are set back to the block's)."""
         ses = self.ses
-        info = self.job_info(block)
+        info = self.job_info(block, keep)
         jidx = info.idx
         if not block.sealed:
             self._place_rows(info, block)
-            return
+            return info
         p0 = len(ses.pods)
         n = len(block.rows)
         info.pods = list(range(p0, p0 + n))
@@ -379,6 +381,7 @@ class SessionBuild:
                 self.hold_extended(row.xreq, row.node, row.status == RELEASING)
         for i in block.hold_rows:
             self.hold_row(p0 + i, rows[i])
+        return info
 
     def _place_rows(self, info: JobInfo, block: JobBlock) -> None:
         """``_place_block`` for a block built for this session alone: row by row, without the column layout a
