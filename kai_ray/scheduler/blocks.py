@@ -3,8 +3,8 @@
 Why a record of its own: turning a :class:`Job` and its pods into session rows (validating requests, resolving
 nodes, sizing GPU-memory requests on their node, building the gang tree, counting what the job holds and asks
 for) is most of the cost of opening a session, and between two cycles most PodGroups do not change. A
-:class:`JobBlock` keeps that work; the session places a block (appends its rows, counts its pods on their nodes)
-the same way whether the block is new or kept from an earlier cycle, so both paths give the same session.
+:class:`JobBlock` keeps that work, laid out by column once (``seal``) and with its rows on each node, so that a
+kept placement (:mod:`.placed`) can copy it in runs and recount only the nodes it has pods on.
 
 A block depends on the job, on the node list it resolved node names against (``NodeBase``) and on the
 extended-resource rows (``xnames``); :class:`~kai_ray.scheduler.incremental.IncrementalState` drops it when any of
@@ -13,16 +13,17 @@ them changes. Queue resolution is not part of it: the session redoes it every cy
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kai_ray.scheduler.decisions import Finding, Reason
 from kai_ray.scheduler.gang import PodSet, SubGroupSet
-from kai_ray.scheduler.snapshot import Job, Pod
+from kai_ray.scheduler.snapshot import Job, Pod, Preemptibility
 
 if TYPE_CHECKING:
     from kai_ray.scheduler.nodebase import NodeBase
+    from kai_ray.scheduler.session import JobInfo
 
 
 class PodRow:
@@ -75,16 +76,20 @@ class JobBlock:
         "hold_req",
         "hold_rows",
         "hold_x",
+        "info",
         "invalid",
         "key",
         "max_total",
         "migs",
+        "mode",
         "n_active",
         "n_pend",
+        "node_rows",
         "on_node",
         "pend",
         "podsets",
         "ready",
+        "rel_on_node",
         "root",
         "rows",
         "sealed",
@@ -117,6 +122,9 @@ class JobBlock:
     hold_rel: list[bool]
     hold_x: list[int]  # of those, the rows that also hold extended resources
     hold_rows: list[int]  # rows on a node that hold a shared GPU (placed one by one)
+    # per node, the rows on it: (whole-GPU rows, of those the ones with extended resources, shared-GPU rows)
+    node_rows: dict[int, tuple[list[int], list[int], list[int]]]
+    rel_on_node: bool  # a releasing pod holds room on a node
 
     def __init__(
         self,
@@ -146,6 +154,25 @@ class JobBlock:
         self.n_pend = 0  # pods pending at session open
         self.n_active = 0  # pods holding resources at session open
         self.sealed = False  # laid out by column (a block kept across cycles)
+        self.info: JobInfo | None = None  # the job as the sessions that keep the block place it
+        # the effective preemptibility (and its note) for the leaf queue's default it was decided under
+        self.mode: tuple[Preemptibility | None, tuple[Preemptibility, str]] | None = None
+
+    def columns(self) -> tuple[list[Any], ...]:
+        """The sealed rows by column, in the order of :data:`~kai_ray.scheduler.placed.COLUMNS` (the GPU groups
+        empty, the unstarted pods' start times None)."""
+        return (
+            self.col_pods,
+            self.col_sets,
+            self.col_status,
+            self.col_node,
+            self.col_none,
+            self.col_req,
+            self.col_frac,
+            self.col_gpumem,
+            self.col_start,
+            self.col_xreq,
+        )
 
     def seal(self, releasing: int) -> None:
         """Lay the rows out by column (and the gang counters per set, and the whole-GPU pods on nodes), so a
@@ -153,25 +180,49 @@ class JobBlock:
         session's state of a releasing pod."""
         rows = self.rows
         self.sealed = True
-        self.col_pods = [r.pod for r in rows]
-        self.col_sets = [r.set for r in rows]
-        self.col_status = [r.status for r in rows]
-        self.col_node = [r.node for r in rows]
-        self.col_req = [r.req for r in rows]
-        self.col_frac = [r.frac for r in rows]
-        self.col_gpumem = [r.gpumem for r in rows]
-        self.col_start = [r.pod.start_time for r in rows]
-        self.col_xreq = [r.xreq for r in rows]
-        self.unstarted = [i for i, t in enumerate(self.col_start) if t is None]
-        self.migs = [(i, r.mig) for i, r in enumerate(rows) if r.mig]
-        self.on_node = [i for i, r in enumerate(rows) if r.node >= 0]
+        self.col_pods, self.col_sets, self.col_status, self.col_node = [], [], [], []
+        self.col_req, self.col_frac, self.col_gpumem, self.col_start, self.col_xreq = [], [], [], [], []
+        self.unstarted, self.migs, self.on_node = [], [], []
+        self.hold_nodes, self.hold_req, self.hold_rel, self.hold_x, self.hold_rows = [], [], [], [], []
         self.col_none = [None] * len(rows)
-        whole = [i for i in self.on_node if not (rows[i].frac or rows[i].gpumem)]
-        self.hold_nodes = [rows[i].node for i in whole]
-        self.hold_req = [rows[i].req for i in whole]
-        self.hold_rel = [rows[i].status == releasing for i in whole]
-        self.hold_x = [i for i in whole if rows[i].xreq is not None]
-        self.hold_rows = [i for i in self.on_node if rows[i].frac or rows[i].gpumem]
+        by_node: dict[int, tuple[list[int], list[int], list[int]]] = {}
+        rel_on_node = False
+        for i, r in enumerate(rows):
+            pod = r.pod
+            self.col_pods.append(pod)
+            self.col_sets.append(r.set)
+            self.col_status.append(r.status)
+            self.col_node.append(r.node)
+            self.col_req.append(r.req)
+            self.col_frac.append(r.frac)
+            self.col_gpumem.append(r.gpumem)
+            self.col_start.append(pod.start_time)
+            self.col_xreq.append(r.xreq)
+            if pod.start_time is None:
+                self.unstarted.append(i)
+            if r.mig:
+                self.migs.append((i, r.mig))
+            node = r.node
+            if node < 0:
+                continue
+            self.on_node.append(i)
+            rel_on_node = rel_on_node or r.status == releasing
+            on = by_node.get(node)
+            if on is None:
+                on = by_node[node] = ([], [], [])
+            if r.frac or r.gpumem:
+                self.hold_rows.append(i)
+                on[2].append(i)
+            else:
+                self.hold_nodes.append(node)
+                self.hold_req.append(r.req)
+                self.hold_rel.append(r.status == releasing)
+                on[0].append(i)
+                if r.xreq is not None:
+                    self.hold_x.append(i)
+                    on[1].append(i)
+        self.node_rows = by_node
+        self.rel_on_node = rel_on_node
         self.set_counts = [
             (ps, ps.n_active, ps.n_alive, [i for i, r in enumerate(rows) if r.set is ps])
             for ps in self.podsets.values()

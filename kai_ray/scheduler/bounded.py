@@ -62,11 +62,14 @@ def _ready_timeout(ses: Session, job: JobInfo) -> float | None:
 def evict_overdue(ses: Session) -> None:
     """Evict whole the running gangs past their ready-timeout or max-runtime."""
     st = ses.p_status
+    default_timeout = ses.cfg.default_ready_timeout
     for job in ses.jobs:
         if job.n_active == 0 or not job.min_satisfied():
             continue
-        active = [p for p in job.pods if st[p] in ACTIVE]
         facts = job.spec.raynative
+        if facts is None and default_timeout is None:
+            continue  # neither a ready-timeout nor a max-runtime applies
+        active = [p for p in job.pods if st[p] in ACTIVE]
         start = job.spec.last_start
         msg = reason = None
         timeout = _ready_timeout(ses, job)

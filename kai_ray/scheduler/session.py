@@ -244,19 +244,26 @@ class Session:
             act, pend = job.init_active, job.init_pending
             np_ = not job.preemptible
             core = open_core(self, job.podsets.values(), ACTIVE, job.core) if job.semi else None
+            a0, a1, a2 = act
+            r0, r1, r2 = a0 + pend[0], a1 + pend[1], a2 + pend[2]
             for qi in nodes[job.queue].chain:
                 a, r = self.q_alloc[qi], self.q_request[qi]
-                for k in range(3):
-                    a[k] += act[k]
-                    r[k] += act[k] + pend[k]
+                a[0] += a0
+                a[1] += a1
+                a[2] += a2
+                r[0] += r0
+                r[1] += r1
+                r[2] += r2
                 if np_:
                     b = self.q_alloc_np[qi]
-                    for k in range(3):
-                        b[k] += act[k]
+                    b[0] += a0
+                    b[1] += a1
+                    b[2] += a2
                 elif core is not None:
                     b = self.q_alloc_np[qi]
-                    for k in range(3):
-                        b[k] += core[k]
+                    b[0] += core[0]
+                    b[1] += core[1]
+                    b[2] += core[2]
         self.q_fair = [[0.0, 0.0, 0.0] for _ in range(nq)]
 
     # ------------------------------------------------------------------ node accounting

@@ -3,8 +3,9 @@
 Why apart from the session: building reads the snapshot once (validating requests, resolving nodes and queues,
 building gang trees, counting running pods on their nodes) and is done when the cycle starts; the session then
 only holds and accounts state, and the statement changes it. The build also decides what an
-:class:`~kai_ray.scheduler.incremental.IncrementalState` may reuse: node arrays (:class:`NodeBase`) and PodGroup
-blocks (:class:`JobBlock`) from earlier cycles, when still valid, are placed exactly like fresh ones.
+:class:`~kai_ray.scheduler.incremental.IncrementalState` may reuse: node arrays (:class:`NodeBase`), PodGroup
+blocks (:class:`JobBlock`) from earlier cycles when still valid, and, when every block could be kept, the last
+placement (:mod:`.placed`), which gives the session a from-scratch build gives.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kai_ray.scheduler.decisions import Finding, Reason
 from kai_ray.scheduler.device_ledger import DeviceLedger
 from kai_ray.scheduler.gang import PodSet, build_gang_tree, is_ready
 from kai_ray.scheduler.nodebase import NodeBase, mig_gpus, node_extended_names
+from kai_ray.scheduler.placed import PlacedLayout, place_kept
 from kai_ray.scheduler.semipreemptible import job_mode
 from kai_ray.scheduler.session import (
     ACTIVE,
@@ -77,11 +79,20 @@ def build_session(
     earlier cycles saw them (by key), reused when still valid (same ``Job`` object, same nodes and rows) and
     refilled with the ones this build makes; the caller drops the block of a PodGroup that changed
     (:class:`~kai_ray.scheduler.incremental.IncrementalState`)."""
+    return build_kept(snapshot, nodes, blocks, None)[0]
+
+
+def build_kept(
+    snapshot: Snapshot, nodes: NodeBase | None, blocks: dict[str, JobBlock] | None, layout: PlacedLayout | None
+) -> tuple[Session, PlacedLayout | None]:
+    """:func:`build_session`, also keeping the placement: with ``blocks``, the PodGroups are placed from
+    ``layout`` (the last session's placement, or None) where they did not change, and the new placement is
+    returned for the next cycle (None when it could not be kept: a pod uid in two PodGroups)."""
     xnames = extended_names(snapshot, nodes)
     if nodes is None or nodes.xnames != xnames:
         nodes = NodeBase(snapshot.nodes, xnames)
     ses = Session(snapshot, nodes)
-    SessionBuild(ses).build_jobs(snapshot.jobs, blocks)
+    placed = SessionBuild(ses).build_jobs(snapshot.jobs, blocks, layout)
     ses.build_queue_accounting()
     if snapshot.claims:
         dra = ses.dra = DeviceLedger(snapshot.devices, snapshot.claims, ses.node_index)
@@ -90,7 +101,7 @@ def build_session(
                 dra.use(ses.pods[p].claims, 1)
     ses.p_risk = [0.0] * len(ses.pods)
     ses.stmt = Statement(ses)
-    return ses
+    return ses, placed
 
 
 class SessionBuild:
@@ -106,9 +117,12 @@ class SessionBuild:
         self._init_req: list[tuple[float, float, float]] = []
         self._init_rel: list[bool] = []
 
-    def build_jobs(self, jobs: list[Job], blocks: dict[str, JobBlock] | None) -> None:
+    def build_jobs(
+        self, jobs: list[Job], blocks: dict[str, JobBlock] | None, layout: PlacedLayout | None = None
+    ) -> PlacedLayout | None:
         """Place every PodGroup of the snapshot (in key order), reusing the still-valid ``blocks`` and refilling
-        them with the ones built here; then count the whole-GPU pods on their nodes in one step."""
+        them with the ones built here, and, when every block could be kept, the unchanged part of ``layout``;
+        returns the placement the next cycle may keep (None without ``blocks`` or when a block could not be kept)."""
         ses = self.ses
         seen_pods: set[str] = set()
         by_key: dict[str, Job] = {}
@@ -118,32 +132,45 @@ class SessionBuild:
                 ses.findings.append(Finding("PodGroup", key, "name", "duplicate PodGroup; the first is used"))
                 continue
             by_key[key] = j
-        for key in sorted(by_key):
-            j = by_key[key]
-            if blocks is None:  # from scratch: each block is built for this session and placed once
-                self._place_block(self._job_block(key, j, seen_pods))
-                continue
-            block = blocks.get(key)
-            if (
-                block is None
-                or block.spec is not j
-                or block.base is not ses.node_base
-                or block.xnames != ses.xnames
-                or not seen_pods.isdisjoint(block.uids)
-            ):
-                fresh = seen_pods.isdisjoint(_pod_uids(j))
-                block = self._job_block(key, j, set() if fresh else seen_pods)
-                if fresh:
-                    block.seal(RELEASING)  # kept: laid out by column once, placed with list extensions from now on
-                    blocks[key] = block
-            seen_pods.update(block.uids)
-            self._place_block(block)
-        self._apply_initial_nodes()
+        placed: PlacedLayout | None = None
+        if blocks is None:  # from scratch: each block is built for this session and placed once
+            for key in sorted(by_key):
+                self.place_block(self._job_block(key, by_key[key], seen_pods))
+        else:
+            entries: list[tuple[str, JobBlock]] = []
+            all_kept = True
+            for key in sorted(by_key):
+                j = by_key[key]
+                block = blocks.get(key)
+                if (
+                    block is None
+                    or block.spec is not j
+                    or block.base is not ses.node_base
+                    or block.xnames != ses.xnames
+                    or not seen_pods.isdisjoint(block.uids)
+                ):
+                    fresh = seen_pods.isdisjoint(_pod_uids(j))
+                    block = self._job_block(key, j, set() if fresh else seen_pods)
+                    if fresh:
+                        block.seal(RELEASING)  # kept: laid out by column once, placed with list extensions from now on
+                        blocks[key] = block
+                    else:
+                        all_kept = False
+                seen_pods.update(block.uids)
+                entries.append((key, block))
+            if all_kept:
+                placed = place_kept(self, entries, layout)
+            else:
+                for _, block in entries:
+                    self.place_block(block)
+        self.apply_initial_nodes()
         for rank, job in enumerate(sorted(ses.jobs, key=lambda jb: (jb.created_at, jb.uid))):
             job.rank = rank
         ses.initial_status = list(ses.p_status)
+        return placed
 
-    def _apply_initial_nodes(self) -> None:
+    def apply_initial_nodes(self) -> None:
+        """Take the whole-GPU pods placed so far off their nodes in one vectorised step (then forget them)."""
         ses = self.ses
         if self._init_nodes:
             idx = np.asarray(self._init_nodes, dtype=np.int64)
@@ -159,6 +186,7 @@ class SessionBuild:
                     ses.rel[r] += np.bincount(ridx, weights=req[rel, r], minlength=nn)
                 ses.rel_pods += np.bincount(ridx, minlength=nn)
                 ses.any_releasing = True
+            self._init_nodes, self._init_req, self._init_rel = [], [], []
 
     def _queue_for(self, key: str, queue: str) -> tuple[int, tuple[Reason, str] | None]:
         hit = self._queues_seen.get(queue)
@@ -245,45 +273,81 @@ class SessionBuild:
         block.n_active = n_active
         return block
 
-    def _place_block(self, block: JobBlock) -> None:
-        """Append ``block``'s job and pods to the session and count its pods on their nodes and GPUs; a block kept
-        from an earlier cycle is placed exactly as a new one (its gang counters are set back to the block's)."""
+    def job_info(self, block: JobBlock, keep: bool = False) -> JobInfo:
+        """Append ``block``'s job to the session (queue resolved, preemptibility decided, findings raised), without
+        its pods. ``keep``: the block is kept across cycles and placed in one live session at a time (as its gang
+        counters are), so its ``JobInfo`` is kept with it and set back to its state at session open."""
         ses = self.ses
         j = block.spec
         key = block.key
         ses.findings.extend(block.findings)
         qidx, qerr = self._queues_seen.get(j.queue) or self._queue_for(key, j.queue)
-        mode, note = job_mode(j, block.root, ses.tree.nodes[qidx].default_preemptibility if qidx >= 0 else None)
+        default = ses.tree.nodes[qidx].default_preemptibility if qidx >= 0 else None
+        if block.mode is not None and block.mode[0] is default:
+            mode, note = block.mode[1]
+        else:
+            mode, note = job_mode(j, block.root, default)
+            block.mode = (default, (mode, note))
         if note:
             ses.findings.append(Finding("PodGroup", key, "preemptibility", note))
-        info = JobInfo(
-            idx=len(ses.jobs),
-            spec=j,
-            key=key,
-            queue=qidx,
-            priority=int(j.priority),
-            preemptible=mode is not Preemptibility.NON_PREEMPTIBLE,
-            semi=mode is Preemptibility.SEMI_PREEMPTIBLE,
-            created_at=float(j.created_at),
-            uid=j.uid or key,
-            root=block.root,
-            podsets=block.podsets,
-            invalid=block.invalid or qerr,
-        )
-        info.max_total = block.max_total
-        info.simple = block.simple
+        info = block.info if keep else None
+        if info is None:
+            info = JobInfo(
+                idx=len(ses.jobs),
+                spec=j,
+                key=key,
+                queue=qidx,
+                priority=int(j.priority),
+                preemptible=mode is not Preemptibility.NON_PREEMPTIBLE,
+                semi=mode is Preemptibility.SEMI_PREEMPTIBLE,
+                created_at=float(j.created_at),
+                uid=j.uid or key,
+                root=block.root,
+                podsets=block.podsets,
+                invalid=block.invalid or qerr,
+            )
+            info.max_total = block.max_total
+            info.simple = block.simple
+            info.ready = block.ready
+            # read only (queue accounting); a kept block's own lists are shared with the sessions that place it
+            info.init_active = block.act
+            info.init_pending = block.pend
+            if keep:
+                block.info = info
+        else:
+            info.idx = len(ses.jobs)
+            info.queue = qidx
+            info.preemptible = mode is not Preemptibility.NON_PREEMPTIBLE
+            info.semi = mode is Preemptibility.SEMI_PREEMPTIBLE
+            info.invalid = block.invalid or qerr
+            info.fail_reason = None
+            info.fail_message = ""
+            if info.fail_details:
+                info.fail_details = {}
+            info.touched = False
+            info.stale_since = None
+            info.version = 0
+            if info.cache:
+                info.cache = {}
+            info.risk = 0.0
+            info.risk_note = ""
+            if info.core:
+                info.core = {}
         info.n_pend = block.n_pend
         info.n_active = block.n_active
-        info.ready = block.ready
-        # read only (queue accounting); a kept block's own lists are shared with the sessions that place it
-        info.init_active = block.act
-        info.init_pending = block.pend
         ses.job_index[key] = info.idx
         ses.jobs.append(info)
+        return info
+
+    def place_block(self, block: JobBlock, keep: bool = False) -> JobInfo:
+        """Append ``block``'s job and pods to the session and count its pods on their nodes and GPUs; a block kept
+        from an earlier cycle is placed exactly as a new one (its gang counters are set back to the block's)."""
+        ses = self.ses
+        info = self.job_info(block, keep)
         jidx = info.idx
         if not block.sealed:
             self._place_rows(info, block)
-            return
+            return info
         p0 = len(ses.pods)
         n = len(block.rows)
         info.pods = list(range(p0, p0 + n))
@@ -315,9 +379,10 @@ class SessionBuild:
             self._init_rel.extend(block.hold_rel)
             for i in block.hold_x:
                 row = rows[i]
-                self._hold_extended(row.xreq, row.node, row.status == RELEASING)
+                self.hold_extended(row.xreq, row.node, row.status == RELEASING)
         for i in block.hold_rows:
-            self._hold_row(p0 + i, rows[i])
+            self.hold_row(p0 + i, rows[i])
+        return info
 
     def _place_rows(self, info: JobInfo, block: JobBlock) -> None:
         """``_place_block`` for a block built for this session alone: row by row, without the column layout a
@@ -358,9 +423,9 @@ class SessionBuild:
             if row.mig:
                 ses.p_mig[p] = row.mig
             if row.node >= 0:
-                self._hold_row(p, row)
+                self.hold_row(p, row)
 
-    def _hold_row(self, p: int, row: PodRow) -> None:
+    def hold_row(self, p: int, row: PodRow) -> None:
         """Count pod ``p`` (``row``), which runs, is pipelined or is releasing, on its node."""
         ses = self.ses
         pod = row.pod
@@ -383,9 +448,9 @@ class SessionBuild:
             self._init_req.append(row.req)
             self._init_rel.append(status == RELEASING)
             if xreq is not None:  # the shared-GPU path above holds them through occupy and release
-                self._hold_extended(xreq, node, status == RELEASING)
+                self.hold_extended(xreq, node, status == RELEASING)
 
-    def _hold_extended(self, xreq: tuple[np.ndarray, np.ndarray] | None, node: int, releasing: bool) -> None:
+    def hold_extended(self, xreq: tuple[np.ndarray, np.ndarray] | None, node: int, releasing: bool) -> None:
         """Count a whole-GPU pod's extended resources on its node (its GPU, CPU and memory are counted in bulk)."""
         if xreq is None:
             return

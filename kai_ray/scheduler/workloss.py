@@ -55,6 +55,10 @@ def assess(ses: Session) -> None:
     idle_on, ckpt_on = cfg.idle_aware_victims, cfg.checkpoint_aware_victims
     if not (idle_on or ckpt_on):
         return
+    if not any(job.spec.raynative is not None for job in ses.jobs) and not any(
+        p.ray_activity is not None for p in ses.pods
+    ):
+        return  # nothing to assess from: every job would be unknown, and unknowns alone change nothing
     now, st = ses.now, ses.p_status
     known: list[tuple[JobInfo, float, float, str]] = []  # job, seconds at risk, weight, why
     unknown: list[tuple[JobInfo, float, float]] = []

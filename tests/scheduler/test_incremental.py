@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import CycleResult
 from kai_ray.scheduler.incremental import IncrementalState
+from kai_ray.scheduler.session import Session
+from kai_ray.scheduler.session_build import build_session
 from kai_ray.scheduler.snapshot import Job, Node, Pod, PodPhase, Queue, Resources, Snapshot
 
 GIB = 1 << 30
@@ -154,7 +156,26 @@ class World:
             if pending:
                 pending[0].node = rng.choice(self.nodes).name
                 self.state.job_changed(job.key)
+        elif roll < 0.95 and self.jobs:
+            self.edit(rng.choice(list(self.jobs.values())))
         # else: nothing changed; the next cycle reuses everything
+
+    def edit(self, job: Job) -> None:
+        """A PodGroup's pods or spec change between cycles: a running pod completes and goes, a pod is added, or
+        the spec's minMember or queue is edited (the adapter hands a new Job object)."""
+        rng = self.rng
+        roll = rng.random()
+        running = [p for p in job.pods if p.phase is PodPhase.RUNNING]
+        if roll < 0.3 and running:
+            job.pods = [p for p in job.pods if p is not running[0]]
+        elif roll < 0.5:
+            job.pods = [*job.pods, self._pod(job.name, len(job.pods))]
+        elif roll < 0.75:
+            job = dataclasses.replace(job, pods=list(job.pods), min_member=rng.randint(1, max(1, len(job.pods))))
+        else:
+            job = dataclasses.replace(job, pods=list(job.pods), queue=rng.choice(["a", "b"]))
+        self.jobs[job.key] = job
+        self.state.job_changed(job.key)
 
 
 def decisions(res: CycleResult) -> tuple[object, ...]:
@@ -173,6 +194,45 @@ def test_incremental_equals_from_scratch(seed: int) -> None:
         assert not [f for f in scratch.findings if f.kind == "Cycle"], scratch.findings
         assert decisions(incremental) == decisions(scratch)
         world.apply(scratch)
+
+
+# what opening a session fills in, read back the same way from both paths (positions, not objects, for the gangs)
+_SESSION_LISTS = ("p_job", "p_status", "p_node", "p_group", "p_req", "p_frac", "p_gpumem", "p_start", "initial_status")
+_SESSION_ARRAYS = ("free", "rel", "rel_pods", "pods_free", "xfree", "xrel", "frac_room", "frac_room_future")
+
+
+def opened(ses: Session) -> dict[str, object]:
+    out: dict[str, object] = {name: list(getattr(ses, name)) for name in _SESSION_LISTS}
+    out.update({name: getattr(ses, name).tobytes() for name in _SESSION_ARRAYS})
+    out["pods"] = [p.uid for p in ses.pods]
+    out["p_mig"] = dict(ses.p_mig)
+    out["groups"] = [{k: tuple(v) for k, v in g.items()} for g in ses.groups]
+    out["slot_dirty"] = set(ses.slot_dirty)
+    out["any_releasing"] = ses.any_releasing
+    out["jobs"] = [
+        (j.key, j.idx, j.queue, j.pods, j.n_active, j.n_pend, j.rank, j.ready, j.invalid, j.init_active, j.init_pending)
+        for j in ses.jobs
+    ]
+    out["sets"] = [(ps.name, ps.pods, ps.n_active, ps.n_alive) for j in ses.jobs for ps in j.podsets.values()]
+    out["q_alloc"] = ses.q_alloc
+    out["findings"] = ses.findings
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_kept_placement_opens_the_session_a_scratch_build_opens(seed: int) -> None:
+    """Bit for bit: node arrays (floating-point sums in the same order), shared-GPU names, every per-pod list and
+    every gang counter, after PodGroups arrive, bind, lose or gain pods, and have their spec edited."""
+    world = World(random.Random(seed))
+    for _ in range(30):
+        world.event()
+        if world.rng.random() < 0.3 and world.jobs:
+            world.edit(world.rng.choice(list(world.jobs.values())))
+        snap = world.snapshot()
+        kept = opened(world.state.open(snap))
+        assert kept == opened(build_session(snap))
+        world.apply(run_cycle(snap))
 
 
 def test_an_unreported_change_is_not_seen() -> None:

@@ -1,11 +1,12 @@
 """What changed between two cycles, as the informers saw it, told to the incremental session of the leader's term.
 
-Why: the core's :class:`~kai_ray.scheduler.incremental.IncrementalState` keeps the node arrays and each PodGroup's
-rows across cycles, and must be told what changed in between, or it would schedule on a stale picture. The
-informer handlers of the cache (their own threads) record changes here: a node names nothing more than "nodes", a
-deleted PodGroup its key, DRA objects and priority classes mean everything. The cycle thread takes what was
-recorded *before* it builds the snapshot, so a change that lands while the snapshot is being built is either in it
-and already taken, or still pending for the next cycle (told twice costs time, never correctness).
+Why: the core's :class:`~kai_ray.scheduler.incremental.IncrementalState` keeps the node arrays, each PodGroup's
+rows and their placement on the nodes across cycles, and must be told what changed in between, or it would
+schedule on a stale picture. The informer handlers of the cache (their own threads) record changes here: a node
+names nothing more than "nodes", a deleted PodGroup its key, DRA objects and priority classes mean everything. The
+cycle thread takes what was recorded *before* it builds the snapshot, so a change that lands while the snapshot is
+being built is either in it and already taken, or still pending for the next cycle (told twice costs time, never
+correctness).
 
 A PodGroup whose pods, PodGroup or overlays changed is rebuilt by the cache's snapshot build as a new ``Job``
 object, which the state never mistakes for a kept one (it checks identity); the build also records those keys
