@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from kai_ray.k8s.base.rest import Kube
+from kai_ray.k8s.base.rest import ApiError, Kube
 from kai_ray.testing.controlplane.crds import cert_manager_crd_files
 from kai_ray.testing.controlplane.harness import ControlPlane
 from tests.helm.test_chart import by_kind, helm, render  # noqa: F401
 
 pytestmark = pytest.mark.controlplane
 
+CERT_MANAGER = ("--set", "webhook.certManager.enabled=true")
 PATHS = {
     "Issuer": "/apis/cert-manager.io/v1/namespaces/{ns}/issuers",
     "Certificate": "/apis/cert-manager.io/v1/namespaces/{ns}/certificates",
@@ -78,3 +79,17 @@ def test_what_the_cert_manager_mode_renders_is_accepted_by_the_api_server(
         if doc["kind"] == "MutatingWebhookConfiguration":
             assert [w["name"] for w in got["webhooks"]] == [w["name"] for w in doc["webhooks"]]
             assert got["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].startswith(f"{namespace}/")
+
+
+def test_the_dry_run_would_catch_a_field_cert_manager_does_not_know(
+    helm: Any,  # noqa: F811
+    kube: Kube,
+    namespace: str,
+) -> None:
+    """The control: the CRDs' schemas are live and strict, so the test above proves something."""
+    docs = render(helm, "--namespace", namespace, "--set", "queueAdmissionGating=queues", *CERT_MANAGER)
+    (cert,) = by_kind(docs, "Certificate")
+    cert["spec"]["dnsName"] = cert["spec"].pop("dnsNames")
+    with pytest.raises(ApiError) as err:
+        dry_run(kube, namespace, cert)
+    assert "dnsName" in str(err.value)
