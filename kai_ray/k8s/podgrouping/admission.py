@@ -10,7 +10,8 @@ down delays no pod, it only leaves that pod out of the upstream gang.
 
 Python's ``http.server`` is enough here: one small POST per pod creation, TLS from the standard ``ssl`` module; the
 certificate is the operator's own (:mod:`kai_ray.k8s.base.servingcert`), written into the webhook configuration's
-``caBundle`` when the operator starts.
+``caBundle`` when the operator starts; or, with ``--webhook-cert-dir``, cert-manager's, read from its mounted Secret
+(:mod:`kai_ray.k8s.base.mountedcert`) and served anew when renewed, the configuration then being the installer's.
 
 The same server answers a second webhook on :data:`GATE_PATH` when ``--queue-admission-gating`` is on: every new pod
 kai-ray schedules (not only Ray's) goes there, and :mod:`kai_ray.k8s.podgrouping.quotagate` adds the queue-admission

@@ -102,9 +102,10 @@ def test_a_node_emptied_by_a_ray_shrink_is_consolidated_by_karpenter(
     # The worker the autoscaler adds must be the newer by the API server's clock (seconds): kai-ray takes the newest
     # elastic worker first, and this test wants that one to be the worker on the bought node.
     wait_until("a second to pass since the first worker", lambda: time.time() >= created(first[w1]) + 1.5, 10)
-    rc = kube.get(ray_path("RayCluster", namespace, "train"))
-    rc["spec"]["workerGroupSpecs"][0]["replicas"] = 2  # as Ray's autoscaler scales up
-    kube.replace(ray_path("RayCluster", namespace, "train"), rc)
+    kube.json_patch(  # as Ray's autoscaler scales up (a patch: KubeRay's status writes race a whole-object update)
+        ray_path("RayCluster", namespace, "train"),
+        [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 2}],
+    )
     w2 = wait_until(
         "KubeRay to create the second worker",
         lambda: (lambda w: next(iter(set(w) - {w1}), None))(workers(kube, namespace, "train")),

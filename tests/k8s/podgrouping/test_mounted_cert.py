@@ -12,6 +12,7 @@ import ssl
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from kai_ray.k8s.base.mountedcert import MountedCert
 from kai_ray.k8s.base.servingcert import ServingCert, make_serving_cert
@@ -38,16 +39,13 @@ def served(port: int) -> bytes:
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with context.wrap_socket(raw) as tls:
-            der = tls.getpeercert(binary_form=True)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, context.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
     assert der is not None
     return der
 
 
 def der(cert: ServingCert) -> bytes:
-    from cryptography.hazmat.primitives.serialization import Encoding
-
     return x509.load_pem_x509_certificate(cert.cert_pem).public_bytes(Encoding.DER)
 
 
