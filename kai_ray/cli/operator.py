@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -74,6 +75,7 @@ def build_config(**opts: Any) -> OperatorConfig:
             webhook_port=opts.get("webhook_port") or 9443,
             webhook_url=opts.get("webhook_url") or "",
             webhook_service=opts.get("webhook_service") or "kai-ray-podgrouper-webhook",
+            webhook_cert_dir=opts.get("webhook_cert_dir") or "",
             queue_admission_gating=opts.get("queue_admission_gating") or "off",
             reservation_ttl=duration(opts.get("reservation_ttl") or "10m", "--reservation-ttl"),
             default_priority=_priorities(opts["default_priority"]),
@@ -131,6 +133,16 @@ def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
             raise ConfigError(f"{flag}: {value!r} is not KEY=VALUE")
         out[key.strip()] = val
     return out
+
+
+def _check_cert_dir(directory: str) -> None:
+    """``--webhook-cert-dir`` must hold a readable certificate now: said in one line, not when the webhook starts."""
+    from kai_ray.k8s.base.mountedcert import CertDirError, MountedCert
+
+    try:
+        MountedCert(Path(directory)).load()
+    except CertDirError as exc:
+        raise CliError(str(exc)) from None
 
 
 def parse_args(kind: str, args: list[str]) -> OperatorConfig:
@@ -306,6 +318,14 @@ def _define(kind: str) -> None:
             panel="podgrouper",
             metavar="URL",
         ),
+        webhook_cert_dir: str | None = o(
+            None,
+            "serve the webhook's tls.crt and tls.key from this directory (cert-manager's Secret, mounted; renewals "
+            "are picked up) and leave its MutatingWebhookConfiguration to the installer (the chart, with "
+            "cert-manager's CA injection); default: the podgrouper makes its own certificate and registration",
+            panel="podgrouper",
+            metavar="DIR",
+        ),
         queue_admission_gating: str = o(
             "off",
             "KAI's queue-admission gate (docs/autoscaling.md): pods of opted-in Queues (queues) or of every queue "
@@ -393,6 +413,8 @@ def _define(kind: str) -> None:
         opts = dict(locals())
         level = _log_level(log_level)
         config = build_config(**{**opts, "kind": kind})
+        if config.webhook_cert_dir:
+            _check_cert_dir(config.webhook_cert_dir)
         from kai_ray.cli.connection import connect
         from kai_ray.k8s.kopf_app import run
 

@@ -97,6 +97,9 @@ class OperatorConfig:
     webhook_port: int = 9443
     webhook_url: str = ""  # how the API server reaches the webhook; "" = the Service below, port 443
     webhook_service: str = "kai-ray-podgrouper-webhook"  # in the operator's namespace
+    # podgrouper: serve tls.crt/tls.key from here (cert-manager's Secret, mounted) and leave the webhook configuration
+    # to whoever installed it (the chart; cert-manager injects the CA); "": make both itself
+    webhook_cert_dir: str = ""
     # both operators: KAI's queue-admission gate (docs/autoscaling.md). off: no gate (pods already gated are let go);
     # queues: pods of Queues labelled kai.scheduler/queue-admission-gating=true are gated at creation; all: every
     # queue's pods, a missing queue's included. The scheduler removes a gang's gate once its queue's quota admits it,

@@ -146,6 +146,7 @@ def _cases(unreachable: str, files: dict[str, str]) -> list[tuple[list[str], str
         (["operator", "scheduler", "--placement-strategy", "random"], "placement"),
         (["operator", "podgrouper", "--log-level", "LOUD"], "--log-level"),
         (["operator", "podgrouper", "--default-priority", "RayJob"], "--default-priority"),
+        (["operator", "podgrouper", "--webhook-cert-dir", "/nonexistent"], "--webhook-cert-dir /nonexistent: "),
         (["operator", "scheduler", "--kubeconfig", "/nonexistent"], "--kubeconfig /nonexistent: no such file"),
         (["bench", "core", "--nodes", "-1"], "--nodes"),
         (["bench", "core", "--preemption", "--gpus-per-pod", "9"], "--gpus-per-pod"),

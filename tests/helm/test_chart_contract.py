@@ -35,6 +35,7 @@ VALUE_SETS = {
     "upstream-gangs": ["--set", "podgrouper.upstreamGangs=true", "--set", "podgrouper.webhookPort=9555"],
     "gating": ["--set", "queueAdmissionGating=queues", "--set", "podgrouper.webhookPort=9555"],
     "gating-coexistence": ["--set", "mode=kai-coexistence", "--set", "queueAdmissionGating=all"],
+    "gating-cert-manager": ["--set", "queueAdmissionGating=queues", "--set", "webhook.certManager.enabled=true"],
 }  # fmt: skip
 
 Triple = tuple[str, str, str]
@@ -67,6 +68,10 @@ def _gating(values: list[str]) -> str:
 
 def _webhook(values: list[str]) -> bool:
     return _upstream(values) or _gating(values) != "off"
+
+
+def _cert_manager(values: list[str]) -> bool:
+    return _webhook(values) and "webhook.certManager.enabled=true" in values
 
 
 @pytest.mark.parametrize("values", list(VALUE_SETS.values()), ids=list(VALUE_SETS))
@@ -126,7 +131,7 @@ def test_parser_refuses_what_the_chart_must_not_render() -> None:
 def test_chart_rbac_is_exactly_what_the_operators_declare(helm, values):  # noqa: F811
     docs = render(helm, *values)
     mode = _mode(values)
-    rules = rules_for(mode, _upstream(values), _gating(values) != "off")
+    rules = rules_for(mode, _upstream(values), _gating(values) != "off", _cert_manager(values))
     needed = set().union(*(_triples(r) for r in rules.values()))
     (role,) = by_kind(docs, "ClusterRole")
     granted = _triples(role["rules"])
@@ -141,7 +146,7 @@ def test_chart_rbac_is_exactly_what_the_operators_declare(helm, values):  # noqa
     electing = [c for c in configs.values() if c.leader_elect]
     roles = by_kind(docs, "Role")
     tls = [r for r in roles if r["metadata"]["name"].endswith("-webhook-tls")]
-    if _webhook(values):
+    if _webhook(values) and not _cert_manager(values):  # with cert-manager the kubelet mounts its Secret
         (tls_role,) = tls
         assert tls_role["metadata"]["namespace"] == "kai-system"
         assert _triples(tls_role["rules"]) == _triples(WEBHOOK_TLS_RULES)

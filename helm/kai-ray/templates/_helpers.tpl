@@ -52,6 +52,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if or .Values.podgrouper.upstreamGangs (ne (include "kai-ray.gating" .) "off") }}true{{ end -}}
 {{- end -}}
 
+{{/* "true" when cert-manager issues the webhook's certificate and the chart registers the webhook */}}
+{{- define "kai-ray.certManager" -}}
+{{- if and (include "kai-ray.webhook" .) .Values.webhook.certManager.enabled }}true{{ end -}}
+{{- end -}}
+
+{{- define "kai-ray.webhookCertName" -}}{{ include "kai-ray.fullname" . }}-podgrouper-webhook{{- end -}}
+
 {{- define "kai-ray.commonArgs" -}}
 - --scheduler-name={{ .Values.schedulerName }}
 - --queue-label-key={{ .Values.queueLabelKey }}

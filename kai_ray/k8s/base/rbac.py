@@ -101,10 +101,13 @@ RULES: dict[str, list[Rule]] = {"scheduler": SCHEDULER_RULES, "podgrouper": PODG
 MODES = ("standalone", "kai-coexistence")
 
 
-def rules_for(mode: str, upstream_gangs: bool = False, gating: bool = False) -> dict[str, list[Rule]]:
+def rules_for(
+    mode: str, upstream_gangs: bool = False, gating: bool = False, cert_manager: bool = False
+) -> dict[str, list[Rule]]:
     """Per operator that runs in ``mode`` (the Helm chart's ``mode`` value), the cluster-wide rules it needs;
     ``upstream_gangs``: the podgrouper also writes upstream gangs (``podgrouper.upstreamGangs``); ``gating``: it
-    gates new pods (``queueAdmissionGating`` not off)."""
+    gates new pods (``queueAdmissionGating`` not off); ``cert_manager``: its webhook's certificate comes from
+    cert-manager and the chart registers the webhook (``webhook.certManager.enabled``), so it writes neither."""
     if mode == "standalone":
         rules = dict(RULES)
     elif mode == "kai-coexistence":
@@ -115,4 +118,7 @@ def rules_for(mode: str, upstream_gangs: bool = False, gating: bool = False) -> 
         rules["podgrouper"] = [*rules["podgrouper"], *PODGROUPER_UPSTREAM_RULES]
     if gating:
         rules["podgrouper"] = [*rules["podgrouper"], *PODGROUPER_GATING_RULES]
+    if cert_manager:
+        registration = PODGROUPER_UPSTREAM_RULES[-1]
+        rules["podgrouper"] = [r for r in rules["podgrouper"] if r is not registration]
     return rules

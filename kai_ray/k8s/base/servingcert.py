@@ -1,9 +1,11 @@
 """A self-signed CA and a serving certificate for the operators' admission webhook, made at start.
 
-Why not the chart or cert-manager: the API server calls a webhook only over TLS it trusts, and the certificate must
-name the address the API server dials. An operator that makes its own CA at start and writes it into its webhook
+Why the default is the operator's own: the API server calls a webhook only over TLS it trusts, and the certificate
+must name the address the API server dials. An operator that makes its own CA at start and writes it into its webhook
 configuration's ``caBundle`` needs nothing installed beside it and rotates on every restart (KAI's and Kueue's
-operators do the same with their internal rotators). ``cryptography`` is the library every Python TLS stack uses.
+operators do the same with their internal rotators). A cluster with cert-manager can use it instead
+(:mod:`kai_ray.k8s.base.mountedcert`, the chart's ``webhook.certManager``). ``cryptography`` is the library every
+Python TLS stack uses.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ down delays no pod, it only leaves that pod out of the upstream gang.
 
 Python's ``http.server`` is enough here: one small POST per pod creation, TLS from the standard ``ssl`` module; the
 certificate is the operator's own (:mod:`kai_ray.k8s.base.servingcert`), written into the webhook configuration's
-``caBundle`` when the operator starts.
+``caBundle`` when the operator starts; or, with ``--webhook-cert-dir``, cert-manager's, read from its mounted Secret
+(:mod:`kai_ray.k8s.base.mountedcert`) and served anew when renewed, the configuration then being the installer's.
 
 The same server answers a second webhook on :data:`GATE_PATH` when ``--queue-admission-gating`` is on: every new pod
 kai-ray schedules (not only Ray's) goes there, and :mod:`kai_ray.k8s.podgrouping.quotagate` adds the queue-admission
@@ -30,6 +31,7 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from kai_ray.k8s.base.mountedcert import CertDirError, MountedCert
 from kai_ray.k8s.base.rest import ApiError, Kube
 from kai_ray.k8s.base.servingcert import ServingCert
 
@@ -65,17 +67,30 @@ def review_response(review: Mapping[str, Any], decide: Decide) -> dict[str, Any]
 
 class AdmissionServer:
     """HTTPS server for its ``routes`` (path -> decision: :data:`PATH`, :data:`GATE_PATH`); ``port`` 0 picks a free
-    one (see :attr:`port` after :meth:`start`)."""
+    one (see :attr:`port` after :meth:`start`). With ``mounted``, the certificate is that directory's, served anew
+    within ``reload_every`` seconds of the files changing (cert-manager renewed it)."""
 
     def __init__(
-        self, routes: Mapping[str, Decide], cert: ServingCert, *, bind: str = "0.0.0.0", port: int = 9443
+        self,
+        routes: Mapping[str, Decide],
+        cert: ServingCert,
+        *,
+        bind: str = "0.0.0.0",
+        port: int = 9443,
+        mounted: MountedCert | None = None,
+        reload_every: float = 30.0,
     ) -> None:
         self.routes = dict(routes)
         self.cert = cert
         self.bind = bind
+        self.mounted = mounted
+        self.reload_every = reload_every
+        self.reloads = 0
         self._port = port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._context: ssl.SSLContext | None = None
+        self._stopped = threading.Event()
 
     @property
     def port(self) -> int:
@@ -109,24 +124,49 @@ class AdmissionServer:
         server = ThreadingHTTPServer((self.bind, self._port), Handler)
         server.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        with tempfile.TemporaryDirectory(prefix="kai-ray-webhook-") as tmp:
-            cert, key = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
-            with open(cert, "wb") as f:
-                f.write(self.cert.cert_pem)
-            with os.fdopen(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
-                f.write(self.cert.key_pem)
-            context.load_cert_chain(cert, key)
+        load_chain(context, self.cert)
+        self._context = context
         server.socket = context.wrap_socket(server.socket, server_side=True)
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="kai-ray-admission", daemon=True)
         self._thread.start()
+        if self.mounted is not None:
+            threading.Thread(target=self._reload_loop, name="kai-ray-admission-cert", daemon=True).start()
         return self
 
+    def _reload_loop(self) -> None:
+        """Serve the mounted certificate anew when it changes: later handshakes get the renewed one."""
+        assert self.mounted is not None and self._context is not None
+        while not self._stopped.wait(self.reload_every):
+            if not self.mounted.changed():
+                continue
+            try:
+                cert = self.mounted.load()
+                load_chain(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert)  # a pair that does not match stops here
+                load_chain(self._context, cert)
+                self.cert = cert
+                self.reloads += 1
+                log.info("admission webhook: serving the renewed certificate from %s", self.mounted.directory)
+            except (CertDirError, ssl.SSLError) as exc:
+                log.warning("admission webhook: keeping the current certificate: %s", exc)
+
     def stop(self) -> None:
+        self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def load_chain(context: ssl.SSLContext, cert: ServingCert) -> None:
+    """Put ``cert`` in ``context`` (``ssl`` reads only files, so through a private temporary directory)."""
+    with tempfile.TemporaryDirectory(prefix="kai-ray-webhook-") as tmp:
+        crt, key = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+        with open(crt, "wb") as f:
+            f.write(cert.cert_pem)
+        with os.fdopen(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+            f.write(cert.key_pem)
+        context.load_cert_chain(crt, key)
 
 
 def client_for(client_config: dict[str, Any], path: str) -> dict[str, Any]:

@@ -8,10 +8,12 @@ known before the pod exists; it is computed as the reconcile would, from the sam
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.api.meta import Pod
+from kai_ray.k8s.base.mountedcert import MountedCert
 from kai_ray.k8s.base.rest import ApiError, Kube
 from kai_ray.k8s.base.servingcert import shared_serving_cert
 from kai_ray.k8s.config import OperatorConfig
@@ -83,10 +85,20 @@ def serve_admission(
         svc = config.webhook_service
         hosts = [f"{svc}.{namespace}.svc", f"{svc}.{namespace}.svc.cluster.local"]
         client = {"service": {"namespace": namespace, "name": svc, "path": admission.PATH, "port": 443}}
-    cert = shared_serving_cert(kube, namespace, f"{config.webhook_service}-tls", hosts)
     routes: dict[str, admission.Decide] = {admission.PATH: decide.admit} if decide is not None else {}
     if gate is not None:
         routes[admission.GATE_PATH] = gate.decide
+    if config.webhook_cert_dir:
+        # cert-manager's mode: its certificate, renewed in place; the chart owns the registration, its CA injected
+        mounted = MountedCert(Path(config.webhook_cert_dir))
+        server = admission.AdmissionServer(
+            routes, mounted.load(), bind=config.bind_address, port=config.webhook_port, mounted=mounted
+        ).start()
+        log.info(
+            "admission webhook on port %d (certificate from %s): %s", server.port, mounted.directory, ", ".join(routes)
+        )
+        return server
+    cert = shared_serving_cert(kube, namespace, f"{config.webhook_service}-tls", hosts)
     server = admission.AdmissionServer(routes, cert, bind=config.bind_address, port=config.webhook_port).start()
     admission.register(kube, admission.webhook_configuration(client, cert.ca_pem, config.namespaces, tuple(routes)))
     log.info("admission webhook on port %d: %s", server.port, ", ".join(routes))

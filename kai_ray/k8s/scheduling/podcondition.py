@@ -8,6 +8,9 @@ that matters for autoscaling: a pod that still carries a scheduling gate is neve
 ``SchedulingGated`` for it), so a gang held back by its queue's quota gate (:mod:`kai_ray.k8s.scheduling.ungate`)
 is invisible to the autoscaler, and one whose queue does not gate is marked like every pending pod, as under KAI.
 
+The pending elastic pods of a gang that runs (a Ray worker group its autoscaler grew) are marked too, with what
+blocks them: otherwise a Ray scale-up beyond the nodes there are would never get a node.
+
 Writes are rare: a pod is marked once per reason (the message is the verdict when first written, refreshed only when
 the reason changes), after the verdict has lasted :data:`SETTLE` seconds (a gang whose pods are still arriving is
 not marked), never for a gang that is still short of pods (``NotReadyForScheduling``: nothing to buy a node for
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.rest import ApiError, Kube, pods_path
 from kai_ray.k8s.scheduling.cache import SnapshotView
-from kai_ray.scheduler.decisions import CycleResult, Reason
+from kai_ray.scheduler.decisions import CycleResult, JobStatus, Reason
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,18 @@ def condition_patch(reason: Reason, message: str, now_iso: str) -> dict[str, obj
     }
 
 
+def pending_reason(v: JobStatus) -> Reason | None:
+    """Why a gang's pending pods wait, when a node autoscaler should hear it (None: it should not). A gang running at
+    or above its minimum is scheduled, but its pending elastic pods (a Ray worker group scaled up) wait for what
+    blocks them, as a whole gang would: without the mark, no node is ever bought for a Ray autoscaler's scale-up."""
+    if v.details.get("gated"):
+        return None
+    if v.scheduled:
+        blocking = v.details.get("blocking")
+        return Reason(blocking) if v.details.get("pendingElastic") and blocking else None
+    return None if v.reason in NOT_MARKED else v.reason
+
+
 @dataclass(eq=False)
 class UnschedulableMarker:
     """Marks the pods of each cycle's pending gangs; ``submit`` runs a write in the status writer pool."""
@@ -68,12 +83,13 @@ class UnschedulableMarker:
         live: set[str] = set()
         jobs = {j.key: j for j in view.snapshot.jobs}
         for key, v in result.jobs.items():
-            if v.scheduled or v.reason in NOT_MARKED or v.details.get("gated"):
+            reason = pending_reason(v)
+            if reason is None:
                 self._first_seen.pop(key, None)
                 continue
             seen = self._first_seen.get(key)
-            if seen is None or seen[0] is not v.reason:
-                self._first_seen[key] = seen = (v.reason, now)
+            if seen is None or seen[0] is not reason:
+                self._first_seen[key] = seen = (reason, now)
             job = jobs.get(key)
             if job is None or now - seen[1] < SETTLE:
                 continue
@@ -82,10 +98,10 @@ class UnschedulableMarker:
                 if entry is None or entry.node or entry.terminal or pod.gated or pod.uid in binding:
                     continue
                 live.add(pod.uid)
-                if self._marked.get(pod.uid) is v.reason:
+                if self._marked.get(pod.uid) is reason:
                     continue
-                self._marked[pod.uid] = v.reason
-                self.submit(f"podscheduled:{entry.key}", self._writer(entry.namespace, entry.name, v.reason, v.message))
+                self._marked[pod.uid] = reason
+                self.submit(f"podscheduled:{entry.key}", self._writer(entry.namespace, entry.name, reason, v.message))
         for key in [k for k in self._first_seen if k not in result.jobs]:
             del self._first_seen[key]
         for uid in [u for u in self._marked if u not in live]:

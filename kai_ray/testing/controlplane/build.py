@@ -43,6 +43,9 @@ KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
 KAI_MODULE = "github.com/NVIDIA/KAI-scheduler"
 KWOK_MODULE = "sigs.k8s.io/kwok"
 KARPENTER_MODULE = "sigs.k8s.io/karpenter"
+# Only its CRDs are used (the chart's cert-manager mode is dry-run against them); nothing of it is built.
+CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
+CERT_MANAGER_VERSION = "v1.21.2"
 
 
 def cache_root() -> Path:

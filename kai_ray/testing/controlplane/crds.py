@@ -74,6 +74,17 @@ def kuberay_crd_files() -> list[Path]:
     return files
 
 
+def cert_manager_crd_files() -> list[Path]:
+    """cert-manager's Certificate, Issuer and ClusterIssuer CRDs (``deploy/crds`` of its module: plain YAML there),
+    for checking what the chart renders in its cert-manager mode."""
+    base = build.module_dir(build.CERT_MANAGER_MODULE, build.CERT_MANAGER_VERSION) / "deploy" / "crds"
+    files = [base / f"cert-manager.io_{plural}.yaml" for plural in ("certificates", "issuers", "clusterissuers")]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ControlPlaneError(f"cert-manager module {build.CERT_MANAGER_VERSION} lacks {', '.join(missing)}")
+    return files
+
+
 _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -18,23 +18,10 @@ from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, que
 from kai_ray.k8s.podgrouping import admission
 from kai_ray.testing.controlplane.harness import free_port
 from kai_ray.testing.controlplane.karpenter import NODEPOOL_LABEL, Karpenter
+from tests.k8s.autoscaling.buying import BUY, bound_on_bought_nodes, consolidated, gang
 from tests.k8s.helpers import bound, condition, pod_body, podgroup, podgroup_body, wait_until
 
 pytestmark = pytest.mark.controlplane
-
-BUY = 180  # seconds for Karpenter to batch, create NodeClaims, KWOK to make the nodes Ready, kai-ray to bind
-
-
-def gang(kube: Kube, ns: str, name: str, queue: str, n: int, gpus: int, selector: dict[str, str]) -> list[str]:
-    """A PodGroup of ``n`` pods of ``gpus`` GPUs each, every pod selecting the autoscaled nodes."""
-    kube.create(podgroups_path(ns), podgroup_body(name, n, queue))
-    names = []
-    for i in range(n):
-        body = pod_body(f"{name}-{i}", gpus, group=name)
-        body["spec"]["nodeSelector"] = dict(selector)
-        kube.create(pods_path(ns), body)
-        names.append(f"{name}-{i}")
-    return names
 
 
 def test_a_gang_no_node_fits_gets_nodes_from_karpenter_and_is_bound_there(
@@ -45,17 +32,10 @@ def test_a_gang_no_node_fits_gets_nodes_from_karpenter_and_is_bound_there(
     created_before = karpenter.claims_created()
     pods = gang(kube, namespace, "g", team, 2, 8, karpenter.labels)
 
-    placed = wait_until(
-        "Karpenter to buy nodes and kai-ray to bind the gang on them",
-        lambda: (lambda b: b if len(b) == 2 else None)(bound(kube, namespace, pods)),
-        BUY,
-        interval=0.5,
-    )
+    placed = bound_on_bought_nodes(kube, namespace, pods, karpenter, created_before, claims=2)
     bought = {n["metadata"]["name"]: n for n in karpenter.nodes()}
-    assert set(placed.values()) <= set(bought), f"bound on {placed}, Karpenter's nodes {sorted(bought)}"
     assert len(set(placed.values())) == 2  # 8 GPUs each on 8-GPU nodes: one node per pod
     assert all(bought[n]["metadata"]["labels"][NODEPOOL_LABEL] == karpenter.name for n in placed.values())
-    assert karpenter.claims_created() - created_before == 2
     assert karpenter.component is not None
     listening = karpenter.component.listening()
     assert listening and {addr for addr, _ in listening} == {"127.0.0.1"}, listening  # the build's loopback patch
@@ -83,7 +63,7 @@ def gated_pod(kube: Kube, ns: str, name: str, queue: str, gpus: int, selector: d
 
 
 def labelled_gang(kube: Kube, ns: str, name: str, queue: str, n: int, gpus: int, selector: dict[str, str]) -> list[str]:
-    """As :func:`gang`, with the queue label the webhook reads (and the podgrouper told to leave the pods alone)."""
+    """As :func:`~tests.k8s.autoscaling.buying.gang`, with the queue label the webhook reads (and the podgrouper told to leave the pods alone)."""
     kube.create(podgroups_path(ns), podgroup_body(name, n, queue))
     for i in range(n):
         kube.create(pods_path(ns), gated_pod(kube, ns, f"{name}-{i}", queue, gpus, selector))
@@ -225,14 +205,8 @@ def test_an_ungated_gang_waiting_for_nodes_keeps_its_room_across_a_new_leader(
     )
     assert "allocated and reserved 16" in cond["message"] and not bound(kube, namespace, admitted)
     karpenter.set_gpu_limit(64)
-    wait_until(
-        "the first gang to be bound on the nodes Karpenter bought",
-        lambda: (lambda b: b if len(b) == 2 else None)(bound(kube, namespace, admitted)),
-        BUY,
-        interval=0.5,
-    )
+    bound_on_bought_nodes(kube, namespace, admitted, karpenter, created_before, claims=2)  # none for the later one
     assert gates(kube, namespace, later[0]) == [c.QUEUE_ADMISSION_GATE]
-    assert karpenter.claims_created() - created_before == 2  # the first gang's nodes, none for the later one
 
 
 def test_a_node_emptied_by_a_reclaim_is_consolidated_by_karpenter(
@@ -258,14 +232,7 @@ def test_a_node_emptied_by_a_reclaim_is_consolidated_by_karpenter(
     filler = gang(kube, namespace, "filler", other, 1, 4, karpenter.labels)
     wait_until("the filler on the static node", lambda: bound(kube, namespace, filler) or None, 60)
     burst = gang(kube, namespace, "burst", over, 1, 8, karpenter.labels)
-    placed = wait_until(
-        "the over-quota gang on a node Karpenter bought",
-        lambda: (lambda b: b if b else None)(bound(kube, namespace, burst)),
-        BUY,
-        interval=0.5,
-    )
-    (bought,) = placed.values()
-    assert bought not in static and karpenter.claims_created() - created_before == 1
+    (bought,) = bound_on_bought_nodes(kube, namespace, burst, karpenter, created_before, claims=1).values()
 
     reclaimer = gang(kube, namespace, "reclaimer", within, 1, 4, karpenter.labels)
     done = wait_until(
@@ -275,10 +242,5 @@ def test_a_node_emptied_by_a_reclaim_is_consolidated_by_karpenter(
         interval=0.5,
     )
     assert set(done.values()) == set(static)
-    wait_until(
-        "Karpenter to consolidate the emptied node",
-        lambda: bought not in {n["metadata"]["name"] for n in karpenter.nodes()},
-        BUY,
-        interval=0.5,
-    )
+    consolidated(karpenter, bought)
     assert karpenter.claims_created() - created_before == 1
