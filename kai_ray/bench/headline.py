@@ -1,5 +1,5 @@
-"""The headline's figures, read from what the workloads leave behind (``examples/headline/train.py`` writes
-``progress.json`` and one JSON line per step), so a benchmark on the host needs no Kubernetes API to follow training.
+"""The headline's figures, read from what the workloads leave behind (``examples/headline/train_v2.py`` and
+``train.py`` write ``progress.json``), so a benchmark on the host needs no Kubernetes API to follow training.
 
 The pure functions here are shared by the tests with real Ray processes and by ``kai-ray bench headline``.
 """
@@ -86,6 +86,7 @@ def steps_went_back(steps: Sequence[int]) -> int:
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "headline"
 SEMANTICS = ("kai-ray", "kai")
+TRAINERS = ("train-v2", "loop")
 PRIORITY_CLASSES = {"train": 50, "build": 100, "inference": 125}
 JOB = "headline-train"
 SERVICE = "headline-serve"
@@ -94,9 +95,13 @@ SERVICE = "headline-serve"
 @dataclass
 class StoryConfig:
     """One run of the headline on a real node. ``semantics="kai"`` is KAI's way of evicting (delete the victim pods,
-    no Ray-aware shrink, no suspend) on the same podgrouper and core, for contrast."""
+    no Ray-aware shrink, no suspend) on the same podgrouper and core, for contrast. ``trainer`` picks the training
+    script: ``train-v2`` (Ray Train v2, which takes the drain's preemption notice for a just-in-time checkpoint; what
+    ``rayjob-training-cpu.yaml`` runs) or ``loop`` (the hand-written actor loop ``train.py``, which only checkpoints
+    every few steps)."""
 
     semantics: str = "kai-ray"
+    trainer: str = "train-v2"
     workers: int = 3
     timeout: float = 900.0
     compute_seconds: float = 0.3
@@ -106,6 +111,7 @@ class StoryConfig:
 @dataclass
 class StoryFigures:
     semantics: str
+    trainer: str
     serve_first_answer_seconds: float | None = None
     serve_answered_via: str = ""
     served_through_service: bool = False
@@ -117,6 +123,8 @@ class StoryFigures:
     shrink_drained: bool = False
     suspend_to_resume_seconds: float | None = None
     resumed_from_step: int | None = None
+    preemption_notices: int = 0  # notices the training took (Ray Train v2's get_preemption_info)
+    jit_checkpoints: int = 0
     job_states: list[str] = field(default_factory=list)
     training_failed: bool = False
     notes: list[str] = field(default_factory=list)
@@ -151,6 +159,16 @@ def example_manifest(
     return out
 
 
+def training_entrypoint(cfg: StoryConfig) -> str:
+    """The RayJob's command line for the chosen trainer: the example's arguments, a step count the story never
+    reaches and the configured seconds per step."""
+    common = f"--min-workers 1 --max-workers {cfg.workers} --steps 1000000"
+    seconds = cfg.compute_seconds
+    if cfg.trainer == "loop":
+        return f"python /apps/train.py --checkpoint-dir /checkpoints/{JOB} {common} --compute-seconds {seconds}"
+    return f"python /apps/train_v2.py --storage /checkpoints/{JOB} {common} --step-seconds {seconds}"
+
+
 def _rbac(namespace: str) -> list[tuple[str, dict[str, Any]]]:
     base = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
     out = []
@@ -172,8 +190,10 @@ class Story:
     def __init__(self, node: Any, kube: Kube, namespace: str, cfg: StoryConfig, say: Callable[[str], None]) -> None:
         if cfg.semantics not in SEMANTICS:
             raise ValueError(f"semantics: {cfg.semantics!r} is not one of {', '.join(SEMANTICS)}")
+        if cfg.trainer not in TRAINERS:
+            raise ValueError(f"trainer: {cfg.trainer!r} is not one of {', '.join(TRAINERS)}")
         self.node, self.kube, self.ns, self.cfg, self.say = node, kube, namespace, cfg, say
-        self.fig = StoryFigures(cfg.semantics)
+        self.fig = StoryFigures(cfg.semantics, cfg.trainer)
         self.ckpt_root = Path(tempfile.mkdtemp(prefix="kai-ray-headline-"))
         self.ckpt = self.ckpt_root / JOB
         self.operators: list[Any] = []
@@ -203,7 +223,10 @@ class Story:
         kube.create(queues_path(), queue_body(f"{ns}-other", gpu_quota=max(filler, 0), parent=f"{ns}-ml-platform"))
         for path, doc in _rbac(ns):
             kube.create(path, doc)
-        for cm, files in (("headline-train", ("train.py", "sitecustomize.py")), ("headline-serve", ("serve_app.py",))):
+        for cm, files in (
+            ("headline-train", ("train_v2.py", "train.py", "sitecustomize.py")),
+            ("headline-serve", ("serve_app.py",)),
+        ):
             data = {f: (EXAMPLES / f).read_text() for f in files}
             kube.create(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": cm}, "data": data})
         common: dict[str, Any] = {
@@ -293,11 +316,7 @@ class Story:
         cfg, kube, ns, fig, t = self.cfg, self.kube, self.ns, self.fig, self.cfg.timeout
         self._setup()
         job = example_manifest("rayjob-training-cpu.yaml", ns, self.q_training, self.ray_image, self.ckpt_root)
-        job["spec"]["entrypoint"] = (
-            job["spec"]["entrypoint"]
-            .replace("--compute-seconds 0.2", f"--compute-seconds {cfg.compute_seconds}")
-            .replace("--steps 3000", "--steps 1000000")
-        )
+        job["spec"]["entrypoint"] = training_entrypoint(cfg)
         kube.create(ray_path("RayJob", ns), job)
         self._sampler = threading.Thread(target=self._sample, name="headline-sampler", daemon=True)
         self._sampler.start()
@@ -345,7 +364,10 @@ class Story:
         # (e) the whole gang must go: a burst of inference takes every GPU the training holds
         if cfg.suspend_story:
             self._suspend_story()
-        fig.training_steps_lost += int(self.progress().get("steps_lost", 0))
+        final = self.progress()
+        fig.training_steps_lost += int(final.get("steps_lost", 0))
+        fig.preemption_notices = int(final.get("notices", 0))
+        fig.jit_checkpoints = int(final.get("jit_checkpoints", 0))
         return fig
 
     def _shrink_record(self) -> dict[str, Any]:
@@ -362,6 +384,7 @@ class Story:
         kube, ns, fig, t, cfg = self.kube, self.ns, self.fig, self.cfg.timeout, self.cfg
         kube.create(pods_path(ns), _busybox_pod("burst", self.busybox, cfg.workers, self.q_training, "inference"))
         step_before = self.progress().get("step", 0)
+        starts_before = int(self.progress().get("starts", 0))
 
         def evicted() -> str | None:
             """Suspended or Failed (kai-ray's path), or, under KAI's semantics, the burst running on GPUs the
@@ -393,7 +416,8 @@ class Story:
 
         def resumed_or_failed() -> dict[str, Any] | None:
             p = self.progress()
-            if p.get("starts", 1) >= 2 and p.get("resumed_from") is not None and p.get("step", 0) > p["resumed_from"]:
+            started_again = int(p.get("starts", 0)) > starts_before and p.get("resumed_from") is not None
+            if started_again and p.get("step", 0) > p["resumed_from"]:
                 return p
             with contextlib.suppress(ApiError):
                 status = kube.get(ray_path("RayJob", ns, JOB)).get("status") or {}
