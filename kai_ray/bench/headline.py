@@ -324,7 +324,10 @@ class Story:
         # (a) training fills the node
         full = _wait(
             f"training on {cfg.workers} workers",
-            lambda: (p := self.progress()).get("workers") == cfg.workers and p.get("step", 0) >= 3 and p,
+            lambda: (
+                self._job_failed()
+                or ((p := self.progress()).get("workers") == cfg.workers and p.get("step", 0) >= 3 and p)
+            ),
             t,
         )
         self.say(f"training runs on {full['workers']} workers at step {full['step']}")
@@ -369,6 +372,14 @@ class Story:
         fig.preemption_notices = int(final.get("notices", 0))
         fig.jit_checkpoints = int(final.get("jit_checkpoints", 0))
         return fig
+
+    def _job_failed(self) -> bool:
+        """Raise at once when the RayJob failed before training filled the node (a wait would last its full timeout)."""
+        with contextlib.suppress(ApiError):
+            status = self.kube.get(ray_path("RayJob", self.ns, JOB)).get("status") or {}
+            if status.get("jobDeploymentStatus") == "Failed":
+                raise RuntimeError(f"the training RayJob failed: {str(status.get('message', ''))[-2000:]}")
+        return False
 
     def _shrink_record(self) -> dict[str, Any]:
 

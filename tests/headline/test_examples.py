@@ -120,6 +120,12 @@ def test_training_is_elastic_and_its_entrypoint_is_accepted(name: str) -> None:
     assert volumes["checkpoints"]["hostPath"]["path"] == "/var/lib/kai-ray-headline"
     where = Path(args.storage) if script == "train_v2" else args.checkpoint_dir
     assert where == Path(mounts["checkpoints"]) / doc["metadata"]["name"]
+    if script == "train_v2":  # Ray Train's workers write the checkpoints: the head's directory on every worker
+        worker = group["template"]["spec"]
+        worker_mounts = {m["name"]: m["mountPath"] for m in worker["containers"][0]["volumeMounts"]}
+        assert worker_mounts["checkpoints"] == mounts["checkpoints"]
+        (checkpoints,) = [v for v in worker["volumes"] if v["name"] == "checkpoints"]
+        assert checkpoints["hostPath"] == volumes["checkpoints"]["hostPath"]
 
 
 def test_the_service_is_inference_in_the_same_queue_and_its_app_resolves() -> None:
