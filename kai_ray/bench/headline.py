@@ -125,6 +125,13 @@ class StoryFigures:
     resumed_from_step: int | None = None
     preemption_notices: int = 0  # notices the training took (Ray Train v2's get_preemption_info)
     jit_checkpoints: int = 0
+    # Steps redone per phase (a restart from a checkpoint older than the last step): Ray Train v2 restarts its worker
+    # group at a shrink (from the just-in-time checkpoint), when it grows (from the latest checkpoint) and on resume.
+    steps_redone_at_shrink: int = 0
+    steps_redone_at_grow_back: int = 0
+    steps_redone_at_resume: int = 0
+    suspend_notice_taken: bool = False
+    progress_points: list[dict[str, Any]] = field(default_factory=list)  # progress.json at each phase, for reading
     job_states: list[str] = field(default_factory=list)
     training_failed: bool = False
     notes: list[str] = field(default_factory=list)
@@ -332,6 +339,7 @@ class Story:
         )
         self.say(f"training runs on {full['workers']} workers at step {full['step']}")
         before = set(self.worker_pods())
+        lost = self._point("full")
 
         # (b) the RayService arrives; (c) it answers
         svc = example_manifest("rayservice-cpu.yaml", ns, self.q_training, self.ray_image)
@@ -349,6 +357,7 @@ class Story:
         fig.shrink_drained = bool(shrink) and set((shrink.get("drain") or {}).values()) == {"accepted"}
         _wait("a few more steps on fewer workers", lambda: self.progress().get("step", 0) >= shrunk["step"] + 3, t)
         fig.pods_recreated_by_kuberay = len(set(self.worker_pods()) - before)
+        fig.steps_redone_at_shrink = (after_shrink := self._point("shrunk")) - lost
 
         # (d) the service goes away; training grows back
         t_del = time.monotonic()
@@ -359,6 +368,7 @@ class Story:
         fig.grow_back_seconds = round(time.monotonic() - t_del, 1)
         fig.seconds_below_full_size = seconds_below(back["history"], cfg.workers, wall_serve, time.time())
         self.say(f"training grew back {fig.grow_back_seconds}s after the service was deleted")
+        fig.steps_redone_at_grow_back = self._point("grown back") - after_shrink
 
         # Across the shrink and the grow-back the counter only moves forward; a resume redoes the steps since the last
         # checkpoint, which count as lost instead.
@@ -372,6 +382,22 @@ class Story:
         fig.preemption_notices = int(final.get("notices", 0))
         fig.jit_checkpoints = int(final.get("jit_checkpoints", 0))
         return fig
+
+    def _point(self, phase: str) -> int:
+        """Keep progress.json's counters at a phase of the story; returns the steps redone so far."""
+        p = self.progress()
+        keys = (
+            "step",
+            "workers",
+            "starts",
+            "steps_lost",
+            "resumed_from",
+            "notices",
+            "jit_checkpoints",
+            "jit_committed",
+        )
+        self.fig.progress_points.append({"phase": phase, **{k: p.get(k) for k in keys}})
+        return int(p.get("steps_lost", 0))
 
     def _job_failed(self) -> bool:
         """Raise at once when the RayJob failed before training filled the node (a wait would last its full timeout)."""
@@ -396,6 +422,8 @@ class Story:
         kube.create(pods_path(ns), _busybox_pod("burst", self.busybox, cfg.workers, self.q_training, "inference"))
         step_before = self.progress().get("step", 0)
         starts_before = int(self.progress().get("starts", 0))
+        notices_before = int(self.progress().get("notices", 0))
+        lost_before = self._point("before the suspend")
 
         def evicted() -> str | None:
             """Suspended or Failed (kai-ray's path), or, under KAI's semantics, the burst running on GPUs the
@@ -444,6 +472,8 @@ class Story:
             return
         fig.suspend_to_resume_seconds = round(time.monotonic() - t_room, 1)
         fig.resumed_from_step = int(resumed["resumed_from"])
+        fig.steps_redone_at_resume = self._point("resumed") - lost_before
+        fig.suspend_notice_taken = int(self.progress().get("notices", 0)) > notices_before
         self.say(f"resumed from step {fig.resumed_from_step} {fig.suspend_to_resume_seconds}s after room returned")
 
     def close(self) -> None:

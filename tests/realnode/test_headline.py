@@ -47,4 +47,7 @@ def test_inference_preempts_training_which_shrinks_keeps_training_grows_back_and
     assert fig.grow_back_seconds is not None
     assert "Suspended" in fig.job_states and "Failed" not in fig.job_states, fig.job_states
     assert not fig.training_failed and fig.resumed_from_step is not None
-    assert fig.training_steps_lost <= CHECKPOINT_EVERY, "only the steps since the last checkpoint are redone"
+    # Ray Train v2 restarts its worker group at the shrink (from the just-in-time checkpoint), when it grows back and
+    # on resume (from the latest checkpoint): each redoes at most the steps since a checkpoint.
+    redone = (fig.steps_redone_at_shrink, fig.steps_redone_at_grow_back, fig.steps_redone_at_resume)
+    assert max(redone) <= CHECKPOINT_EVERY, fig.progress_points
