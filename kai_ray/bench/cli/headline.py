@@ -85,7 +85,11 @@ def headline(
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
-    keys = [k for k in next(iter(out.values())) if k not in ("semantics", "trainer", "notes", "job_states", "progress_points")]
+    keys = [
+        k
+        for k in next(iter(out.values()))
+        if k not in ("semantics", "trainer", "notes", "job_states", "progress_points")
+    ]
     typer.echo(f"{'':32}" + "".join(f"{n:>14}" for n in out))
     for key in keys:
         typer.echo(f"{key:32}" + "".join(f"{out[n].get(key)!s:>14}" for n in out))
