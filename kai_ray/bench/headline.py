@@ -116,7 +116,7 @@ class StoryFigures:
     serve_answered_via: str = ""
     served_through_service: bool = False
     training_steps_lost: int = 0
-    training_step_went_back: int = 0  # across the shrink and grow-back (a resume's redone steps are steps_lost)
+    training_step_went_back: int = 0  # across the shrink (a restart's redone steps are counted per phase below)
     seconds_below_full_size: float | None = None
     grow_back_seconds: float | None = None
     pods_recreated_by_kuberay: int = 0
@@ -358,6 +358,7 @@ class Story:
         _wait("a few more steps on fewer workers", lambda: self.progress().get("step", 0) >= shrunk["step"] + 3, t)
         fig.pods_recreated_by_kuberay = len(set(self.worker_pods()) - before)
         fig.steps_redone_at_shrink = (after_shrink := self._point("shrunk")) - lost
+        fig.training_step_went_back = steps_went_back(self.steps)
 
         # (d) the service goes away; training grows back
         t_del = time.monotonic()
@@ -369,10 +370,6 @@ class Story:
         fig.seconds_below_full_size = seconds_below(back["history"], cfg.workers, wall_serve, time.time())
         self.say(f"training grew back {fig.grow_back_seconds}s after the service was deleted")
         fig.steps_redone_at_grow_back = self._point("grown back") - after_shrink
-
-        # Across the shrink and the grow-back the counter only moves forward; a resume redoes the steps since the last
-        # checkpoint, which count as lost instead.
-        fig.training_step_went_back = steps_went_back(self.steps)
 
         # (e) the whole gang must go: a burst of inference takes every GPU the training holds
         if cfg.suspend_story:

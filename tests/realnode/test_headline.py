@@ -42,7 +42,7 @@ def test_inference_preempts_training_which_shrinks_keeps_training_grows_back_and
     assert fig.serve_first_answer_seconds is not None and fig.served_through_service
     assert fig.shrink_drained, "the preempted worker's Ray node is drained through the GCS before the pod goes"
     assert fig.jit_checkpoints >= 1, "Ray Train's preemption notice reached the training, which checkpointed"
-    assert fig.training_step_went_back == 0, "the step counter never goes back"
+    assert fig.training_step_went_back == 0, "the smaller run starts from the just-in-time checkpoint: no step redone"
     assert fig.pods_recreated_by_kuberay == 0, "KubeRay recreates no worker pod while the service runs"
     assert fig.grow_back_seconds is not None
     assert "Suspended" in fig.job_states and "Failed" not in fig.job_states, fig.job_states
