@@ -469,6 +469,7 @@ def queue_from_api(q: ApiQueue) -> s.Queue:
         created_at=parse_time(q.metadata.creation_timestamp) or 0.0,
         uid=q.metadata.uid or q.name,
         default_preemptibility=queue_default_preemptibility(q),
+        admission_gating=(q.metadata.labels or {}).get(c.QUEUE_ADMISSION_GATING_LABEL) == "true",
     )
 
 

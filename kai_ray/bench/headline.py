@@ -230,10 +230,11 @@ class Story:
         kube.create(queues_path(), queue_body(f"{ns}-other", gpu_quota=max(filler, 0), parent=f"{ns}-ml-platform"))
         for path, doc in _rbac(ns):
             kube.create(path, doc)
-        for cm, files in (
-            ("headline-train", ("train_v2.py", "train.py", "sitecustomize.py")),
-            ("headline-serve", ("serve_app.py",)),
-        ):
+        configmaps = {
+            "headline-train": ("train_v2.py", "train.py", "sitecustomize.py"),
+            "headline-serve": ("serve_app.py", "sitecustomize.py"),
+        }
+        for cm, files in configmaps.items():
             data = {f: (EXAMPLES / f).read_text() for f in files}
             kube.create(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": cm}, "data": data})
         common: dict[str, Any] = {

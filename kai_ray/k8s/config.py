@@ -99,7 +99,8 @@ class OperatorConfig:
     webhook_service: str = "kai-ray-podgrouper-webhook"  # in the operator's namespace
     # both operators: KAI's queue-admission gate (docs/autoscaling.md). off: no gate (pods already gated are let go);
     # queues: pods of Queues labelled kai.scheduler/queue-admission-gating=true are gated at creation; all: every
-    # queue's pods. The scheduler removes a gang's gate once its queue's quota admits it.
+    # queue's pods, a missing queue's included. The scheduler removes a gang's gate once its queue's quota admits it,
+    # and at once when its queue does not (or no longer) gate.
     queue_admission_gating: str = "off"
     reservation_ttl: float = 600.0  # scheduler: seconds an ungated, still pending gang holds its queue's room
     # scheduler: Ray-aware reclaim (kai_ray.k8s.ray.elastic)

@@ -141,7 +141,7 @@ class JobBlock:
         self.uids: list[str] = []  # of every pod of the job, in pod order (duplicates across jobs)
         self.max_total = 1 << 30
         self.act = [0.0, 0.0, 0.0]  # held by its active pods at session open
-        self.pend = [0.0, 0.0, 0.0]  # asked for by its pending pods (under the elastic ceilings)
+        self.pend = [0.0, 0.0, 0.0]  # asked for by its pending pods (under the elastic ceilings), quota-gated ones too
         self.ready = True
         self.n_pend = 0  # pods pending at session open
         self.n_active = 0  # pods holding resources at session open

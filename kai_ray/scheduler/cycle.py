@@ -66,7 +66,7 @@ def run_cycle(snapshot: Snapshot, state: IncrementalState | None = None) -> Cycl
             ses.stats[f"{name}_cpu_seconds"] = time.process_time() - ca
         result = build_result(ses)
         annotate(ses, result)
-        apply_ungates(ses, result, snapshot.config.reservation_ttl)
+        apply_ungates(ses, result, snapshot.config.reservation_ttl, snapshot.config.queue_admission_gating)
         # dropped while the collector is still paused: what the session held is freed by reference counting,
         # not scanned by the young-generation collection the next allocation would trigger
         del ses

@@ -1,8 +1,9 @@
 """Fair share of every queue for this cycle (KAI's proportion plugin session-open step).
 
-Capacity is the allocatable of Ready nodes; requests are allocated + pending (pending pods beyond an elastic
-ceiling are not requested), summed up the tree; each queue's historical usage comes with the snapshot (0 when the
-adapter keeps none); the division itself lives in :mod:`fairshare`.
+Capacity is the allocatable of Ready nodes; requests are allocated + pending, summed up the tree (pending pods beyond
+an elastic ceiling are not requested; pods held only by the queue-admission gate are: a gated backlog is demand an
+autoscaler cannot see, and KAI's design counts it so the queue still gets its share); each queue's historical usage
+comes with the snapshot (0 when the adapter keeps none); the division itself lives in :mod:`fairshare`.
 """
 
 from __future__ import annotations

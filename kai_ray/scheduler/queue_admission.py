@@ -23,8 +23,14 @@ The rules, as KAI's design has them:
   reads the same reservations, so nothing leaks across leader changes, and a gang that no longer fits after being
   ungated keeps its place (its reservation) until it binds or the reservation expires (then it competes at
   allocation, exactly as without gates).
-- Pods with any other gate are never touched (their gate's owner decides), and a gang whose queue does not exist
-  stays gated.
+- Only gangs whose queue gates wait on the decision (``SchedulerConfig.queue_admission_gating``: ``all``, or
+  ``queues`` and the Queue opted in). A gang whose queue does not gate, or no longer does (its opt-in label removed,
+  the operator restarted with ``off``), is ungated unconditionally and without the stamp (nothing was admitted, so
+  nothing is reserved): a gate nobody will decide on must not hold a pod for ever; allocation still enforces quota.
+- A gang whose queue does not exist stays gated under ``all`` (it was gated for that queue) and says so; once the
+  queue is created the normal decision applies. Under ``queues`` a missing queue cannot have opted in: its gang is
+  let go and reads ``queue ... does not exist`` as any pending gang would.
+- Pods with any other gate are never touched (their gate's owner decides).
 
 A gang kept gated gets its queue's capacity verdict as its status, marked ``gated: queue over quota`` (details
 ``gated: True``), so it is told apart from ``no node fits``.
@@ -41,6 +47,7 @@ from kai_ray.scheduler.session import PENDING, JobInfo, Session, le
 
 GATED = "gated: queue over quota"
 UNGATING = "ungated: its queue's quota admits it; waiting for its gates to be removed"
+UNGATING_FREELY = "ungated: its queue does not gate admission; waiting for its gates to be removed"
 DEFAULT_RESERVATION_TTL = 600.0  # seconds an ungated, still pending gang holds its queue's room
 
 
@@ -48,6 +55,7 @@ DEFAULT_RESERVATION_TTL = 600.0  # seconds an ungated, still pending gang holds 
 class Ungate:
     job: str
     pods: tuple[str, ...]  # Pod.uid of every pod whose only gate is the queue-admission gate
+    admitted: bool = True  # by a quota decision (stamped: room reserved); False: its queue does not gate
 
 
 Vec = list[float]
@@ -55,6 +63,14 @@ Vec = list[float]
 
 def _gated_pods(ses: Session, job: JobInfo) -> list[int]:
     return [p for p in job.pods if ses.p_status[p] == PENDING and ses.pods[p].quota_gated]
+
+
+def _queue_gates(ses: Session, job: JobInfo, gating: str) -> bool:
+    """Whether ``job``'s gated pods wait on the quota decision: every queue under ``all`` (a missing one too),
+    an existing opted-in queue under ``queues``, none under ``off``."""
+    if gating == "all":
+        return True
+    return gating == "queues" and job.queue >= 0 and ses.tree.nodes[job.queue].admission_gating
 
 
 def _reserved(ses: Session, ttl: float) -> tuple[list[Vec], list[Vec], set[int]]:
@@ -87,48 +103,61 @@ def _reserved(ses: Session, ttl: float) -> tuple[list[Vec], list[Vec], set[int]]
     return res, res_np, holding
 
 
+def _over_limit(name: str, r: int, cap: float, used: float, req: float) -> tuple[Reason, str]:
+    return Reason.OVER_LIMIT, (
+        f"queue {name!r} would exceed its {RES_NAMES[r]} limit: limit "
+        f"{cap:g}, allocated and reserved {used:g}, requested {req:g}"
+    )
+
+
+def _over_quota(name: str, r: int, cap: float, used: float, req: float) -> tuple[Reason, str]:
+    return Reason.NON_PREEMPTIBLE_OVER_QUOTA, (
+        f"non-preemptible job needs in-quota {RES_NAMES[r]} of queue {name!r}: quota {cap:g}, "
+        f"non-preemptible allocated and reserved {used:g}, requested {req:g}"
+    )
+
+
 def _breach(
     ses: Session, job: JobInfo, req: tuple[float, float, float], used: list[Vec], used_np: list[Vec]
 ) -> tuple[Reason, str] | None:
     """The first cap the gang would pass (limit up the chain, then in-quota for non-preemptible); None when none."""
-    for q in ses.tree.nodes[job.queue].chain:
-        node = ses.tree.nodes[q]
-        for r in range(3):
-            if node.limit[r] != -1 and req[r] and not le(used[q][r] + req[r], node.limit[r]):
-                return Reason.OVER_LIMIT, (
-                    f"queue {node.name!r} would exceed its {RES_NAMES[r]} limit: limit "
-                    f"{node.limit[r]:g}, allocated and reserved {used[q][r]:g}, requested {req[r]:g}"
-                )
+    checks = [(used, "limit", _over_limit)]
     if not job.preemptible:
+        checks.append((used_np, "quota", _over_quota))
+    for charged, cap_of, say in checks:
         for q in ses.tree.nodes[job.queue].chain:
             node = ses.tree.nodes[q]
+            caps = node.limit if cap_of == "limit" else node.quota
             for r in range(3):
-                if node.quota[r] != -1 and req[r] and not le(used_np[q][r] + req[r], node.quota[r]):
-                    return Reason.NON_PREEMPTIBLE_OVER_QUOTA, (
-                        f"non-preemptible job needs in-quota "
-                        f"{RES_NAMES[r]} of queue {node.name!r}: quota {node.quota[r]:g}, non-preemptible allocated "
-                        f"and reserved {used_np[q][r]:g}, requested {req[r]:g}"
-                    )
+                if caps[r] != -1 and req[r] and not le(charged[q][r] + req[r], caps[r]):
+                    return say(node.name, r, caps[r], charged[q][r], req[r])
     return None
 
 
 def decide_ungates(
-    ses: Session, reservation_ttl: float = DEFAULT_RESERVATION_TTL
+    ses: Session, reservation_ttl: float = DEFAULT_RESERVATION_TTL, gating: str = "off"
 ) -> tuple[list[Ungate], list[JobStatus]]:
-    """After the cycle's actions: the gangs whose gates go now, and a status for every gang that stays gated."""
+    """After the cycle's actions: the gangs whose gates go now, and a status for every gang that stays gated or is
+    being ungated (``gating``: ``SchedulerConfig.queue_admission_gating``)."""
     cands: dict[int, list[tuple[JobInfo, list[int]]]] = {}
-    kept: list[JobStatus] = []
+    out: list[Ungate] = []
+    statuses: list[JobStatus] = []
     for job in ses.jobs:
         pods = _gated_pods(ses, job)
         if not pods:
             continue
+        if not _queue_gates(ses, job, gating):
+            out.append(Ungate(job.key, tuple(ses.pods[p].uid for p in pods), admitted=False))
+            if job.queue >= 0:  # a missing queue keeps its own verdict ("queue ... does not exist")
+                statuses.append(JobStatus(job.key, False, Reason.NOT_READY, UNGATING_FREELY, {"ungating": True}))
+            continue
         if job.queue < 0:
             why = job.invalid[1] if job.invalid else "its queue does not exist"
-            kept.append(JobStatus(job.key, False, Reason.QUEUE_DOES_NOT_EXIST, f"gated: {why}", {"gated": True}))
+            statuses.append(JobStatus(job.key, False, Reason.QUEUE_DOES_NOT_EXIST, f"gated: {why}", {"gated": True}))
             continue
         cands.setdefault(job.queue, []).append((job, pods))
     if not cands:
-        return [], kept
+        return out, statuses
     res, res_np, holding = _reserved(ses, reservation_ttl)
     used = [[a + r for a, r in zip(alloc, rsv, strict=True)] for alloc, rsv in zip(ses.q_alloc, res, strict=True)]
     used_np = [[a + r for a, r in zip(al, rs, strict=True)] for al, rs in zip(ses.q_alloc_np, res_np, strict=True)]
@@ -139,7 +168,6 @@ def decide_ungates(
         fair = ses.q_fair[q][0]
         return used[q][0] / fair if fair > 0 else (0.0 if used[q][0] <= 0 else float("inf"))
 
-    out: list[Ungate] = []
     while cands:
         q = min(cands, key=lambda qi: (cands[qi][0][0].idx not in holding, share(qi), ses.tree.nodes[qi].name))
         job, pods = cands[q].pop(0)
@@ -148,7 +176,7 @@ def decide_ungates(
         req = quota_request(ses, pods)
         breach = _breach(ses, job, req, used, used_np)
         if breach is not None:
-            kept.append(JobStatus(job.key, False, breach[0], f"{GATED}; {breach[1]}", {"gated": True}))
+            statuses.append(JobStatus(job.key, False, breach[0], f"{GATED}; {breach[1]}", {"gated": True}))
             continue
         for qi in ses.tree.nodes[job.queue].chain:
             for k in range(3):
@@ -156,19 +184,18 @@ def decide_ungates(
                 if not job.preemptible:
                     used_np[qi][k] += req[k]
         out.append(Ungate(job.key, tuple(ses.pods[p].uid for p in pods)))
-    return out, kept
+        statuses.append(JobStatus(job.key, False, Reason.NOT_READY, UNGATING, {"ungating": True}))
+    return out, statuses
 
 
-def apply_ungates(ses: Session, result: CycleResult, reservation_ttl: float = DEFAULT_RESERVATION_TTL) -> None:
-    """Put the decision on the cycle's result: ``result.ungate``, and the verdicts of gated gangs (a gang that is
+def apply_ungates(
+    ses: Session, result: CycleResult, reservation_ttl: float = DEFAULT_RESERVATION_TTL, gating: str = "off"
+) -> None:
+    """Put the decision on the cycle's result: ``result.ungate``, and the verdicts of gated or ungating gangs (a gang
     still short of pods because some are gated would otherwise read ``NotReadyForScheduling``)."""
-    ungates, kept = decide_ungates(ses, reservation_ttl)
+    ungates, statuses = decide_ungates(ses, reservation_ttl, gating)
     result.ungate = ungates
-    for st in kept:
+    for st in statuses:
         prev = result.jobs.get(st.job)
         if prev is None or not prev.scheduled:
             result.jobs[st.job] = st
-    for u in ungates:
-        prev = result.jobs.get(u.job)
-        if prev is None or not prev.scheduled:
-            result.jobs[u.job] = JobStatus(u.job, False, Reason.NOT_READY, UNGATING, {"ungating": True})

@@ -35,6 +35,7 @@ class QueueNode:
     preempt_min_runtime: float | None
     reclaim_min_runtime: float | None
     default_preemptibility: Preemptibility | None = None
+    admission_gating: bool = False  # opted in to the queue-admission gate (Queue.admission_gating)
     children: list[int] = field(default_factory=list)
     chain: list[int] = field(default_factory=list)  # self, parent, ..., top-level
 
@@ -142,6 +143,7 @@ def build_queue_tree(queues: list[Queue]) -> QueueTree:
                 preempt_min_runtime=q.preempt_min_runtime,
                 reclaim_min_runtime=q.reclaim_min_runtime,
                 default_preemptibility=q.default_preemptibility,
+                admission_gating=bool(q.admission_gating),
             )
         )
     roots: list[int] = []

@@ -201,7 +201,8 @@ class SessionBuild:
             block.max_total = max(j.max_member, total_min)
         simple = block.simple
         pods = j.pods if len(j.pods) < 2 else sorted(j.pods, key=_pod_sort_key)
-        # running totals for queue accounting: active, pending (under the elastic ceilings)
+        # running totals for queue accounting: active, pending (under the elastic ceilings; a pod held only by the
+        # queue-admission gate is demand too, as KAI's design counts it in its queue's request)
         act = block.act
         pend = block.pend
         pend_count: dict[int, int] = {}
@@ -231,7 +232,7 @@ class SessionBuild:
                 act[0] += req[0]
                 act[1] += req[1]
                 act[2] += req[2]
-            elif status == PENDING and not pod.gated:
+            elif status == PENDING and (not pod.gated or pod.quota_gated):
                 k = id(ps)
                 n = pend_count.get(k, 0)
                 if ps.n_active + n < ps.max:

@@ -266,6 +266,9 @@ class Queue:
     uid: str = ""
     # kai-ray.io/default-preemptibility: for the jobs of this leaf queue that set none themselves
     default_preemptibility: Preemptibility | None = None
+    # labelled kai.scheduler/queue-admission-gating: "true": its pods wait on the queue-admission gate's decision
+    # when SchedulerConfig.queue_admission_gating is "queues"
+    admission_gating: bool = False
 
 
 @dataclass(slots=True)
@@ -277,6 +280,9 @@ class SchedulerConfig:
     gpu_sharing_order: bool = True  # KAI's gpusharingorder plugin: fractions go first to nodes with a shared GPU
     actions: tuple[str, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
     reservation_ttl: float = 600.0  # seconds a gang ungated by its queue's quota holds that room while pending
+    # which queues' gated gangs wait on the quota decision (queue_admission.py): off (none: every gate is lifted),
+    # queues (Queues with admission_gating), all (every queue, a missing one included: it stays gated)
+    queue_admission_gating: str = "off"
     queue_priority_in_quota_reclaim: bool = False  # kai-ray/KAI alpha: higher-priority queue reclaims in-quota
     default_preemption_delay: float = 0.0
     default_staleness_grace: float = 60.0

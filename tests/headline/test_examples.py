@@ -143,6 +143,28 @@ def test_the_service_is_inference_in_the_same_queue_and_its_app_resolves() -> No
         assert {v["name"]: v["configMap"]["name"] for v in spec["volumes"]} == {"apps": "headline-serve"}
 
 
+def test_serves_replica_range_is_the_gpu_groups_and_ray_grows_it_through_kai_rays_hook() -> None:
+    """One replica per GPU worker: Serve's min/max replicas are the worker group's, and the second worker comes from
+    Ray's in-tree autoscaler with kai-ray's hook (sitecustomize.py in the same ConfigMap), as the training's does."""
+    pytest.importorskip("ray.serve")
+    from ray.serve.config import AutoscalingConfig
+
+    (svc,) = [d for d in DOCS.values() if d["kind"] == "RayService"]
+    (app,) = yaml.safe_load(svc["spec"]["serveConfigV2"])["applications"]
+    (deployment,) = app["deployments"]
+    assert "num_replicas" not in deployment
+    scaling = AutoscalingConfig(**deployment["autoscaling_config"])
+    assert deployment["ray_actor_options"]["num_gpus"] == 1
+    cluster = _cluster(svc)
+    (group,) = cluster["workerGroupSpecs"]
+    assert (group["minReplicas"], group["maxReplicas"]) == (scaling.min_replicas, scaling.max_replicas) == (1, 2)
+    assert group["replicas"] == scaling.min_replicas
+    assert cluster["enableInTreeAutoscaling"] is True
+    env = {e["name"]: e["value"] for e in cluster["autoscalerOptions"]["env"]}
+    assert env == {"KAI_RAY_AUTOSCALER": "1", "PYTHONPATH": "/apps"}
+    assert {m["name"]: m["mountPath"] for m in cluster["autoscalerOptions"]["volumeMounts"]} == {"apps": "/apps"}
+
+
 def test_podgroup_cli_groups_them_all() -> None:
     stream = "".join(p.read_text() for p in FILES)
     out = subprocess.run(
@@ -165,7 +187,7 @@ def test_podgroup_cli_groups_them_all() -> None:
     assert got == {
         "pg-headline-train": ("training", "train", 2, "4"),
         "pg-headline-train-sidecar": ("training", "train", 2, "4"),
-        "pg-headline-serve": ("training", "inference", 2, "2"),
+        "pg-headline-serve": ("training", "inference", 2, "3"),
     }
     for path in FILES:
         one = subprocess.run(

@@ -165,7 +165,7 @@ def kai_ray_and_kuberay(real_node: Any, kube: Kube, namespace: str) -> Iterator[
     plane.install_crds(kuberay=True)
     image = real_node.load_image("ray")
     install_defaults(kube, PRIORITY_CLASSES)
-    data = {"serve_app.py": (EXAMPLES / "serve_app.py").read_text()}
+    data = {f: (EXAMPLES / f).read_text() for f in ("serve_app.py", "sitecustomize.py")}
     kube.create(f"/api/v1/namespaces/{namespace}/configmaps", {"metadata": {"name": "headline-serve"}, "data": data})
     common: dict[str, Any] = {
         "kubeconfig": str(plane.kubeconfig_path),

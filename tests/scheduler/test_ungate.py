@@ -2,7 +2,9 @@
 
 Asserted on whole cycles: a gang is ungated whole and only when the limits up its queue chain admit it; admissions in
 one cycle are charged one after the other; an ungated gang still pending holds its room (from the stamp on its pods,
-so any leader sees it) until it binds or the reservation expires; a gang kept gated says why, apart from "no node".
+so any leader sees it) until it binds or the reservation expires; a gang kept gated says why, apart from "no node";
+a gang whose queue does not gate is let go; a missing queue keeps its gang gated under ``all``; gated demand counts in
+its queue's request and fair share.
 """
 
 from __future__ import annotations
@@ -47,21 +49,23 @@ def _running(name: str, queue: str, gpus: float, node: str) -> Job:
     return job
 
 
-def _queues(limit: float) -> list[Queue]:
+def _queues(limit: float, opted: bool = False) -> list[Queue]:
     return [
         Queue("dept", quota=UNLIMITED, limit=Resources(limit, -1, -1)),
-        Queue("a", parent="dept", quota=UNLIMITED),
-        Queue("b", parent="dept", quota=UNLIMITED),
+        Queue("a", parent="dept", quota=UNLIMITED, admission_gating=opted),
+        Queue("b", parent="dept", quota=UNLIMITED, admission_gating=opted),
     ]
 
 
-def _cycle(nodes: int, limit: float, jobs: list[Job], ttl: float = 600.0) -> CycleResult:
+def _cycle(
+    nodes: int, limit: float, jobs: list[Job], ttl: float = 600.0, gating: str = "all", opted: bool = False
+) -> CycleResult:
     return run_cycle(
         Snapshot(
             [Node(f"n{i}", Resources(8, 64000, 512e9)) for i in range(nodes)],
-            _queues(limit),
+            _queues(limit, opted),
             jobs,
-            config=SchedulerConfig(reservation_ttl=ttl),
+            config=SchedulerConfig(reservation_ttl=ttl, queue_admission_gating=gating),
             now=NOW,
         )
     )
@@ -105,3 +109,47 @@ def test_a_foreign_gate_is_never_lifted() -> None:
     job.pods[0].quota_gated = False  # gated by someone else too
     res = _cycle(1, 8, [job])
     assert res.ungate == [] and res.binds == []
+
+
+def test_a_gang_of_a_queue_that_does_not_gate_is_ungated_whatever_its_quota() -> None:
+    """Gated when its queue gated; the queue no longer does (opt-in label gone, or ``off``): the gate goes at once,
+    without the stamp (nothing reserved), and allocation alone enforces the limit."""
+    for gating, opted in (("queues", False), ("off", True)):
+        res = _cycle(
+            2, 8, [_running("busy", "a", 8, "n0"), _job("g", "b", 2, 4, gated=True)], gating=gating, opted=opted
+        )
+        assert [(u.job, u.pods, u.admitted) for u in res.ungate] == [("ns/g", ("g-0", "g-1"), False)], gating
+        assert res.jobs["ns/g"].details.get("gated") is None
+    res = _cycle(2, 8, [_running("busy", "a", 8, "n0"), _job("g", "b", 2, 4, gated=True)], gating="queues", opted=True)
+    assert res.ungate == [] and res.jobs["ns/g"].details["gated"] is True
+
+
+def test_a_gang_whose_queue_does_not_exist_stays_gated_under_all_and_goes_once_it_exists() -> None:
+    missing = _job("g", "ghost", 1, 4, gated=True)
+    res = _cycle(1, 8, [missing])
+    verdict = res.jobs["ns/g"]
+    assert res.ungate == [] and verdict.reason is Reason.QUEUE_DOES_NOT_EXIST
+    assert verdict.message == "gated: queue 'ghost' does not exist" and verdict.details["gated"] is True
+    res = _cycle(1, 8, [_job("g", "ghost", 1, 4, gated=True)], gating="queues")  # cannot have opted in
+    assert [u.admitted for u in res.ungate] == [False]
+    assert res.jobs["ns/g"].reason is Reason.QUEUE_DOES_NOT_EXIST and "gated" not in res.jobs["ns/g"].message
+    res = _cycle(1, 8, [_job("g", "a", 1, 4, gated=True)])  # the queue now exists: the quota decision applies
+    assert [(u.job, u.admitted) for u in res.ungate] == [("ns/g", True)]
+
+
+def test_gated_demand_counts_in_its_queues_request_and_fair_share_not_in_its_allocation() -> None:
+    """Two equal queues under an 8-GPU cluster; b's whole demand is gated. Without counting it b would request
+    nothing and a would get the cluster as its share; counted, each gets half, and b's allocation stays 0."""
+    queues = [Queue("a", quota=Resources(0, 0, 0)), Queue("b", quota=Resources(0, 0, 0))]
+    res = run_cycle(
+        Snapshot(
+            [Node("n0", Resources(8, 64000, 512e9))],
+            queues,
+            [_job("wants", "a", 2, 4, at=1), _job("held", "b", 2, 4, gated=True, at=2)],
+            config=SchedulerConfig(queue_admission_gating="all"),
+            now=NOW,
+        )
+    )
+    a, b = res.queues["a"], res.queues["b"]
+    assert b.requested["gpu"] == 8 and b.allocated["gpu"] == 0
+    assert a.fair_share["gpu"] == 4 and b.fair_share["gpu"] == 4

@@ -7,9 +7,11 @@ and a pod is visible to node autoscalers from that moment. So the podgrouper's w
 "true"``, KAI's opt-in). It decides nothing about quota, as KAI's design says: queue usage is not knowable at
 admission (the PodGroup may not exist yet); the scheduler removes the gate when the quota admits the whole gang
 (:mod:`kai_ray.k8s.scheduling.ungate`). A pod's queue is its top owner's queue label, then its own, then the default
-queue, as the podgrouper groups it. A queue that does not exist is not gated (KAI's design leaves it open; a typo'd
-queue is then reported as such instead of hiding behind a gate). The webhook fails open like the other one: an error
-admits the pod ungated, which is today's behaviour (quota is still enforced at allocation).
+queue, as the podgrouper groups it. Under ``all`` a queue that does not exist is gated too (KAI's design proposes
+it: the pod would otherwise make an autoscaler buy a node for a queue nobody can admit); the scheduler keeps it gated,
+saying ``gated: queue ... does not exist``, until the queue is created. Under ``queues`` a missing queue cannot have
+opted in, so its pods are not gated (and read ``queue ... does not exist`` when pending). The webhook fails open like
+the other one: an error admits the pod ungated, which is today's behaviour (quota is still enforced at allocation).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class QuotaGate:
     queue_label_key: str
     default_queue: str
     owner_chain: Callable[[dict[str, Any]], list[dict[str, Any]]]
-    _opted: dict[str, tuple[float, bool | None]] = field(default_factory=dict)  # queue -> (read at, gates?)
+    _opted: dict[str, tuple[float, bool]] = field(default_factory=dict)  # queue -> (read at, opted in?)
 
     def decide(self, raw: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
         spec = raw.get("spec") or {}
@@ -80,16 +82,19 @@ class QuotaGate:
         return self.default_queue
 
     def gates(self, queue: str) -> bool:
-        """Whether ``queue``'s pods are gated: it exists, and the mode is ``all`` or the queue opted in."""
+        """Whether ``queue``'s pods are gated: always under ``all`` (no read needed), else when the Queue exists and
+        opted in."""
+        if self.mode == "all":
+            return True
         now = time.monotonic()
         cached = self._opted.get(queue)
         if cached is None or now - cached[0] > QUEUE_TTL:
             try:
                 labels = (self.kube.get(queues_path(queue)).get("metadata") or {}).get("labels") or {}
-                opted: bool | None = labels.get(c.QUEUE_ADMISSION_GATING_LABEL) == "true"
+                opted = labels.get(c.QUEUE_ADMISSION_GATING_LABEL) == "true"
             except ApiError as exc:
                 if not exc.not_found:
                     raise
-                opted = None  # no such queue
+                opted = False  # no such queue: it cannot have opted in
             self._opted[queue] = cached = (now, opted)
-        return cached[1] is not None and (self.mode == "all" or bool(cached[1]))
+        return cached[1]

@@ -287,11 +287,12 @@ class SchedulerCache:
                     self._changed()
                 return
             meta = obj.get("metadata") or {}
-            # the generation and the one annotation the scheduler reads (a metadata change bumps no generation)
+            # the generation and the metadata the scheduler reads (a metadata change bumps no generation)
             sig = (
                 meta.get("uid"),
                 meta.get("generation"),
                 (meta.get("annotations") or {}).get(c.DEFAULT_PREEMPTIBILITY),
+                (meta.get("labels") or {}).get(c.QUEUE_ADMISSION_GATING_LABEL),
             )
             if old is not None and old.sig == sig:
                 old.raw = obj

@@ -121,9 +121,7 @@ class SchedulerOperator:
         self._loop_thread: threading.Thread | None = None
         config = self.config
         self.unschedulable = UnschedulableMarker(self.kube, partial(self.writer.submit, priority=STATUS_PRIORITY))
-        self.ungater = Ungater(
-            self.kube, partial(self.binder.submit, priority=EVICT_PRIORITY), config.queue_admission_gating != "off"
-        )
+        self.ungater = Ungater(self.kube, partial(self.binder.submit, priority=EVICT_PRIORITY))
         self.informers = self._informers()
         self.elector: LeaderElector | None = None
         if config.leader_elect:
@@ -351,6 +349,7 @@ class SchedulerOperator:
             ready_timeout_backoff=cfg.ready_timeout_backoff,
             upgrade_surge=cfg.upgrade_surge,
             reservation_ttl=cfg.reservation_ttl,
+            queue_admission_gating=cfg.queue_admission_gating,
         )
 
     def _loop(self) -> None:

@@ -8,8 +8,9 @@ same write, so the stamp (the gang's reservation, read back by every later cycle
 exactly when the gate is gone. A patch lost to a leader change leaves the gang partly ungated; the core admits such
 gangs first, so it converges.
 
-With ``--queue-admission-gating=off`` every pod still carrying the gate is let go unconditionally: turning the
-feature off needs no clean-up, and quota is still enforced at allocation.
+A gang whose queue does not gate (``--queue-admission-gating=off``, or ``queues`` and the Queue not, or no longer,
+opted in) is let go by the core unconditionally; its patch deletes the gate without the stamp, since no quota
+decision reserved room for it. Turning the feature off, or a queue opting out, needs no clean-up.
 """
 
 from __future__ import annotations
@@ -33,43 +34,39 @@ RESEND_AFTER = 10.0  # seconds: a patch the watch has not reflected by then is s
 Submit = Callable[[str, Callable[[], None]], None]
 
 
-def ungate_patch(now_iso: str) -> dict[str, object]:
-    """Delete the gate by name (``schedulingGates`` merges on ``name``) and stamp the admission in one write."""
-    return {
-        "metadata": {"annotations": {c.QUEUE_ADMITTED: now_iso}},
-        "spec": {"schedulingGates": [{"name": c.QUEUE_ADMISSION_GATE, "$patch": "delete"}]},
-    }
+def ungate_patch(now_iso: str | None) -> dict[str, object]:
+    """Delete the gate by name (``schedulingGates`` merges on ``name``) and, for an admission (``now_iso``), stamp
+    it in the same write."""
+    patch: dict[str, object] = {"spec": {"schedulingGates": [{"name": c.QUEUE_ADMISSION_GATE, "$patch": "delete"}]}}
+    if now_iso is not None:
+        patch["metadata"] = {"annotations": {c.QUEUE_ADMITTED: now_iso}}
+    return patch
 
 
 @dataclass(eq=False)
 class Ungater:
     kube: Kube
     submit: Submit
-    enabled: bool = True  # False: --queue-admission-gating=off, every gated pod is let go
     _sent: dict[str, float] = field(default_factory=dict)  # pod uid -> when its patch was submitted
 
     def after_cycle(self, view: SnapshotView, result: CycleResult) -> None:
         now = time.monotonic()
-        if self.enabled:
-            uids = [uid for u in result.ungate for uid in u.pods]
-        else:
-            uids = [uid for uid, e in view.pods_by_uid.items() if e.spod is not None and e.spod.quota_gated]
-        for uid in uids:
+        for uid, admitted in [(uid, u.admitted) for u in result.ungate for uid in u.pods]:
             entry = view.pods_by_uid.get(uid)
             if entry is None or now - self._sent.get(uid, -RESEND_AFTER) < RESEND_AFTER:
                 continue
             self._sent[uid] = now
-            self.submit(f"ungate:{entry.key}", self._writer(entry))
+            self.submit(f"ungate:{entry.key}", self._writer(entry, admitted))
         for uid in [u for u, at in self._sent.items() if now - at > 2 * RESEND_AFTER]:
             del self._sent[uid]
 
-    def _writer(self, entry: PodEntry) -> Callable[[], None]:
+    def _writer(self, entry: PodEntry, admitted: bool) -> Callable[[], None]:
         def write() -> None:
             try:
                 self.kube.request(
                     "PATCH",
                     pods_path(entry.namespace, entry.name),
-                    body=ungate_patch(rfc3339()),
+                    body=ungate_patch(rfc3339() if admitted else None),
                     content_type=STRATEGIC,
                 )
             except ApiError as exc:
