@@ -76,6 +76,12 @@ def seconds_below(history: Sequence[Sequence[float]], full: int, start: float, e
     return round(total, 3)
 
 
+def longest_pause(times: Sequence[float], since: float) -> float:
+    """The longest gap between consecutive new steps seen at or after ``since`` (0 with fewer than two)."""
+    seen = [t for t in times if t >= since]
+    return round(max((b - a for a, b in itertools.pairwise(seen)), default=0.0), 1)
+
+
 def steps_went_back(steps: Sequence[int]) -> int:
     """How many times a step number was not above the one before it (0 when the counter only moved forward)."""
     return sum(1 for a, b in itertools.pairwise(steps) if b <= a)
@@ -131,6 +137,10 @@ class StoryFigures:
     steps_redone_at_grow_back: int = 0
     steps_redone_at_resume: int = 0
     suspend_notice_taken: bool = False
+    # The longest time without a new step from the service's arrival until training runs on fewer workers again
+    # (sampled every 0.5 s): Ray Train v2 makes no step from the notice until its restart; the loop only waits on the
+    # dying worker's call.
+    longest_pause_at_shrink_seconds: float | None = None
     progress_points: list[dict[str, Any]] = field(default_factory=list)  # progress.json at each phase, for reading
     job_states: list[str] = field(default_factory=list)
     training_failed: bool = False
@@ -205,6 +215,7 @@ class Story:
         self.ckpt = self.ckpt_root / JOB
         self.operators: list[Any] = []
         self.steps: list[int] = []
+        self.step_times: list[float] = []  # monotonic time each sampled step was first seen
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
 
@@ -269,6 +280,7 @@ class Story:
             step = self.progress().get("step")
             if isinstance(step, int) and (not self.steps or step != self.steps[-1]):
                 self.steps.append(step)
+                self.step_times.append(time.monotonic())
             try:
                 job = self.kube.get(ray_path("RayJob", self.ns, JOB))
                 state = (job.get("status") or {}).get("jobDeploymentStatus")
@@ -360,6 +372,7 @@ class Story:
         fig.pods_recreated_by_kuberay = len(set(self.worker_pods()) - before)
         fig.steps_redone_at_shrink = (after_shrink := self._point("shrunk")) - lost
         fig.training_step_went_back = steps_went_back(self.steps)
+        fig.longest_pause_at_shrink_seconds = longest_pause(self.step_times, t_serve)
 
         # (d) the service goes away; training grows back
         t_del = time.monotonic()
