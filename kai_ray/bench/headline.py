@@ -137,6 +137,7 @@ class StoryFigures:
     steps_redone_at_grow_back: int = 0
     steps_redone_at_resume: int = 0
     suspend_notice_taken: bool = False
+    suspend_drains: dict[str, str] = field(default_factory=dict)  # pod -> what the GCS said to the suspend's drain
     # The longest time without a new step from the service's arrival until training runs on fewer workers again
     # (sampled every 0.5 s): Ray Train v2 makes no step from the notice until its restart; the loop only waits on the
     # dying worker's call.
@@ -410,6 +411,12 @@ class Story:
         self.fig.progress_points.append({"phase": phase, **{k: p.get(k) for k in keys}})
         return int(p.get("steps_lost", 0))
 
+    def _suspend_drains(self) -> dict[str, str]:
+        """The drains kai-ray's scheduler sent before its last suspend of the training (from its reclaim records)."""
+        reclaimer = getattr(self.operators[1], "reclaimer", None) if len(self.operators) > 1 else None
+        suspends = [r for r in getattr(reclaimer, "records", []) if r.kind == "suspend"]
+        return {d.pod: d.status for d in suspends[-1].drains} if suspends else {}
+
     def _job_failed(self) -> bool:
         """Raise at once when the RayJob failed before training filled the node (a wait would last its full timeout)."""
         with contextlib.suppress(ApiError):
@@ -485,6 +492,7 @@ class Story:
         fig.resumed_from_step = int(resumed["resumed_from"])
         fig.steps_redone_at_resume = self._point("resumed") - lost_before
         fig.suspend_notice_taken = int(self.progress().get("notices", 0)) > notices_before
+        fig.suspend_drains = self._suspend_drains()
         self.say(f"resumed from step {fig.resumed_from_step} {fig.suspend_to_resume_seconds}s after room returned")
 
     def close(self) -> None:
