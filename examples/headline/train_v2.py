@@ -16,8 +16,8 @@ that Ray Train does the restarting and kai-ray only has to tell it what is comin
 
 Gradients are averaged through one small named actor (:class:`Averager`); Ray Train v2's own collectives offer only
 broadcast and barrier, and a numpy model needs no torch. Progress goes to ``progress.json`` in ``--storage``: the
-step, the worker count, how often the run (re)started, where it resumed from, steps lost, notices and just-in-time
-checkpoints, so a test reads it without Ray.
+step, the worker count and its history (``[time, workers]`` points, as ``train.py`` keeps them), how often the run
+(re)started, where it resumed from, steps lost, notices and just-in-time checkpoints, so a test reads it without Ray.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def train_loop(config: dict[str, Any]) -> None:
     if rank == 0:
         before = _progress(storage, {})
         reached = int(before.get("step", 0))
-        history = [*before.get("history", []), {"at": time.time(), "workers": world, "from": step}]
+        history = [*before.get("history", []), [round(time.time(), 3), world]]
         _progress(
             storage,
             {
@@ -170,7 +170,7 @@ def train_loop(config: dict[str, Any]) -> None:
         time.sleep(config["step_seconds"])
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--storage", default="/checkpoints", help="checkpoints and progress.json (outlives the pods)")
     ap.add_argument("--steps", type=int, default=100_000)
@@ -179,7 +179,11 @@ def main() -> None:
     ap.add_argument("--min-workers", type=int, default=1)
     ap.add_argument("--max-workers", type=int, default=3)
     ap.add_argument("--resize-every", type=float, default=10.0, help="seconds between Ray Train's elastic checks")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     storage = Path(args.storage)
     storage.mkdir(parents=True, exist_ok=True)
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))

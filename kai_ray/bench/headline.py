@@ -1,5 +1,5 @@
-"""The headline's figures, read from what the workloads leave behind (``examples/headline/train.py`` writes
-``progress.json`` and one JSON line per step), so a benchmark on the host needs no Kubernetes API to follow training.
+"""The headline's figures, read from what the workloads leave behind (``examples/headline/train_v2.py`` and
+``train.py`` write ``progress.json``), so a benchmark on the host needs no Kubernetes API to follow training.
 
 The pure functions here are shared by the tests with real Ray processes and by ``kai-ray bench headline``.
 """
@@ -76,6 +76,12 @@ def seconds_below(history: Sequence[Sequence[float]], full: int, start: float, e
     return round(total, 3)
 
 
+def longest_pause(times: Sequence[float], since: float) -> float:
+    """The longest gap between consecutive new steps seen at or after ``since`` (0 with fewer than two)."""
+    seen = [t for t in times if t >= since]
+    return round(max((b - a for a, b in itertools.pairwise(seen)), default=0.0), 1)
+
+
 def steps_went_back(steps: Sequence[int]) -> int:
     """How many times a step number was not above the one before it (0 when the counter only moved forward)."""
     return sum(1 for a, b in itertools.pairwise(steps) if b <= a)
@@ -86,6 +92,7 @@ def steps_went_back(steps: Sequence[int]) -> int:
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "headline"
 SEMANTICS = ("kai-ray", "kai")
+TRAINERS = ("train-v2", "loop")
 PRIORITY_CLASSES = {"train": 50, "build": 100, "inference": 125}
 JOB = "headline-train"
 SERVICE = "headline-serve"
@@ -94,9 +101,13 @@ SERVICE = "headline-serve"
 @dataclass
 class StoryConfig:
     """One run of the headline on a real node. ``semantics="kai"`` is KAI's way of evicting (delete the victim pods,
-    no Ray-aware shrink, no suspend) on the same podgrouper and core, for contrast."""
+    no Ray-aware shrink, no suspend) on the same podgrouper and core, for contrast. ``trainer`` picks the training
+    script: ``train-v2`` (Ray Train v2, which takes the drain's preemption notice for a just-in-time checkpoint; what
+    ``rayjob-training-cpu.yaml`` runs) or ``loop`` (the hand-written actor loop ``train.py``, which only checkpoints
+    every few steps)."""
 
     semantics: str = "kai-ray"
+    trainer: str = "train-v2"
     workers: int = 3
     timeout: float = 900.0
     compute_seconds: float = 0.3
@@ -106,17 +117,32 @@ class StoryConfig:
 @dataclass
 class StoryFigures:
     semantics: str
+    trainer: str
     serve_first_answer_seconds: float | None = None
     serve_answered_via: str = ""
     served_through_service: bool = False
     training_steps_lost: int = 0
-    training_step_went_back: int = 0  # across the shrink and grow-back (a resume's redone steps are steps_lost)
+    training_step_went_back: int = 0  # across the shrink (a restart's redone steps are counted per phase below)
     seconds_below_full_size: float | None = None
     grow_back_seconds: float | None = None
     pods_recreated_by_kuberay: int = 0
     shrink_drained: bool = False
     suspend_to_resume_seconds: float | None = None
     resumed_from_step: int | None = None
+    preemption_notices: int = 0  # notices the training took (Ray Train v2's get_preemption_info)
+    jit_checkpoints: int = 0
+    # Steps redone per phase (a restart from a checkpoint older than the last step): Ray Train v2 restarts its worker
+    # group at a shrink (from the just-in-time checkpoint), when it grows (from the latest checkpoint) and on resume.
+    steps_redone_at_shrink: int = 0
+    steps_redone_at_grow_back: int = 0
+    steps_redone_at_resume: int = 0
+    suspend_notice_taken: bool = False
+    suspend_drains: dict[str, str] = field(default_factory=dict)  # pod -> what the GCS said to the suspend's drain
+    # The longest time without a new step from the service's arrival until training runs on fewer workers again
+    # (sampled every 0.5 s): Ray Train v2 makes no step from the notice until its restart; the loop only waits on the
+    # dying worker's call.
+    longest_pause_at_shrink_seconds: float | None = None
+    progress_points: list[dict[str, Any]] = field(default_factory=list)  # progress.json at each phase, for reading
     job_states: list[str] = field(default_factory=list)
     training_failed: bool = False
     notes: list[str] = field(default_factory=list)
@@ -151,6 +177,16 @@ def example_manifest(
     return out
 
 
+def training_entrypoint(cfg: StoryConfig) -> str:
+    """The RayJob's command line for the chosen trainer: the example's arguments, a step count the story never
+    reaches and the configured seconds per step."""
+    common = f"--min-workers 1 --max-workers {cfg.workers} --steps 1000000"
+    seconds = cfg.compute_seconds
+    if cfg.trainer == "loop":
+        return f"python /apps/train.py --checkpoint-dir /checkpoints/{JOB} {common} --compute-seconds {seconds}"
+    return f"python /apps/train_v2.py --storage /checkpoints/{JOB} {common} --step-seconds {seconds}"
+
+
 def _rbac(namespace: str) -> list[tuple[str, dict[str, Any]]]:
     base = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
     out = []
@@ -172,12 +208,15 @@ class Story:
     def __init__(self, node: Any, kube: Kube, namespace: str, cfg: StoryConfig, say: Callable[[str], None]) -> None:
         if cfg.semantics not in SEMANTICS:
             raise ValueError(f"semantics: {cfg.semantics!r} is not one of {', '.join(SEMANTICS)}")
+        if cfg.trainer not in TRAINERS:
+            raise ValueError(f"trainer: {cfg.trainer!r} is not one of {', '.join(TRAINERS)}")
         self.node, self.kube, self.ns, self.cfg, self.say = node, kube, namespace, cfg, say
-        self.fig = StoryFigures(cfg.semantics)
+        self.fig = StoryFigures(cfg.semantics, cfg.trainer)
         self.ckpt_root = Path(tempfile.mkdtemp(prefix="kai-ray-headline-"))
         self.ckpt = self.ckpt_root / JOB
         self.operators: list[Any] = []
         self.steps: list[int] = []
+        self.step_times: list[float] = []  # monotonic time each sampled step was first seen
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
 
@@ -204,7 +243,7 @@ class Story:
         for path, doc in _rbac(ns):
             kube.create(path, doc)
         configmaps = {
-            "headline-train": ("train.py", "sitecustomize.py"),
+            "headline-train": ("train_v2.py", "train.py", "sitecustomize.py"),
             "headline-serve": ("serve_app.py", "sitecustomize.py"),
         }
         for cm, files in configmaps.items():
@@ -242,6 +281,7 @@ class Story:
             step = self.progress().get("step")
             if isinstance(step, int) and (not self.steps or step != self.steps[-1]):
                 self.steps.append(step)
+                self.step_times.append(time.monotonic())
             try:
                 job = self.kube.get(ray_path("RayJob", self.ns, JOB))
                 state = (job.get("status") or {}).get("jobDeploymentStatus")
@@ -297,11 +337,7 @@ class Story:
         cfg, kube, ns, fig, t = self.cfg, self.kube, self.ns, self.fig, self.cfg.timeout
         self._setup()
         job = example_manifest("rayjob-training-cpu.yaml", ns, self.q_training, self.ray_image, self.ckpt_root)
-        job["spec"]["entrypoint"] = (
-            job["spec"]["entrypoint"]
-            .replace("--compute-seconds 0.2", f"--compute-seconds {cfg.compute_seconds}")
-            .replace("--steps 3000", "--steps 1000000")
-        )
+        job["spec"]["entrypoint"] = training_entrypoint(cfg)
         kube.create(ray_path("RayJob", ns), job)
         self._sampler = threading.Thread(target=self._sample, name="headline-sampler", daemon=True)
         self._sampler.start()
@@ -309,11 +345,15 @@ class Story:
         # (a) training fills the node
         full = _wait(
             f"training on {cfg.workers} workers",
-            lambda: (p := self.progress()).get("workers") == cfg.workers and p.get("step", 0) >= 3 and p,
+            lambda: (
+                self._job_failed()
+                or ((p := self.progress()).get("workers") == cfg.workers and p.get("step", 0) >= 3 and p)
+            ),
             t,
         )
         self.say(f"training runs on {full['workers']} workers at step {full['step']}")
         before = set(self.worker_pods())
+        lost = self._point("full")
 
         # (b) the RayService arrives; (c) it answers
         svc = example_manifest("rayservice-cpu.yaml", ns, self.q_training, self.ray_image)
@@ -331,6 +371,9 @@ class Story:
         fig.shrink_drained = bool(shrink) and set((shrink.get("drain") or {}).values()) == {"accepted"}
         _wait("a few more steps on fewer workers", lambda: self.progress().get("step", 0) >= shrunk["step"] + 3, t)
         fig.pods_recreated_by_kuberay = len(set(self.worker_pods()) - before)
+        fig.steps_redone_at_shrink = (after_shrink := self._point("shrunk")) - lost
+        fig.training_step_went_back = steps_went_back(self.steps)
+        fig.longest_pause_at_shrink_seconds = longest_pause(self.step_times, t_serve)
 
         # (d) the service goes away; training grows back
         t_del = time.monotonic()
@@ -341,16 +384,46 @@ class Story:
         fig.grow_back_seconds = round(time.monotonic() - t_del, 1)
         fig.seconds_below_full_size = seconds_below(back["history"], cfg.workers, wall_serve, time.time())
         self.say(f"training grew back {fig.grow_back_seconds}s after the service was deleted")
-
-        # Across the shrink and the grow-back the counter only moves forward; a resume redoes the steps since the last
-        # checkpoint, which count as lost instead.
-        fig.training_step_went_back = steps_went_back(self.steps)
+        fig.steps_redone_at_grow_back = self._point("grown back") - after_shrink
 
         # (e) the whole gang must go: a burst of inference takes every GPU the training holds
         if cfg.suspend_story:
             self._suspend_story()
-        fig.training_steps_lost += int(self.progress().get("steps_lost", 0))
+        final = self.progress()
+        fig.training_steps_lost += int(final.get("steps_lost", 0))
+        fig.preemption_notices = int(final.get("notices", 0))
+        fig.jit_checkpoints = int(final.get("jit_checkpoints", 0))
         return fig
+
+    def _point(self, phase: str) -> int:
+        """Keep progress.json's counters at a phase of the story; returns the steps redone so far."""
+        p = self.progress()
+        keys = (
+            "step",
+            "workers",
+            "starts",
+            "steps_lost",
+            "resumed_from",
+            "notices",
+            "jit_checkpoints",
+            "jit_committed",
+        )
+        self.fig.progress_points.append({"phase": phase, **{k: p.get(k) for k in keys}})
+        return int(p.get("steps_lost", 0))
+
+    def _suspend_drains(self) -> dict[str, str]:
+        """The drains kai-ray's scheduler sent before its last suspend of the training (from its reclaim records)."""
+        reclaimer = getattr(self.operators[1], "reclaimer", None) if len(self.operators) > 1 else None
+        suspends = [r for r in getattr(reclaimer, "records", []) if r.kind == "suspend"]
+        return {d.pod: d.status for d in suspends[-1].drains} if suspends else {}
+
+    def _job_failed(self) -> bool:
+        """Raise at once when the RayJob failed before training filled the node (a wait would last its full timeout)."""
+        with contextlib.suppress(ApiError):
+            status = self.kube.get(ray_path("RayJob", self.ns, JOB)).get("status") or {}
+            if status.get("jobDeploymentStatus") == "Failed":
+                raise RuntimeError(f"the training RayJob failed: {str(status.get('message', ''))[-2000:]}")
+        return False
 
     def _shrink_record(self) -> dict[str, Any]:
 
@@ -366,6 +439,9 @@ class Story:
         kube, ns, fig, t, cfg = self.kube, self.ns, self.fig, self.cfg.timeout, self.cfg
         kube.create(pods_path(ns), _busybox_pod("burst", self.busybox, cfg.workers, self.q_training, "inference"))
         step_before = self.progress().get("step", 0)
+        starts_before = int(self.progress().get("starts", 0))
+        notices_before = int(self.progress().get("notices", 0))
+        lost_before = self._point("before the suspend")
 
         def evicted() -> str | None:
             """Suspended or Failed (kai-ray's path), or, under KAI's semantics, the burst running on GPUs the
@@ -397,7 +473,8 @@ class Story:
 
         def resumed_or_failed() -> dict[str, Any] | None:
             p = self.progress()
-            if p.get("starts", 1) >= 2 and p.get("resumed_from") is not None and p.get("step", 0) > p["resumed_from"]:
+            started_again = int(p.get("starts", 0)) > starts_before and p.get("resumed_from") is not None
+            if started_again and p.get("step", 0) > p["resumed_from"]:
                 return p
             with contextlib.suppress(ApiError):
                 status = kube.get(ray_path("RayJob", ns, JOB)).get("status") or {}
@@ -413,6 +490,9 @@ class Story:
             return
         fig.suspend_to_resume_seconds = round(time.monotonic() - t_room, 1)
         fig.resumed_from_step = int(resumed["resumed_from"])
+        fig.steps_redone_at_resume = self._point("resumed") - lost_before
+        fig.suspend_notice_taken = int(self.progress().get("notices", 0)) > notices_before
+        fig.suspend_drains = self._suspend_drains()
         self.say(f"resumed from step {fig.resumed_from_step} {fig.suspend_to_resume_seconds}s after room returned")
 
     def close(self) -> None:

@@ -43,6 +43,7 @@ SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("pause", "busybox", "base", "operator", "ray")
+IMAGE_RAY_EXTRAS = ("train",)  # the headline's Ray Train v2 job
 KEEP_VERSIONS = 3  # archives kept per image (the most recently used), for checkouts at different commits
 
 _APT_PACKAGES = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap", "ctr": "containerd"}
@@ -352,12 +353,19 @@ def _copy_sources(destination: Path, files: dict[str, Path]) -> None:
 
 
 def _ray_requirements() -> list[str]:
-    """Ray at the version pyproject.toml pins, and kai-ray's own dependencies, so the wheel's layer adds only itself."""
+    """Ray at the version pyproject.toml pins, and kai-ray's own dependencies, so the wheel's layer adds only itself.
+
+    The image adds Ray's ``train`` extra to the pin: the headline's training is a Ray Train v2 job
+    (``examples/headline/train_v2.py``), and Ray Train is what a Ray image for training carries. The ``ray`` extra of
+    the package keeps it out, because the autoscaler hook needs none of it.
+    """
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     ray = [spec for spec in project["optional-dependencies"]["ray"] if spec.startswith("ray")]
-    if not ray or "==" not in ray[0]:
+    pin = re.fullmatch(r"ray\[([a-z,]+)\]==(\S+)", ray[0]) if ray else None
+    if pin is None:
         raise ImageBuildError("pyproject.toml: [project.optional-dependencies] ray must pin ray[...]==VERSION")
-    return [*ray, *project["dependencies"]]
+    extras = sorted({*pin.group(1).split(","), *IMAGE_RAY_EXTRAS})
+    return [f"ray[{','.join(extras)}]=={pin.group(2)}", *project["dependencies"]]
 
 
 def _debian_sources() -> tuple[str, ...]:

@@ -3,8 +3,8 @@
 Nothing runs here: the manifests are read as YAML and through ``kai-ray podgroup`` as a user runs it. What is checked
 is what would otherwise only fail minutes into a real-node run: every pod template (the submitter's too) names
 kai-scheduler and the locally built image with ``imagePullPolicy: Never``; the RayJob's entrypoint is a command line
-``train.py`` accepts, writing under the hostPath mount; the Serve app's import path resolves; the training is elastic
-(kai-ray may shrink it) and the service is ``inference`` in the same queue, with a gang that fits beside the training.
+its script (``train_v2.py`` or ``train.py``) accepts, writing under the hostPath mount; the Serve app's import path
+resolves; the training is elastic (kai-ray may shrink it) and the service is ``inference`` in the same queue, with a gang that fits beside the training.
 """
 
 from __future__ import annotations
@@ -107,15 +107,25 @@ def test_training_is_elastic_and_its_entrypoint_is_accepted(name: str) -> None:
         assert "ray.io/group" not in ((doc["spec"]["submitterPodTemplate"].get("metadata") or {}).get("labels") or {})
 
     argv = shlex.split(doc["spec"]["entrypoint"])
-    assert argv[:2] == ["python", "/apps/train.py"]
-    args = _module("train").parse_args(argv[2:])
+    assert argv[0] == "python" and argv[1] in ("/apps/train.py", "/apps/train_v2.py")
+    script = Path(argv[1]).stem
+    if script == "train_v2":
+        pytest.importorskip("ray.train")
+    args = _module(script).parse_args(argv[2:])
     assert args.max_workers == group["maxReplicas"] and args.min_workers == group["minReplicas"]
     head = _cluster(doc)["headGroupSpec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in head["containers"][0]["volumeMounts"]}
     volumes = {v["name"]: v for v in head["volumes"]}
     assert volumes["apps"]["configMap"]["name"] == "headline-train" and mounts["apps"] == "/apps"
     assert volumes["checkpoints"]["hostPath"]["path"] == "/var/lib/kai-ray-headline"
-    assert args.checkpoint_dir == Path(mounts["checkpoints"]) / doc["metadata"]["name"]
+    where = Path(args.storage) if script == "train_v2" else args.checkpoint_dir
+    assert where == Path(mounts["checkpoints"]) / doc["metadata"]["name"]
+    if script == "train_v2":  # Ray Train's workers write the checkpoints: the head's directory on every worker
+        worker = group["template"]["spec"]
+        worker_mounts = {m["name"]: m["mountPath"] for m in worker["containers"][0]["volumeMounts"]}
+        assert worker_mounts["checkpoints"] == mounts["checkpoints"]
+        (checkpoints,) = [v for v in worker["volumes"] if v["name"] == "checkpoints"]
+        assert checkpoints["hostPath"] == volumes["checkpoints"]["hostPath"]
 
 
 def test_the_service_is_inference_in_the_same_queue_and_its_app_resolves() -> None:

@@ -1,4 +1,5 @@
-"""``kai-ray bench headline``: the headline on a real node, with kai-ray's Ray-aware evictions and with KAI's.
+"""``kai-ray bench headline``: the headline on a real node, with kai-ray's Ray-aware evictions and with KAI's, on the
+Ray Train v2 job (which takes the preemption notice) and on the hand-written loop (which does not).
 
 Needs the real-node lane (``kai_ray.testing.controlplane.realnode``: kubelet + containerd on this host, as root) and
 its Ray image; the first run builds what the lane builds.
@@ -28,6 +29,12 @@ def _lane() -> Any:
 @bench.command("headline")
 def headline(
     semantics: Annotated[str, typer.Option("--semantics", help="both, kai-ray or kai")] = "both",
+    trainer: Annotated[
+        str,
+        typer.Option(
+            "--trainer", help="train-v2, loop, or all (train-v2 with both semantics, then loop with kai-ray's)"
+        ),
+    ] = "train-v2",
     workers: Annotated[int, typer.Option("--workers", help="training workers (1 GPU each)")] = 3,
     gpus: Annotated[int, typer.Option("--gpus", help="nvidia.com/gpu the node advertises")] = 8,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds for each wait of the story")] = 900.0,
@@ -36,9 +43,14 @@ def headline(
 ) -> None:
     """Training fills a real node, a RayService preempts it, training shrinks and grows back, then a whole-gang
     preemption suspends and resumes it; prints the figures for each eviction semantics."""
-    runs = {"both": ("kai-ray", "kai"), "kai-ray": ("kai-ray",), "kai": ("kai",)}.get(semantics)
-    if runs is None:
+    chosen = {"both": ("kai-ray", "kai"), "kai-ray": ("kai-ray",), "kai": ("kai",)}.get(semantics)
+    if chosen is None:
         raise CliError(f"--semantics: {semantics!r} is not one of both, kai-ray, kai")
+    if trainer not in ("train-v2", "loop", "all"):
+        raise CliError(f"--trainer: {trainer!r} is not one of train-v2, loop, all")
+    runs = [(name, "train-v2" if trainer == "all" else trainer) for name in chosen]
+    if trainer == "all" and "kai-ray" in chosen:
+        runs.append(("kai-ray", "loop"))
     if workers < 1 or gpus <= workers or timeout <= 0:
         raise CliError("--workers must be at least 1, --gpus more than --workers, --timeout positive")
     lane = _lane()
@@ -53,19 +65,17 @@ def headline(
     try:
         with lane.RealNode(gpus=gpus) as node:
             kube = Kube(node.plane.api_client(pool_size=16))
-            for name in runs:
+            for name, script in runs:
+                key = name if trainer != "all" else f"{name}/{script}"
                 ns = node.plane.new_namespace(f"headline-{name}")
-                story = Story(
-                    node,
-                    kube,
-                    ns,
-                    StoryConfig(semantics=name, workers=workers, timeout=timeout, suspend_story=not no_suspend),
-                    say,
+                cfg = StoryConfig(
+                    semantics=name, trainer=script, workers=workers, timeout=timeout, suspend_story=not no_suspend
                 )
+                story = Story(node, kube, ns, cfg, say)
                 try:
-                    out[name] = story.run().as_dict()
+                    out[key] = story.run().as_dict()
                 except TimeoutError as exc:
-                    out[name] = {**story.fig.as_dict(), "error": str(exc)}
+                    out[key] = {**story.fig.as_dict(), "error": str(exc)}
                 finally:
                     story.close()
                     node.plane.clear_namespace(ns)
@@ -75,7 +85,11 @@ def headline(
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
-    keys = [k for k in next(iter(out.values())) if k not in ("semantics", "notes", "job_states")]
+    keys = [
+        k
+        for k in next(iter(out.values()))
+        if k not in ("semantics", "trainer", "notes", "job_states", "progress_points")
+    ]
     typer.echo(f"{'':32}" + "".join(f"{n:>14}" for n in out))
     for key in keys:
         typer.echo(f"{key:32}" + "".join(f"{out[n].get(key)!s:>14}" for n in out))
