@@ -37,6 +37,7 @@ SHAPE_STEP = 10  # ... taken ten shapes at a time, as the paper's simulator does
 MAX_SHAPES = 128  # a bound on the work per placement
 TIE_BAND = 0.05  # GPUs of fragmentation within which placements count as equal and best fit decides
 PINNED_BAND = 0.005  # the same for the part that comes from shapes the node cannot host (see fgd_term)
+STRAND_PINNED_PRIORITY = 10.0  # cpufgd: the pinned part's steps are this much finer, so stranding cannot outweigh it
 
 
 @dataclass
@@ -223,10 +224,13 @@ def fgd_term(ses: Session, p: int, cand: np.ndarray, stranding: bool = False) ->
         return np.zeros(cand.size)
     pinned = _pinned_part(ses, p, cand.size)
     rest = delta - pinned
+    band = PINNED_BAND
     if stranding:
         rest = rest + strand_delta(ses, p)
+        pinned = pinned_pressure_cost(ses, p)
+        band = PINNED_BAND / STRAND_PINNED_PRIORITY
     lo, lo_pinned = float(rest[ok].min()), float(pinned[ok].min())
-    step = (rest - lo) / TIE_BAND + (pinned - lo_pinned) / PINNED_BAND
+    step = (rest - lo) / TIE_BAND + (pinned - lo_pinned) / band
     primary = np.where(ok, np.maximum(-step, -900.0), 0.0)
     return primary + bestfit_term(ses, p, cand) / 9.0
 
@@ -264,6 +268,37 @@ def strand_delta(ses: Session, p: int) -> np.ndarray:
     before = np.maximum(gpu_free - cpu_free / ratio, 0.0)
     after = np.maximum(gpu_free - need - (cpu_free - c) / ratio, 0.0)
     return after - before
+
+
+def pinned_pressure(ses: Session) -> np.ndarray:
+    """Per node, how hard the pods restricted to a subset of nodes press on it: for each restricted shape that may
+    run there, its share of the mix's GPU request over the share of the cluster's GPUs it may use (cached per
+    session). A node only pinned pods of a scarce model can use scores near 1, a node of a common model near 0."""
+    cached: np.ndarray | None = ses.memo.get("pinned_pressure")
+    if cached is not None:
+        return cached
+    mix = workload_mix(ses)
+    gpus = ses.alloc[GPU].astype(np.float64)
+    restricted = ~mix.access.all(axis=0)
+    demand = mix.weight * mix.gpu * mix.count
+    demand = demand / max(float(demand.sum()), EPS)
+    reach = (mix.access * gpus[:, None]).sum(axis=0) / max(float(gpus.sum()), EPS)
+    ratio = np.where(restricted & (reach > EPS), demand / np.maximum(reach, EPS), 0.0)
+    cached = mix.access.astype(np.float64) @ ratio
+    ses.memo["pinned_pressure"] = cached
+    return cached
+
+
+def pinned_pressure_cost(ses: Session, p: int) -> np.ndarray:
+    """cpufgd's replacement for the pinned part: the pod's GPUs times the node's :func:`pinned_pressure`.
+
+    Why: fgd's pinned part prefers nodes that *few shapes may use*, which on the gpuspec lists sends unpinned pods to
+    the small G3, P100 and V100 pools (few pins name them) and drops the pods pinned there; what matters is how much
+    pinned demand each pool must absorb for its size."""
+    shape = _shape(ses, p)
+    if shape is None:
+        return np.zeros(len(ses.nodes))
+    return shape[1] * shape[2] * pinned_pressure(ses)
 
 
 def _pinned_part(ses: Session, p: int, n: int) -> np.ndarray:
