@@ -37,7 +37,7 @@ SHAPE_STEP = 10  # ... taken ten shapes at a time, as the paper's simulator does
 MAX_SHAPES = 128  # a bound on the work per placement
 TIE_BAND = 0.05  # GPUs of fragmentation within which placements count as equal and best fit decides
 PINNED_BAND = 0.005  # the same for the part that comes from shapes the node cannot host (see fgd_term)
-STRAND_PINNED_PRIORITY = 10.0  # cpufgd: the pinned part's steps are this much finer, so stranding cannot outweigh it
+STRAND_PINNED_PRIORITY = 1.0  # cpufgd: the pinned part's steps are this much finer, so stranding cannot outweigh it
 
 
 @dataclass
