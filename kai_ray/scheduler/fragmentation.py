@@ -298,7 +298,9 @@ def pinned_pressure_cost(ses: Session, p: int) -> np.ndarray:
     shape = _shape(ses, p)
     if shape is None:
         return np.zeros(len(ses.nodes))
-    return shape[1] * shape[2] * pinned_pressure(ses)
+    st = node_state(ses)
+    free_share = float(st.total.sum()) / max(float(ses.alloc[GPU].sum()), EPS)
+    return shape[1] * shape[2] * free_share * pinned_pressure(ses)
 
 
 def _pinned_part(ses: Session, p: int, n: int) -> np.ndarray:
