@@ -9,7 +9,8 @@ pod shapes. kai-ray implements both ideas over the session's node state:
 * ``bestfit``: the node whose free CPU and GPU (each normalised by the largest node) would be smallest after the pod
   lands, with equal weights;
 * ``fgd``: the node (and, for a fraction, the GPU) that minimises the fragmentation after placement minus before.
-* ``cpufgd``: FGD plus the GPU share a placement strands behind missing CPU (see :func:`strand_delta`).
+* ``cpufgd``: FGD plus the GPU share a placement strands behind missing CPU (see :func:`strand_delta`), with pools
+  of GPU models kept for the pods pinned to them by their pinned demand (see :func:`pinned_pressure_cost`).
 
 Fragmentation of a node for one pod shape (``cpu``, ``gpu`` per GPU, ``count`` GPUs): if the node could host the
 shape (enough CPU and at least ``count`` GPUs with ``gpu`` free), its fragment is the free share of the GPUs that
@@ -37,7 +38,6 @@ SHAPE_STEP = 10  # ... taken ten shapes at a time, as the paper's simulator does
 MAX_SHAPES = 128  # a bound on the work per placement
 TIE_BAND = 0.05  # GPUs of fragmentation within which placements count as equal and best fit decides
 PINNED_BAND = 0.005  # the same for the part that comes from shapes the node cannot host (see fgd_term)
-STRAND_PINNED_PRIORITY = 1.0  # cpufgd: the pinned part's steps are this much finer, so stranding cannot outweigh it
 
 
 @dataclass
@@ -217,20 +217,19 @@ def fgd_term(ses: Session, p: int, cand: np.ndarray, stranding: bool = False) ->
     gpuspec lists. Where every shape may use every node (the default list) this part is zero and nothing changes.
 
     ``stranding`` is ``cpufgd``: the change in GPU share stranded behind missing CPU (:func:`strand_delta`) counts
-    like fragmentation, GPU for GPU."""
+    like fragmentation, GPU for GPU, and the pinned part becomes :func:`pinned_pressure_cost` (what the pod takes
+    from pools that pinned pods need), since the stranding term outweighed fgd's pinned part on the gpuspec lists."""
     delta, _ = fgd_delta(ses, p, cand)
     ok = cand & np.isfinite(delta)
     if not ok.any():
         return np.zeros(cand.size)
     pinned = _pinned_part(ses, p, cand.size)
     rest = delta - pinned
-    band = PINNED_BAND
     if stranding:
         rest = rest + strand_delta(ses, p)
         pinned = pinned_pressure_cost(ses, p)
-        band = PINNED_BAND / STRAND_PINNED_PRIORITY
     lo, lo_pinned = float(rest[ok].min()), float(pinned[ok].min())
-    step = (rest - lo) / TIE_BAND + (pinned - lo_pinned) / band
+    step = (rest - lo) / TIE_BAND + (pinned - lo_pinned) / PINNED_BAND
     primary = np.where(ok, np.maximum(-step, -900.0), 0.0)
     return primary + bestfit_term(ses, p, cand) / 9.0
 
@@ -294,7 +293,9 @@ def pinned_pressure_cost(ses: Session, p: int) -> np.ndarray:
 
     Why: fgd's pinned part prefers nodes that *few shapes may use*, which on the gpuspec lists sends unpinned pods to
     the small G3, P100 and V100 pools (few pins name them) and drops the pods pinned there; what matters is how much
-    pinned demand each pool must absorb for its size."""
+    pinned demand each pool must absorb for its size. The cost fades with the cluster's free GPU share: while the
+    cluster fills, the pinned pods still to come need their pools; once it is nearly full, any pod that fits a hole
+    is worth placing, and FGD's own ranking decides."""
     shape = _shape(ses, p)
     if shape is None:
         return np.zeros(len(ses.nodes))
