@@ -9,7 +9,8 @@ pod shapes. kai-ray implements both ideas over the session's node state:
 * ``bestfit``: the node whose free CPU and GPU (each normalised by the largest node) would be smallest after the pod
   lands, with equal weights;
 * ``fgd``: the node (and, for a fraction, the GPU) that minimises the fragmentation after placement minus before.
-* ``cpufgd``: FGD plus the GPU share a placement strands behind missing CPU (see :func:`strand_delta`).
+* ``cpufgd``: FGD plus the GPU share a placement strands behind missing CPU (see :func:`strand_delta`), with pools
+  of GPU models kept for the pods pinned to them by their pinned demand (see :func:`pinned_pressure_cost`).
 
 Fragmentation of a node for one pod shape (``cpu``, ``gpu`` per GPU, ``count`` GPUs): if the node could host the
 shape (enough CPU and at least ``count`` GPUs with ``gpu`` free), its fragment is the free share of the GPUs that
@@ -216,7 +217,8 @@ def fgd_term(ses: Session, p: int, cand: np.ndarray, stranding: bool = False) ->
     gpuspec lists. Where every shape may use every node (the default list) this part is zero and nothing changes.
 
     ``stranding`` is ``cpufgd``: the change in GPU share stranded behind missing CPU (:func:`strand_delta`) counts
-    like fragmentation, GPU for GPU."""
+    like fragmentation, GPU for GPU, and the pinned part becomes :func:`pinned_pressure_cost` (what the pod takes
+    from pools that pinned pods need), since the stranding term outweighed fgd's pinned part on the gpuspec lists."""
     delta, _ = fgd_delta(ses, p, cand)
     ok = cand & np.isfinite(delta)
     if not ok.any():
@@ -225,6 +227,7 @@ def fgd_term(ses: Session, p: int, cand: np.ndarray, stranding: bool = False) ->
     rest = delta - pinned
     if stranding:
         rest = rest + strand_delta(ses, p)
+        pinned = pinned_pressure_cost(ses, p)
     lo, lo_pinned = float(rest[ok].min()), float(pinned[ok].min())
     step = (rest - lo) / TIE_BAND + (pinned - lo_pinned) / PINNED_BAND
     primary = np.where(ok, np.maximum(-step, -900.0), 0.0)
@@ -264,6 +267,41 @@ def strand_delta(ses: Session, p: int) -> np.ndarray:
     before = np.maximum(gpu_free - cpu_free / ratio, 0.0)
     after = np.maximum(gpu_free - need - (cpu_free - c) / ratio, 0.0)
     return after - before
+
+
+def pinned_pressure(ses: Session) -> np.ndarray:
+    """Per node, how hard the pods restricted to a subset of nodes press on it: for each restricted shape that may
+    run there, its share of the mix's GPU request over the share of the cluster's GPUs it may use (cached per
+    session). A node only pinned pods of a scarce model can use scores near 1, a node of a common model near 0."""
+    cached: np.ndarray | None = ses.memo.get("pinned_pressure")
+    if cached is not None:
+        return cached
+    mix = workload_mix(ses)
+    gpus = ses.alloc[GPU].astype(np.float64)
+    restricted = ~mix.access.all(axis=0)
+    demand = mix.weight * mix.gpu * mix.count
+    demand = demand / max(float(demand.sum()), EPS)
+    reach = (mix.access * gpus[:, None]).sum(axis=0) / max(float(gpus.sum()), EPS)
+    ratio = np.where(restricted & (reach > EPS), demand / np.maximum(reach, EPS), 0.0)
+    cached = mix.access.astype(np.float64) @ ratio
+    ses.memo["pinned_pressure"] = cached
+    return cached
+
+
+def pinned_pressure_cost(ses: Session, p: int) -> np.ndarray:
+    """cpufgd's replacement for the pinned part: the pod's GPUs times the node's :func:`pinned_pressure`.
+
+    Why: fgd's pinned part prefers nodes that *few shapes may use*, which on the gpuspec lists sends unpinned pods to
+    the small G3, P100 and V100 pools (few pins name them) and drops the pods pinned there; what matters is how much
+    pinned demand each pool must absorb for its size. The cost fades with the cluster's free GPU share: while the
+    cluster fills, the pinned pods still to come need their pools; once it is nearly full, any pod that fits a hole
+    is worth placing, and FGD's own ranking decides."""
+    shape = _shape(ses, p)
+    if shape is None:
+        return np.zeros(len(ses.nodes))
+    st = node_state(ses)
+    free_share = float(st.total.sum()) / max(float(ses.alloc[GPU].sum()), EPS)
+    return shape[1] * shape[2] * free_share * pinned_pressure(ses)
 
 
 def _pinned_part(ses: Session, p: int, n: int) -> np.ndarray:

@@ -8,7 +8,17 @@ from __future__ import annotations
 import pytest
 
 from kai_ray.scheduler.cycle import run_cycle
-from kai_ray.scheduler.snapshot import Job, Node, Pod, PodPhase, Queue, Resources, SchedulerConfig, Snapshot
+from kai_ray.scheduler.snapshot import (
+    Job,
+    Node,
+    NodeSelectorRequirement,
+    Pod,
+    PodPhase,
+    Queue,
+    Resources,
+    SchedulerConfig,
+    Snapshot,
+)
 
 CORE = 1000.0
 
@@ -57,3 +67,31 @@ def test_cpu_only_pod_goes_where_it_strands_no_gpu(placement: str, node: str) ->
 def test_cpu_light_gpu_pod_still_packs_the_cpu_poor_node() -> None:
     # A GPU pod that brings no more CPU than its GPUs need strands nothing: cpufgd packs it like fgd.
     assert _node_of_new(_snapshot("cpufgd", 1, 8 * CORE)) == _node_of_new(_snapshot("fgd", 1, 8 * CORE))
+
+
+def _pool_snapshot(placement: str) -> Snapshot:
+    # pool "common": one 8-GPU node; pool "scarce": one 2-GPU node. Three 1-GPU pods are pinned to "common", one to
+    # "scarce". Fewer shapes may use "scarce" (fgd's pinned part prefers it for an unpinned pod), but its pinned
+    # demand per GPU of the pool is higher: 20% of the request on 20% of the GPUs against 60% on 80%.
+    def node(name: str, gpus: int, model: str) -> Node:
+        return Node(name, Resources(gpus, 64 * CORE, 1e12), labels={"model": model})
+
+    def pod(name: str, model: str | None) -> Job:
+        affinity = [[NodeSelectorRequirement("model", "In", (model,))]] if model else []
+        spec = Pod(name, name, "ns", f"ns/{name}", Resources(1, 4 * CORE, 1e9), required_affinity=affinity)
+        return Job("ns", name, "q", pods=[spec])
+
+    jobs = [pod("new", None), *(pod(f"c{i}", "common") for i in range(3)), pod("s0", "scarce")]
+    cfg = SchedulerConfig(placement_gpu=placement, placement_cpu=placement, actions=("allocate",))
+    return Snapshot(
+        [node("common-0", 8, "common"), node("scarce-0", 2, "scarce")],
+        [Queue("q", quota=Resources(-1, -1, -1))],
+        jobs,
+        config=cfg,
+    )
+
+
+@pytest.mark.parametrize(("placement", "node"), [("fgd", "scarce-0"), ("cpufgd", "common-0")])
+def test_unpinned_pod_leaves_the_pool_its_pinned_pods_press_on(placement: str, node: str) -> None:
+    # cpufgd weighs each pool by the pinned demand it must absorb for its size, not by how few shapes may use it.
+    assert _node_of_new(_pool_snapshot(placement)) == node
