@@ -16,15 +16,55 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from tests.k8s.helpers import wait_until
 
 HEADLINE = Path(__file__).resolve().parents[2] / "examples" / "headline"
 ROW = [5.1, 3.5, 1.4, 0.2]
 RETRIABLE_STATUS = (502, 503, 504)
+APP, DEPLOYMENT = "classifier", "Classifier"
+QUIET = {"enable_access_log": False}  # thousands of requests: no access-log line for each in the test's output
+# Serve's defaults wait 30 s to upscale and 600 s to downscale on metrics pushed every 10 s; the test keeps the
+# shipped range and target and shortens the waits. Ray 2.60 deprecates ``metrics_interval_s`` for the two push-interval
+# environment variables but still wants it below ``look_back_period_s``: both are set.
+SHORT_DELAYS = {"upscale_delay_s": 1.0, "downscale_delay_s": 3.0, "look_back_period_s": 2.0, "metrics_interval_s": 0.5}
+METRIC_PUSH_S = {
+    "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
+    "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
+}
+
+
+def serve_environment(monkeypatch: pytest.MonkeyPatch, fast_metrics: bool = False) -> None:
+    """What the RayService's pods get (the app on ``PYTHONPATH``, which Ray's workers inherit), proxy checks patient
+    enough for a loaded 2-core CI machine (no proxy restarts), and, for the autoscaling tests, Serve's metrics pushed
+    every 0.5 s."""
+    monkeypatch.setenv("PYTHONPATH", str(HEADLINE))
+    monkeypatch.setenv("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
+    monkeypatch.setenv("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
+    for name, value in (METRIC_PUSH_S if fast_metrics else {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.syspath_prepend(str(HEADLINE))
+
+
+def running_replicas(serve: Any) -> int:
+    app = serve.status().applications.get(APP)
+    if app is None or DEPLOYMENT not in app.deployments:
+        return 0
+    return int(app.deployments[DEPLOYMENT].replica_states.get("RUNNING", 0))
+
+
+def seconds_until(what: str, check: Callable[[], bool], timeout: float, poll: float = 0.25) -> float:
+    """Seconds until ``check()`` held (a figure the tests report); fails after ``timeout``."""
+    t0 = time.monotonic()
+    wait_until(what, check, timeout, poll)
+    return time.monotonic() - t0
 
 
 def free_port() -> int:

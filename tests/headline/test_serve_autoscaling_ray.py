@@ -12,45 +12,27 @@ part), the proxy on 127.0.0.1, and Serve's delays shortened so the test takes se
 from __future__ import annotations
 
 import importlib
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.autoscaler.conftest import OBJECT_STORE
-from tests.headline.serve_load import HEADLINE, Load, free_port, shipped_deployment
+from tests.headline.serve_load import (
+    APP,
+    QUIET,
+    SHORT_DELAYS,
+    Load,
+    free_port,
+    running_replicas,
+    seconds_until,
+    serve_environment,
+    shipped_deployment,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-APP, DEPLOYMENT = "classifier", "Classifier"
-QUIET = {"enable_access_log": False}  # thousands of requests: no access-log line for each in the test's output
-# Serve's defaults wait 30 s to upscale and 600 s to downscale on metrics pushed every 10 s; the test keeps the
-# shipped range and target and shortens the waits. Ray 2.60 deprecates ``metrics_interval_s`` for the two push-interval
-# environment variables but still wants it below ``look_back_period_s``: both are set.
-SHORT_DELAYS = {"upscale_delay_s": 1.0, "downscale_delay_s": 3.0, "look_back_period_s": 2.0, "metrics_interval_s": 0.5}
-METRIC_PUSH_S = {
-    "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
-    "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
-}
 LOAD_BOUND_S = 150.0
-
-
-def running_replicas(serve: Any) -> int:
-    app = serve.status().applications.get(APP)
-    if app is None or DEPLOYMENT not in app.deployments:
-        return 0
-    return int(app.deployments[DEPLOYMENT].replica_states.get("RUNNING", 0))
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float, poll: float = 0.25) -> float:
-    """Seconds until ``check()`` held; fails after ``timeout``."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if check():
-            return time.monotonic() - t0
-        time.sleep(poll)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def test_load_grows_serve_to_max_replicas_and_it_shrinks_back_when_load_stops(
@@ -59,12 +41,7 @@ def test_load_grows_serve_to_max_replicas_and_it_shrinks_back_when_load_stops(
     import ray
     from ray import serve
 
-    monkeypatch.setenv("PYTHONPATH", str(HEADLINE))  # what the RayService's pods get; Ray's workers inherit it
-    monkeypatch.setenv("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")  # loaded 2-core CI: no proxy restarts
-    monkeypatch.setenv("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
-    for name, value in METRIC_PUSH_S.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.syspath_prepend(str(HEADLINE))
+    serve_environment(monkeypatch, fast_metrics=True)
     serve_app = importlib.import_module("serve_app")
     shipped = shipped_deployment()
     scaling = {**shipped["autoscaling_config"], **SHORT_DELAYS}
@@ -84,7 +61,7 @@ def test_load_grows_serve_to_max_replicas_and_it_shrinks_back_when_load_stops(
             ray_actor_options=shipped["ray_actor_options"], autoscaling_config=scaling, logging_config=QUIET
         )
         serve.run(deployment.bind(), name=APP, route_prefix="/", blocking=False)
-        wait_for(f"{low} running replica(s)", lambda: running_replicas(serve) == low, 180)
+        seconds_until(f"{low} running replica(s)", lambda: running_replicas(serve) == low, 180)
         warm = Load(url, threads=1, seconds=60, max_requests=1, retries=50, backoff_s=0.1).start()
         assert warm.stop().ok == 1, "the proxy never routed a request"
         assert running_replicas(serve) == low
@@ -93,10 +70,10 @@ def test_load_grows_serve_to_max_replicas_and_it_shrinks_back_when_load_stops(
         load = Load(url, threads=3 * high * int(scaling["target_ongoing_requests"]), seconds=LOAD_BOUND_S, rows=64)
         load.start()
         try:
-            grew = wait_for(f"{high} running replicas under load", lambda: running_replicas(serve) == high, 120)
+            grew = seconds_until(f"{high} running replicas under load", lambda: running_replicas(serve) == high, 120)
         finally:
             under_load = load.stop()
-        shrank = wait_for(f"back to {low} replica(s) without load", lambda: running_replicas(serve) == low, 120)
+        shrank = seconds_until(f"back to {low} replica(s) without load", lambda: running_replicas(serve) == low, 120)
         assert not under_load.failed, under_load.failed[:5]
         print(
             f"\nServe autoscaling {low}->{high}->{low}: grew {grew:.1f}s after the load began, shrank {shrank:.1f}s "

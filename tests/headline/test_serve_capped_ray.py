@@ -33,15 +33,18 @@ from kai_ray.k8s.base.rest import Kube, events_path, podgroups_path, pods_path, 
 from kai_ray.testing.controlplane.harness import ControlPlane
 from tests.autoscaler.conftest import OBJECT_STORE
 from tests.autoscaler.helpers import podgroup, raycluster, start_autoscaler, stop_process, worker_group
-from tests.headline.serve_load import HEADLINE, Load, free_port, shipped_deployment
-from tests.headline.test_serve_autoscaling_ray import (
+from tests.headline.serve_load import (
     APP,
-    METRIC_PUSH_S,
     QUIET,
     SHORT_DELAYS,
+    Load,
+    free_port,
     running_replicas,
-    wait_for,
+    seconds_until,
+    serve_environment,
+    shipped_deployment,
 )
+from tests.k8s.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.kuberay, pytest.mark.slow, pytest.mark.controlplane]
 
@@ -80,14 +83,9 @@ def test_serves_scale_up_waits_for_headroom_then_grows_onto_the_new_worker(
     from ray import serve
 
     ns = namespace
-    monkeypatch.setenv("PYTHONPATH", str(HEADLINE))
-    monkeypatch.setenv("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
-    monkeypatch.setenv("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
-    for name, value in METRIC_PUSH_S.items():
-        monkeypatch.setenv(name, value)
+    serve_environment(monkeypatch, fast_metrics=True)
     monkeypatch.setenv("RAY_enable_autoscaler_v2", "1")
     monkeypatch.setenv("ENABLE_DETERMINISTIC_HEAD_POD_NAME", "true")  # KubeRay's head pod is rc-head, our head's id
-    monkeypatch.syspath_prepend(str(HEADLINE))
     serve_app = importlib.import_module("serve_app")
     shipped = shipped_deployment()
     scaling = {**shipped["autoscaling_config"], **SHORT_DELAYS}
@@ -115,7 +113,7 @@ def test_serves_scale_up_waits_for_headroom_then_grows_onto_the_new_worker(
         pg = podgroup_name_for(rc)
         limits = {c.SUBGROUP_MAX: json.dumps({"headgroup": 1, GROUP: high})}
         kube.create(podgroups_path(ns), podgroup(pg, annotations=limits))
-        (first,) = wait_for_value("KubeRay's first worker pod", lambda: _worker_pods(kube, ns), 90)
+        (first,) = wait_until("KubeRay's first worker pod", lambda: _worker_pods(kube, ns), 90, 0.5)
         _publish(kube, ns, pg, pods=low, room=0)  # the queue is full: the scheduler has no room for another
         join(first)
         head.wait_for_nodes()
@@ -128,14 +126,14 @@ def test_serves_scale_up_waits_for_headroom_then_grows_onto_the_new_worker(
             ray_actor_options=shipped["ray_actor_options"], autoscaling_config=scaling, logging_config=QUIET
         )
         serve.run(deployment.bind(), name=APP, route_prefix="/", blocking=False)
-        wait_for(f"{low} running replica(s)", lambda: running_replicas(serve) == low, 180)
+        seconds_until(f"{low} running replica(s)", lambda: running_replicas(serve) == low, 180)
         proc = start_autoscaler(str(control_plane.kubeconfig_path), ns, head.gcs_address, log_path)
 
         load = Load(url, threads=3 * high * int(scaling["target_ongoing_requests"]), seconds=LOAD_BOUND_S, rows=64)
         load.start()
         t_load = time.monotonic()
         try:
-            capped = wait_for_value("a ScaleUpCapped Event on the RayCluster", lambda: _capped_events(kube, ns), 120)
+            capped = wait_until("a ScaleUpCapped Event on the RayCluster", lambda: _capped_events(kube, ns), 120, 0.5)
         except AssertionError:
             raise AssertionError(f"autoscaler log:\n{log_path.read_text(errors='replace')[-3000:]}") from None
         t_capped = time.monotonic()
@@ -148,13 +146,13 @@ def test_serves_scale_up_waits_for_headroom_then_grows_onto_the_new_worker(
         # The scheduler finds room for one more GPU worker: the hook lets Ray's scale-up through.
         _publish(kube, ns, pg, pods=low, room=high - low)
         t_room = time.monotonic()
-        wait_for("the autoscaler to follow the new headroom", lambda: _replicas(kube, ns) == high, 90)
-        pods = wait_for_value(
-            f"{high} worker pods", lambda: [p for p in [_worker_pods(kube, ns)] if len(p) == high], 90
+        seconds_until("the autoscaler to follow the new headroom", lambda: _replicas(kube, ns) == high, 90)
+        pods = wait_until(
+            f"{high} worker pods", lambda: [p for p in [_worker_pods(kube, ns)] if len(p) == high], 90, 0.5
         )
         (second,) = [p for p in pods[0] if p != first]
         join(second)
-        grown = wait_for(f"{high} running replicas", lambda: running_replicas(serve) == high, 120)
+        grown = seconds_until(f"{high} running replicas", lambda: running_replicas(serve) == high, 120)
         result = load.stop()
         load = None
         assert not result.failed, result.failed[:5]
@@ -171,15 +169,3 @@ def test_serves_scale_up_waits_for_headroom_then_grows_onto_the_new_worker(
         stop_process(proc)
         serve.shutdown()
         control_plane.stop_component("kuberay-operator")
-
-
-def wait_for_value(what: str, get: Callable[[], Any], timeout: float, poll: float = 0.5) -> Any:
-    """The first truthy ``get()``; fails after ``timeout``."""
-    found: list[Any] = [None]
-
-    def check() -> bool:
-        found[0] = get()
-        return bool(found[0])
-
-    wait_for(what, check, timeout, poll)
-    return found[0]

@@ -28,8 +28,16 @@ import pytest
 
 from kai_ray.k8s.ray import raygcs
 from tests.autoscaler.conftest import OBJECT_STORE
-from tests.headline.serve_load import HEADLINE, Load, free_port, shipped_deployment
-from tests.headline.test_serve_autoscaling_ray import APP, QUIET, running_replicas, wait_for
+from tests.headline.serve_load import (
+    APP,
+    QUIET,
+    Load,
+    free_port,
+    running_replicas,
+    seconds_until,
+    serve_environment,
+    shipped_deployment,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -51,10 +59,7 @@ def test_draining_a_serving_node_under_load_loses_no_request(
     import ray
     from ray import serve
 
-    monkeypatch.setenv("PYTHONPATH", str(HEADLINE))  # what the RayService's pods get; Ray's workers inherit it
-    monkeypatch.setenv("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")  # loaded 2-core CI: no proxy restarts
-    monkeypatch.setenv("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
-    monkeypatch.syspath_prepend(str(HEADLINE))
+    serve_environment(monkeypatch)
     serve_app = importlib.import_module("serve_app")
 
     def worker(pod: str) -> Any:
@@ -75,13 +80,13 @@ def test_draining_a_serving_node_under_load_loses_no_request(
             ray_actor_options=shipped_deployment()["ray_actor_options"], num_replicas=REPLICAS, logging_config=QUIET
         )
         serve.run(deployment.bind(), name=APP, route_prefix="/", blocking=False)
-        wait_for(f"{REPLICAS} running replicas", lambda: running_replicas(serve) == REPLICAS, 180)
+        seconds_until(f"{REPLICAS} running replicas", lambda: running_replicas(serve) == REPLICAS, 180)
         spare = worker("serve-gpu-c")  # added after placement, so both serving nodes hold one replica each
         cluster.wait_for_nodes()
         victim = nodes["serve-gpu-b"]
 
         load = Load(url, threads=4, seconds=LOAD_BOUND_S, retries=5, backoff_s=0.2).start()
-        wait_for("steady answers before the drain", lambda: load is not None and load.snapshot().ok >= 40, 120)
+        seconds_until("steady answers before the drain", lambda: load is not None and load.snapshot().ok >= 40, 120)
 
         # kai-ray's preemption: drain the Ray node, wait for it to go (or the deadline), then the pod is deleted.
         t_drain = time.monotonic()
@@ -96,12 +101,12 @@ def test_draining_a_serving_node_under_load_loses_no_request(
         cluster.remove_node(nodes.pop("serve-gpu-b"))
 
         base = load.snapshot().ok
-        wait_for("answers after the node went", lambda: load is not None and load.snapshot().ok >= base + 40, 120)
+        seconds_until("answers after the node went", lambda: load is not None and load.snapshot().ok >= base + 40, 120)
         result = load.stop()
         load = None
 
         assert not result.failed, (len(result.failed), result.failed[:5])
-        wait_for(f"{REPLICAS} running replicas again", lambda: running_replicas(serve) == REPLICAS, 120)
+        seconds_until(f"{REPLICAS} running replicas again", lambda: running_replicas(serve) == REPLICAS, 120)
         serving = {_serving_node(url) for _ in range(20)}
         assert victim.node_id not in serving and serving <= {nodes["serve-gpu-a"].node_id, spare.node_id}
 
