@@ -28,12 +28,12 @@ from typing import Any
 
 from kai_ray import constants as c
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path
-from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping import admission
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.scheduling.operator import build_scheduler
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane, free_port, our_crd_dir, wait_for
 from kai_ray.testing.controlplane.karpenter import Karpenter
+from kai_ray.testing.inprocess import operator_config
 from kai_ray.testing.testbed import queue_body
 
 
@@ -80,22 +80,6 @@ class Run:
         )
 
 
-def _config(plane: ControlPlane, ns: str, **kw: Any) -> OperatorConfig:
-    return OperatorConfig(
-        kubeconfig=str(plane.kubeconfig_path),
-        namespaces=(ns,),
-        leader_elect=False,
-        lease_namespace=ns,
-        metrics_port=0,
-        health_port=0,
-        bind_address="127.0.0.1",
-        schedule_period=0.5,
-        debounce=0.02,
-        status_interval=0.5,
-        **kw,
-    )
-
-
 def _pod(name: str, group: str, queue: str, gpus: int, selector: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -133,7 +117,7 @@ def run_day(plane: ControlPlane, karpenter: Karpenter, mode: str, hour: float) -
     static = plane.create_gpu_nodes(1, gpus=8, labels=dict(karpenter.labels))
     port = free_port()
     grouper = PodgrouperOperator(
-        _config(
+        operator_config(
             plane,
             ns,
             queue_admission_gating=mode,
@@ -141,7 +125,9 @@ def run_day(plane: ControlPlane, karpenter: Karpenter, mode: str, hour: float) -
             webhook_url=f"https://127.0.0.1:{port}{admission.GATE_PATH}",
         )
     ).start()
-    scheduler = build_scheduler(_config(plane, ns, node_selector=karpenter.labels, queue_admission_gating=mode)).start()
+    scheduler = build_scheduler(
+        operator_config(plane, ns, node_selector=karpenter.labels, queue_admission_gating=mode)
+    ).start()
     result = Run(mode, hour)
     try:
         wait_for("the operators to lead", lambda: grouper.is_leader() and scheduler.is_leader(), 60)

@@ -31,8 +31,8 @@ from kai_ray.testing.controlplane.harness import (
     kuberay_crd_files,
     our_crd_dir,
 )
+from kai_ray.testing.inprocess import operator_config
 from kai_ray.testing.testbed import queue_body
-from tests.k8s.conftest import op_config
 from tests.k8s.helpers import kube_with_priority_classes, wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.kuberay, pytest.mark.slow]
@@ -97,7 +97,7 @@ def _pods(kube: Kube, ns: str, cluster: str) -> list[dict[str, Any]]:
 def _podgrouper(plane: ControlPlane, ns: str, scheduler: str) -> PodgrouperOperator:
     port = free_port()
     op = PodgrouperOperator(
-        op_config(
+        operator_config(
             plane,
             ns,
             scheduler_name=scheduler,
@@ -201,7 +201,7 @@ def test_kai_ray_schedules_the_same_raycluster_grouped_upstream(plane: ControlPl
     nodes = plane.create_gpu_nodes(2, gpus=1)
     batch = kube.get(f"/api/v1/nodes/{nodes[0]}")["metadata"]["labels"][NODE_BATCH_LABEL]
     grouper = _podgrouper(plane, ns, "kai-scheduler")
-    sched = build_scheduler(op_config(plane, ns, node_selector={NODE_BATCH_LABEL: batch})).start()
+    sched = build_scheduler(operator_config(plane, ns, node_selector={NODE_BATCH_LABEL: batch})).start()
     plane.start_kuberay_operator(batch_scheduler="kai-scheduler", watch_namespace=ns)
     try:
         wait_until("the scheduler to lead and sync", lambda: sched.is_leader() and sched.synced(), 60)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from kai_ray.k8s.base.rest import ApiError, Kube, queues_path
-from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.scheduling.operator import SchedulerOperator, build_scheduler
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
+from kai_ray.testing.inprocess import operator_config
 from kai_ray.testing.testbed import queue_body
 from tests.k8s.helpers import PRIORITY_CLASSES, wait_until
 
@@ -84,35 +84,13 @@ def node_pool(gpu_nodes: Callable[..., list[str]], kube: Kube) -> Callable[..., 
     return make
 
 
-def op_config(control_plane: ControlPlane, namespace: str, **overrides: Any) -> OperatorConfig:
-    base: dict[str, Any] = {
-        "kubeconfig": str(control_plane.kubeconfig_path),
-        "namespaces": (namespace,),
-        "leader_elect": False,
-        "lease_namespace": namespace,
-        "lease_duration": 3.0,
-        "renew_deadline": 2.0,
-        "retry_period": 0.3,
-        "metrics_port": 0,
-        "health_port": 0,
-        "bind_address": "127.0.0.1",
-        "schedule_period": 0.5,
-        "debounce": 0.02,
-        "status_interval": 0.5,
-        "bind_workers": 8,
-        "write_workers": 4,
-    }
-    base.update(overrides)
-    return OperatorConfig(**base)
-
-
 @pytest.fixture
 def run_scheduler(control_plane: ControlPlane, namespace: str) -> Iterator[Callable[..., SchedulerOperator]]:
     """``run_scheduler(node_selector=..., **config)`` starts a scheduler in-process; all are stopped at teardown."""
     started: list[SchedulerOperator] = []
 
     def start(wait_leader: bool = True, **overrides: Any) -> SchedulerOperator:
-        op = build_scheduler(op_config(control_plane, namespace, **overrides)).start()
+        op = build_scheduler(operator_config(control_plane, namespace, **overrides)).start()
         started.append(op)
         if wait_leader:
             wait_until("the scheduler to lead and sync", lambda: op.is_leader() and op.synced(), 30)
@@ -128,7 +106,7 @@ def run_podgrouper(control_plane: ControlPlane, namespace: str) -> Iterator[Call
     started: list[PodgrouperOperator] = []
 
     def start(**overrides: Any) -> PodgrouperOperator:
-        op = PodgrouperOperator(op_config(control_plane, namespace, **overrides)).start()
+        op = PodgrouperOperator(operator_config(control_plane, namespace, **overrides)).start()
         started.append(op)
         wait_until("the podgrouper to lead and sync", lambda: op.is_leader() and op.synced(), 30)
         return op

@@ -24,7 +24,7 @@ from kai_ray.k8s.base.rest import Kube, events_path, podgroups_path, pods_path, 
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.scheduling.operator import SchedulerOperator, build_scheduler
 from kai_ray.testing.controlplane.harness import ControlPlane, kai_crd_files, kuberay_crd_files
-from tests.k8s.conftest import op_config
+from kai_ray.testing.inprocess import operator_config
 from tests.k8s.helpers import (
     PRIORITY_CLASSES,
     bound,
@@ -95,8 +95,8 @@ def operators(
     kube.create(queues_path(), queue_body("dept"))
     kube.create(queues_path(), queue_body("team", gpu_quota=4, parent="dept"))
     plane.create_gpu_nodes(2, gpus=4)
-    grouper = PodgrouperOperator(op_config(plane, NS)).start()
-    sched = build_scheduler(op_config(plane, NS)).start()
+    grouper = PodgrouperOperator(operator_config(plane, NS)).start()
+    sched = build_scheduler(operator_config(plane, NS)).start()
     try:
         wait_until("both operators to lead and sync", lambda: grouper.synced() and sched.synced(), 60)
         yield grouper, sched

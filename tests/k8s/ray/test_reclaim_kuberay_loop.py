@@ -25,35 +25,17 @@ import pytest
 
 from kai_ray.headroom import contract as hr
 from kai_ray.k8s.base.rest import ApiError, Kube, events_path, podgroups_path, pods_path, queues_path, ray_path
-from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
 from kai_ray.k8s.ray import elastic, raygcs
 from kai_ray.k8s.scheduling.operator import build_scheduler
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane
+from kai_ray.testing.inprocess import operator_config
 from tests.autoscaler.conftest import OBJECT_STORE
 from tests.autoscaler.helpers import queue, raycluster, start_autoscaler, stop_process, wait_until, worker_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.kuberay, pytest.mark.slow, pytest.mark.controlplane]
 
 WORKER_RESOURCES = {"worker": 1}
-
-
-def _config(control_plane: ControlPlane, ns: str, **kw: Any) -> OperatorConfig:
-    return OperatorConfig(
-        kubeconfig=str(control_plane.kubeconfig_path),
-        namespaces=(ns,),
-        leader_elect=False,
-        lease_namespace=ns,
-        metrics_port=0,
-        health_port=0,
-        bind_address="127.0.0.1",
-        schedule_period=0.5,
-        debounce=0.02,
-        status_interval=0.5,
-        bind_workers=4,
-        write_workers=2,
-        **kw,
-    )
 
 
 def _pods(kube: Kube, ns: str, cluster: str, kind: str = "worker") -> list[dict[str, Any]]:
@@ -168,12 +150,14 @@ def _operators(
     kube.create(queues_path(), queue(made_queues[0]))
     kube.create(queues_path(), queue(made_queues[1], gpu_quota=1, parent=made_queues[0]))
     kube.create(queues_path(), queue(made_queues[2], gpu_quota=2, parent=made_queues[0]))
-    grouper = PodgrouperOperator(_config(control_plane, ns)).start()
+    grouper = PodgrouperOperator(operator_config(control_plane, ns, bind_workers=4, write_workers=2)).start()
     sched = build_scheduler(
-        _config(
+        operator_config(
             control_plane,
             ns,
             node_selector={NODE_BATCH_LABEL: batch},
+            bind_workers=4,
+            write_workers=2,
             elastic_reclaim=ray_aware,
             drain_deadline=3.0,
             headroom_interval=0.5,

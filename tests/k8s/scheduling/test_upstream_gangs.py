@@ -27,8 +27,8 @@ from kai_ray.k8s.scheduling.pod_explanation import explain_data, render
 from kai_ray.scheduler.decisions import Reason
 from kai_ray.scheduler.queue_views import pending_rows
 from kai_ray.testing.controlplane.harness import NODE_BATCH_LABEL, ControlPlane, our_crd_dir
+from kai_ray.testing.inprocess import operator_config
 from kai_ray.testing.testbed import queue_body
-from tests.k8s.conftest import op_config
 from tests.k8s.helpers import bound, events, kube_with_priority_classes, pod_body, wait_until
 
 pytestmark = pytest.mark.controlplane
@@ -81,7 +81,7 @@ class Cluster:
         return full
 
     def scheduler(self, **config: Any) -> SchedulerOperator:
-        op = build_scheduler(op_config(self.plane, self.ns, node_selector=self.selector, **config)).start()
+        op = build_scheduler(operator_config(self.plane, self.ns, node_selector=self.selector, **config)).start()
         self.ops.append(op)
         wait_until("the scheduler to lead and sync", lambda: op.is_leader() and op.synced(), 60)
         return op
@@ -275,7 +275,7 @@ def test_a_job_controller_gang_gets_kai_ray_queues(cluster: Cluster) -> None:
     cluster.add_nodes(1)
     team = cluster.queue("team", gpu_quota=4, gpu_limit=4)
     cluster.scheduler()
-    grouper = PodgrouperOperator(op_config(cluster.plane, cluster.ns)).start()  # it must leave these pods alone
+    grouper = PodgrouperOperator(operator_config(cluster.plane, cluster.ns)).start()  # it must leave these pods alone
     cluster.ops.append(grouper)
     wait_until("the podgrouper to lead and sync", lambda: grouper.is_leader() and grouper.synced(), 60)
     template = pod_body("unused", 2, labels={c.QUEUE_LABEL: team})
