@@ -59,11 +59,19 @@ def note(message: str) -> None:
 
 def _register(argv: list[str] | None = None) -> None:
     """Import the command modules. ``kai-ray operator ...`` (what the chart's Deployments run) imports only its own:
-    the other commands' imports would add about half a second to every operator start and failover."""
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["operator"]:
+    the other commands' imports would add about half a second to every operator start and failover. A benchmark
+    (``kai-ray bench ...``, ``kai-ray sweep``) likewise imports only the benchmark commands, whose figures (process
+    CPU of ``bench replay``) would otherwise count the Ray manifest models and the CEL runtime it never uses."""
+    first = (sys.argv[1:] if argv is None else argv)[:1]
+    if first == ["operator"]:
         from kai_ray.cli import operator, output  # noqa: F401
 
         return
+    if first in (["bench"], ["sweep"]):
+        from kai_ray.cli import benchmarks, output  # noqa: F401
+
+        if benchmarks.register_benchmarks():
+            return
     from kai_ray.cli import commands  # noqa: F401  (imports every command module)
 
 

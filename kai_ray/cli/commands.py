@@ -13,12 +13,7 @@ from kai_ray.cli import operator  # noqa: F401
 from kai_ray.cli import explain  # noqa: F401
 from kai_ray.cli import views  # noqa: F401
 
-try:
-    from kai_ray.bench import cli as bench_cli  # the CLI's lazy bench entry
-except ModuleNotFoundError as exc:
-    if exc.name not in ("kai_ray.bench", "kai_ray.testing"):
-        raise
+from kai_ray.cli.benchmarks import register_benchmarks
+
+if not register_benchmarks():
     from kai_ray.cli import nobench  # noqa: F401
-else:
-    app.add_typer(bench_cli.bench, name="bench")
-    app.command("sweep")(bench_cli.sweep)

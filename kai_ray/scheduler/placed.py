@@ -214,7 +214,7 @@ def _place_all(build: Placer, entries: list[tuple[str, JobBlock]]) -> PlacedLayo
     new.cols = [list(getattr(ses, c)) for c in COLUMNS]
     new.p_job = list(ses.p_job)
     new.arrays = [getattr(ses, name).copy() for name in _ARRAYS]
-    new.groups = {n: {k: v[:] for k, v in g.items()} for n, g in enumerate(ses.groups) if g}
+    new.groups = {n: {k: v[:] for k, v in g.items()} for n, g in ses.groups.items() if g}
     new.slot_dirty = set(ses.slot_dirty)
     return new
 

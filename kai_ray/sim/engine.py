@@ -24,9 +24,8 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kai_ray.bridge_dra import DraCatalog
 from kai_ray.scheduler.cycle import run_cycle
 from kai_ray.scheduler.decisions import Bind, CycleResult, Evict
 from kai_ray.scheduler.device_ledger import Claim
@@ -51,7 +50,11 @@ from kai_ray.sim.ray_facts import note_evictions, on_bounded_wait, report_ray_fa
 from kai_ray.sim.simulated_claims import live_claims, write_allocations
 from kai_ray.sim.timeline import Timeline, gpus_held
 from kai_ray.sim.timers import TimeRules, update_stale
-from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, SUSPENDED, RayWorkload, WorkloadBase
+from kai_ray.sim.workloads import COMPLETED, PENDING, RUNNING, SUSPENDED, WorkloadBase
+
+if TYPE_CHECKING:  # the engine asks workloads through WorkloadBase: a trace replay never imports Ray or DRA
+    from kai_ray.bridge_dra import DraCatalog
+    from kai_ray.sim.ray_workload import RayWorkload
 
 
 @dataclass
@@ -291,7 +294,7 @@ class Engine:
             self.state.job_changed(w.job.key)
 
     def _arrive(self, w: WorkloadBase, t: float) -> None:
-        if isinstance(w, RayWorkload) and w.user_suspended:
+        if w.user_suspended:
             w.set_state(t, SUSPENDED)
             message = f"{w.kind} {w.key}: spec.suspend is true: KubeRay creates no pods until it is resumed"
             self.timeline.event(t, "suspended", w, "Suspended", message)
@@ -367,14 +370,14 @@ class Engine:
         self._autoscale_armed.discard(id(w))
         if w.state == COMPLETED or w.job is None:
             return
-        if isinstance(w, RayWorkload) and w.autoscale(t):
+        if w.autoscale(t):
             self._changed(w)
             self._refresh_pending(w)
             self._dirty = True
         self._arm_autoscaler(w, t)
 
     def _arm_autoscaler(self, w: WorkloadBase, t: float) -> None:
-        if not isinstance(w, RayWorkload) or not w.autoscaling or id(w) in self._autoscale_armed:
+        if not w.autoscaling or id(w) in self._autoscale_armed:
             return
         if w.state == RUNNING and w.wants_more():
             self._autoscale_armed.add(id(w))

@@ -9,8 +9,8 @@ from kai_ray.bridge_dra import catalog_from_documents, node_gpu_devices
 from kai_ray.scheduler.snapshot import Resources
 from kai_ray.sim.engine import Engine, EngineOptions, SimResult
 from kai_ray.sim.policy import KAI_RAY, Policy
+from kai_ray.sim.ray_workload import RayWorkload
 from kai_ray.sim.scenario import Scenario, SimulationOptions, Workload
-from kai_ray.sim.workloads import RayWorkload
 
 
 def engine_options(sim: SimulationOptions, policy: Policy = KAI_RAY) -> EngineOptions:

@@ -38,7 +38,7 @@ from typing import Any
 
 from kai_ray.sim.engine import SimResult
 from kai_ray.sim.fair_share_usage import usage_document
-from kai_ray.sim.workloads import COMPLETED, RayWorkload, WorkloadBase
+from kai_ray.sim.workloads import COMPLETED, WorkloadBase
 
 EVICTIONS = ("preempt", "reclaim", "evict")  # event types that take pods from a workload
 
@@ -144,7 +144,7 @@ def workload_doc(w: WorkloadBase) -> dict[str, Any]:
         "duration_seconds": w.duration,
         "work_done_seconds": _r(w.done),
         "gang_gpus": w.gang_gpus,
-        "gang": w.gang_summary() if isinstance(w, RayWorkload) else None,
+        "gang": w.gang_summary(),
         "wasted_gpu_hours": _r(w.wasted_gpu_seconds / 3600.0, 4),
         "lost_gpu_hours": _r((w.wasted_gpu_seconds - w.partial_gpu_seconds) / 3600.0, 4),
         "useful_gpu_hours": _r(w.useful_gpu_seconds / 3600.0, 4),

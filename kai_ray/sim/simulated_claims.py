@@ -10,7 +10,7 @@ from __future__ import annotations
 from kai_ray.scheduler.decisions import Bind
 from kai_ray.scheduler.device_ledger import Claim
 from kai_ray.scheduler.snapshot import PodPhase
-from kai_ray.sim.workloads import RayWorkload, WorkloadBase
+from kai_ray.sim.workloads import WorkloadBase
 
 
 def live_claims(active: dict[str, WorkloadBase], claims: dict[str, Claim]) -> dict[str, Claim]:
@@ -18,7 +18,7 @@ def live_claims(active: dict[str, WorkloadBase], claims: dict[str, Claim]) -> di
     each kept from ``claims`` with its allocation; a new pod's claims are made from its template, unallocated."""
     live: dict[str, Claim] = {}
     for w in active.values():
-        if w.job is None or not isinstance(w, RayWorkload):
+        if w.job is None:
             continue
         for pod in w.job.pods:
             if not pod.claims or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):

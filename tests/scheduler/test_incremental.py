@@ -206,7 +206,7 @@ def opened(ses: Session) -> dict[str, object]:
     out.update({name: getattr(ses, name).tobytes() for name in _SESSION_ARRAYS})
     out["pods"] = [p.uid for p in ses.pods]
     out["p_mig"] = dict(ses.p_mig)
-    out["groups"] = [{k: tuple(v) for k, v in g.items()} for g in ses.groups]
+    out["groups"] = {n: {k: tuple(v) for k, v in g.items()} for n, g in sorted(ses.groups.items()) if g}
     out["slot_dirty"] = set(ses.slot_dirty)
     out["any_releasing"] = ses.any_releasing
     out["jobs"] = [

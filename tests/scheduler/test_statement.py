@@ -27,7 +27,7 @@ def _picture(ses: Session) -> tuple:
         dict(ses.evict_info),
         dict(ses.p_moved),
         [(j.n_active, j.n_pend) for j in ses.jobs],
-        {k: {g: list(v) for g, v in d.items()} for k, d in enumerate(ses.groups)},
+        {k: {g: list(v) for g, v in d.items()} for k, d in sorted(ses.groups.items()) if d},
     )
 
 
