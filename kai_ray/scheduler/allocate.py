@@ -18,7 +18,7 @@ from kai_ray.scheduler.tasks import has_tasks_to_allocate, tasks_to_allocate
 
 def allocate_action(ses: Session) -> None:
     order = JobsOrderByQueues(ses)
-    for job in ses.jobs:
+    for job in ses.pending_at_open:
         if job.invalid is not None or job.queue < 0 or not job.ready:
             continue
         if not job.has_pending(ses):

@@ -14,7 +14,7 @@ from kai_ray.scheduler.session import PENDING, JobInfo, Session
 def pending_jobs_in_order(ses: Session, action: Action, preemptible_only: bool = False) -> Iterator[JobInfo]:
     """Jobs with pods left to place, in KAI's queue/job order; jobs inside their preemption delay are skipped."""
     order = JobsOrderByQueues(ses)
-    for job in ses.jobs:
+    for job in ses.pending_at_open:
         if job.invalid is not None or job.queue < 0 or not job.ready or not job.has_pending(ses):
             continue
         if preemptible_only and not job.preemptible:

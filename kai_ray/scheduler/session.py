@@ -180,6 +180,9 @@ class Session:
         self.xindex: dict[str, int] = base.xindex
         self._open_nodes(base)
         self.jobs: list[JobInfo] = []
+        # the jobs with pods pending at session open, in job order: the only ones an action can find pending, as a
+        # job's pending count never grows past its count at open (a rollback gives back only what the cycle took)
+        self.pending_at_open: list[JobInfo] = []
         self.job_index: dict[str, int] = {}
         self.pods: list[Pod] = []
         self.p_job: list[int] = []

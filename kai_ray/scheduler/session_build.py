@@ -93,6 +93,7 @@ def build_kept(
         nodes = NodeBase(snapshot.nodes, xnames)
     ses = Session(snapshot, nodes)
     placed = SessionBuild(ses).build_jobs(snapshot.jobs, blocks, layout)
+    ses.pending_at_open = [job for job in ses.jobs if job.n_pend]
     ses.build_queue_accounting()
     if snapshot.claims:
         dra = ses.dra = DeviceLedger(snapshot.devices, snapshot.claims, ses.node_index)
