@@ -6,24 +6,30 @@ benchmark's process time is its own) add them the same way; the runtime wheel do
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from kai_ray.cli import app
 
-_added: bool | None = None  # None until the first call: whether the benchmark commands are on the app
+BENCH: ModuleType | None
+try:
+    from kai_ray.bench import cli as _bench_cli  # the CLI's lazy bench entry
+except ModuleNotFoundError as exc:
+    if exc.name not in ("kai_ray.bench", "kai_ray.testing"):
+        raise
+    BENCH = None
+else:
+    BENCH = _bench_cli
+
+_added = False
 
 
 def register_benchmarks() -> bool:
     """Add ``bench`` and ``sweep`` to the app (once); False when the benchmark package is not installed."""
     global _added
-    if _added is not None:
-        return _added
-    try:
-        from kai_ray.bench import cli as bench_cli  # the CLI's lazy bench entry
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("kai_ray.bench", "kai_ray.testing"):
-            raise
-        _added = False
+    if BENCH is None:
         return False
-    app.add_typer(bench_cli.bench, name="bench")
-    app.command("sweep")(bench_cli.sweep)
-    _added = True
+    if not _added:
+        app.add_typer(BENCH.bench, name="bench")
+        app.command("sweep")(BENCH.sweep)
+        _added = True
     return True
