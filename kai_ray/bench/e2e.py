@@ -175,11 +175,15 @@ def _create_pods(kube: Kube, ns: str, names: list[str], scheduler: str, workers:
         return list(pool.map(lambda n: _create_pod(kube, ns, n, scheduler), names))
 
 
-def _delete_all_pods(kube: Kube, ns: str, timeout: float = 180.0) -> None:
+def _delete_all_pods(kube: Kube, ns: str, timeout: float = 900.0) -> None:
     """Delete every pod of ``ns`` and wait until they are gone. A collection DELETE of thousands of pods can outlast
-    the request timeout under load while the API server goes on deleting: not an error, we wait and ask again."""
+    the request timeout under load while the API server goes on deleting: not an error, we wait and ask again.
+    Pods still there at the deadline are an error: the raw-rate pods hold GPUs, and a fill that cannot place its
+    last pods would only time out much later, without its preemption trials."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"pods of namespace {ns} still there {timeout:.0f}s after deleting them")
         try:
             kube.request("DELETE", pods_path(ns), query={"gracePeriodSeconds": 0}, timeout=120.0)
         except ApiError as exc:

@@ -61,3 +61,28 @@ def test_quantile_interpolates_inside_its_bucket() -> None:
     assert quantile(buckets, 0.5) == pytest.approx(0.55)
     assert quantile([(1.0, 0.0), (float("inf"), 0.0)], 0.5) is None
     assert quantile([(1.0, 1.0), (float("inf"), 4.0)], 0.99) == 1.0
+
+
+class _PodsThatStay:
+    """An API server on which a collection DELETE answers but the pods never go (as under heavy load)."""
+
+    def __init__(self) -> None:
+        self.deletes = 0
+
+    def request(self, method: str, path: str, **_: object) -> dict[str, object]:
+        self.deletes += method == "DELETE"
+        return {}
+
+    def get(self, path: str, **_: object) -> dict[str, object]:
+        return {"items": [{"metadata": {"name": "raw-0"}}]}
+
+
+def test_raw_rate_pods_that_stay_stop_the_run() -> None:
+    """Leftover raw-rate pods hold GPUs, so the fill could never place its last pods: the run stops with one clear
+    error naming the namespace instead of timing out later without its preemption trials."""
+    from kai_ray.bench.e2e import _delete_all_pods
+
+    kube = _PodsThatStay()
+    with pytest.raises(TimeoutError, match="bench-raw"):
+        _delete_all_pods(kube, "bench-raw", timeout=1.5)  # type: ignore[arg-type]
+    assert kube.deletes >= 1

@@ -65,7 +65,7 @@ def e2e(
     except ApiError as exc:
         raise CliError(f"API server: {exc} (the machine may be overloaded; try fewer --pods)", code=1) from None
     except TimeoutError as exc:
-        raise CliError(f"operators: {exc}", code=1) from None
+        raise CliError(f"timed out: {exc}", code=1) from None
     if as_json:
         typer.echo(result.to_json())
         return
