@@ -25,7 +25,7 @@ from kai_ray.bench.e2e import install_defaults
 from kai_ray.k8s.base.rest import ApiError, Kube, podgroups_path, pods_path, queues_path, ray_path
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
-from kai_ray.k8s.scheduling.operator import build_scheduler
+from kai_ray.k8s.scheduling.operator import SchedulerOperator, build_scheduler
 from kai_ray.testing.testbed import queue_body
 
 PROGRESS = "progress.json"
@@ -215,6 +215,7 @@ class Story:
         self.ckpt_root = Path(tempfile.mkdtemp(prefix="kai-ray-headline-"))
         self.ckpt = self.ckpt_root / JOB
         self.operators: list[Any] = []
+        self.scheduler: SchedulerOperator | None = None  # its reclaim records say what the suspend's drains got
         self.steps: list[int] = []
         self.step_times: list[float] = []  # monotonic time each sampled step was first seen
         self._stop = threading.Event()
@@ -261,10 +262,10 @@ class Story:
         }
         if cfg.semantics == "kai":
             common.update(eviction_mode="delete", elastic_reclaim=False, suspend_kinds=(), drain_deadline=0.0)
-        self.operators = [
-            PodgrouperOperator(OperatorConfig(**common)).start(),
-            build_scheduler(OperatorConfig(**common)).start(),
-        ]
+        podgrouper = PodgrouperOperator(OperatorConfig(**common)).start()
+        self.operators.append(podgrouper)
+        self.scheduler = build_scheduler(OperatorConfig(**common)).start()
+        self.operators.append(self.scheduler)
         plane.start_kuberay_operator(batch_scheduler=None, watch_namespace=ns, extra_args=["--use-kubernetes-proxy"])
         if filler > 0:  # the rest of the node's GPUs, held by another team within its quota
             kube.create(pods_path(ns), _busybox_pod("filler", busybox, filler, f"{ns}-other", "build"))
@@ -343,14 +344,7 @@ class Story:
         self._sampler.start()
 
         # (a) training fills the node
-        full = _wait(
-            f"training on {cfg.workers} workers",
-            lambda: (
-                self._job_failed()
-                or ((p := self.progress()).get("workers") == cfg.workers and p.get("step", 0) >= 3 and p)
-            ),
-            t,
-        )
+        full = _wait(f"training on {cfg.workers} workers", self._full_or_failed, t)
         self.say(f"training runs on {full['workers']} workers at step {full['step']}")
         before = set(self.worker_pods())
         lost = self._point("full")
@@ -395,9 +389,10 @@ class Story:
         fig.jit_checkpoints = int(final.get("jit_checkpoints", 0))
         return fig
 
-    def _point(self, phase: str) -> int:
-        """Keep progress.json's counters at a phase of the story; returns the steps redone so far."""
-        p = self.progress()
+    def _point(self, phase: str, progress: dict[str, Any] | None = None) -> int:
+        """Keep progress.json's counters at a phase of the story (``progress``: as just read, else read now); returns
+        the steps redone so far."""
+        p = self.progress() if progress is None else progress
         keys = (
             "step",
             "workers",
@@ -412,18 +407,23 @@ class Story:
         return int(p.get("steps_lost", 0))
 
     def _suspend_drains(self) -> dict[str, str]:
-        """The drains kai-ray's scheduler sent before its last suspend of the training (from its reclaim records)."""
-        reclaimer = getattr(self.operators[1], "reclaimer", None) if len(self.operators) > 1 else None
-        suspends = [r for r in getattr(reclaimer, "records", []) if r.kind == "suspend"]
+        """The drains kai-ray's scheduler sent before its last suspend of the training (from its reclaim records), in
+        the order sent."""
+        records = self.scheduler.reclaimer.records if self.scheduler is not None else []
+        suspends = [r for r in records if r.kind == "suspend"]
         return {d.pod: d.status for d in suspends[-1].drains} if suspends else {}
 
-    def _job_failed(self) -> bool:
-        """Raise at once when the RayJob failed before training filled the node (a wait would last its full timeout)."""
+    def _full_or_failed(self) -> dict[str, Any] | None:
+        """The progress once training runs on all its workers (a few steps in); raises at once when the RayJob failed
+        first, since the wait would otherwise last its full timeout."""
+        p = self.progress()
+        if p.get("workers") == self.cfg.workers and p.get("step", 0) >= 3:
+            return p
         with contextlib.suppress(ApiError):
             status = self.kube.get(ray_path("RayJob", self.ns, JOB)).get("status") or {}
             if status.get("jobDeploymentStatus") == "Failed":
                 raise RuntimeError(f"the training RayJob failed: {str(status.get('message', ''))[-2000:]}")
-        return False
+        return None
 
     def _shrink_record(self) -> dict[str, Any]:
 
@@ -438,10 +438,11 @@ class Story:
 
         kube, ns, fig, t, cfg = self.kube, self.ns, self.fig, self.cfg.timeout, self.cfg
         kube.create(pods_path(ns), _busybox_pod("burst", self.busybox, cfg.workers, self.q_training, "inference"))
-        step_before = self.progress().get("step", 0)
-        starts_before = int(self.progress().get("starts", 0))
-        notices_before = int(self.progress().get("notices", 0))
-        lost_before = self._point("before the suspend")
+        before = self.progress()
+        step_before = before.get("step", 0)
+        starts_before = int(before.get("starts", 0))
+        notices_before = int(before.get("notices", 0))
+        lost_before = self._point("before the suspend", before)
 
         def evicted() -> str | None:
             """Suspended or Failed (kai-ray's path), or, under KAI's semantics, the burst running on GPUs the

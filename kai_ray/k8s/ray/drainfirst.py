@@ -10,6 +10,13 @@ the deadline has passed.
 The deadline is a setting on three levels, the most specific first: the ``kai-ray.io/drain-deadline`` annotation of
 the Ray object (the podgrouper copies it to the PodGroup), the same annotation on the Queue, then the scheduler's
 ``--drain-deadline``. ``0`` sends no drain for that object.
+
+The head goes last (:func:`drain_plan`). A draining Ray node takes no new actor or task, and Ray Train v2 places a
+new actor, its ``PreemptionWatcher`` (the one that polls Ray for drains and hands the workers their notice), each
+time it starts a worker group. Drained together with the workers, the head leaves that actor no node: a suspend that
+comes while Ray Train (re)starts its workers, after a grow-back say, brings no notice at all and the workers step on
+until their pods stop. So the workers are drained first and waited on; the head, whose driver and controller never
+leave it idle anyway, is drained after them (its only purpose then is to tell Ray the node is going).
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from kai_ray.k8s.ray.raygcs import (
     gcs_address_for,
     wait_drained,
 )
-from kai_ray.k8s.ray.rayplan import meta_of, name_of
+from kai_ray.k8s.ray.rayplan import labels_of, meta_of, name_of
+
+LAST_DRAIN_MIN_S = 1.0  # the head's drain, after the workers' wait: a deadline in the past would be no deadline
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,13 @@ def drain_and_wait(
     return drains, time.monotonic() - t0
 
 
+def drain_plan(pods: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(drained first and waited on, drained after them): the head pods go last, unless there is nothing else."""
+    heads = [p for p in pods if labels_of(p).get(c.RAY_NODE_TYPE) == "head"]
+    rest = [p for p in pods if labels_of(p).get(c.RAY_NODE_TYPE) != "head"]
+    return (rest, heads) if rest else (heads, [])
+
+
 def apply_drain(
     kube: Kube,
     namespace: str,
@@ -139,9 +155,11 @@ def apply_drain(
             return report
         raise
     by_name = {name_of(p): p for p in pods}
-    targets = [by_name[v] for v in victims if v in by_name]
+    first, last = drain_plan([by_name[v] for v in victims if v in by_name])
     address = gcs_address_for(raycluster, pods) if gcs_address == "auto" else gcs_address
-    report.drains, report.waited_s = drain_and_wait(
-        address, targets, message, deadline_s, timeout_s=timeout_s, wait=wait
-    )
+    report.drains, report.waited_s = drain_and_wait(address, first, message, deadline_s, timeout_s=timeout_s, wait=wait)
+    if last:
+        left = max(LAST_DRAIN_MIN_S, deadline_s - report.waited_s)
+        later, _ = drain_and_wait(address, last, message, left, timeout_s=timeout_s, wait=False)
+        report.drains.extend(later)
     return report

@@ -26,6 +26,7 @@ from kai_ray.k8s.ray.victims import RayOwner, Victim
 from kai_ray.scheduler.decisions import Reason
 from tests.autoscaler.conftest import OBJECT_STORE
 from tests.autoscaler.helpers import podgroup, queue, ray_pod, raycluster, rayjob, worker_group
+from tests.k8s.helpers import wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.ray, pytest.mark.slow]
 
@@ -160,3 +161,69 @@ def test_the_drain_deadline_comes_from_the_object_then_the_queue_then_the_flag()
     bad = d(obj("PodGroup", "soon"), obj("Queue", "1m"), 30.0)
     assert bad.seconds == 60.0 and bad.source == "queue"
     assert "PodGroup podgroup annotations[kai-ray.io/drain-deadline]: 'soon' is not a duration" in bad.problem
+
+
+def test_a_suspend_drains_the_head_last_so_ray_can_still_place_an_actor(
+    ray_cluster: Any, kube: Kube, namespace: str
+) -> None:
+    """Ray Train v2 places its preemption watcher (an actor with no CPU) each time it starts a worker group; a suspend
+    that comes then must leave it a node until the workers' drain has run its course, or the notice never comes."""
+    import ray
+
+    ns = namespace
+    cluster = ray_cluster(env_vars={"RAY_CLOUD_INSTANCE_ID": "job-head"}, resources={"head": 1})
+    cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE, env_vars={"RAY_CLOUD_INSTANCE_ID": "job-w"})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+
+    @ray.remote(num_cpus=1)
+    class Busy:  # a training worker: its node is not idle, so the drain lasts to its deadline
+        def ping(self) -> str:
+            return "busy"
+
+    @ray.remote(num_cpus=0, resources={"head": 1})
+    class Driver:  # the RayJob's driver and Ray Train's controller keep the head busy
+        def ping(self) -> str:
+            return "driving"
+
+    @ray.remote(num_cpus=0)
+    class Watcher:  # what Ray Train creates when its worker group starts
+        def ping(self) -> str:
+            return "watching"
+
+    busy, driver = Busy.remote(), Driver.remote()
+    assert ray.get([busy.ping.remote(), driver.ping.remote()], timeout=120) == ["busy", "driving"]
+
+    kube.create(queues_path(), queue(f"{ns}-q"))
+    job = kube.create(ray_path("RayJob", ns), rayjob("job", worker_group("cpu", 1, 1, 1)))
+    pg_job = podgroup("pg-job", queue=f"{ns}-q")
+    pg_job["metadata"]["ownerReferences"] = [
+        {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "job", "uid": job["metadata"]["uid"]}
+    ]
+    kube.create(podgroups_path(ns), pg_job)
+    for pod, group in (("job-head", "headgroup"), ("job-w", "cpu")):
+        kube.create(pods_path(ns), ray_pod(pod, "job-cluster", group, podgroup="pg-job"))
+
+    reclaimer = RayReclaim(kube, suspend_kinds=("RayJob",), gcs_address=lambda _ns, _rc: cluster.gcs_address)
+
+    def victim(pod: str, node_type: str) -> Victim:
+        return Victim(
+            ns, pod, f"uid-{pod}", f"{ns}/pg-job", "pg-job", f"{ns}-q", Reason.PREEMPTED.value, f"{ns}/burst",
+            "job-cluster", node_type, RayOwner("RayJob", "job"), whole_gang=True, drain_deadline_s=30.0,
+        )  # fmt: skip
+
+    try:
+        left, outcomes = reclaimer.take([victim("job-head", "head"), victim("job-w", "worker")])
+        assert left == [] and len(outcomes) == 1
+        wait_until("the worker's Ray node draining", lambda: _node_states(cluster.gcs_address)["job-w"] == "draining")
+        assert not outcomes[0].done(), "the suspend waits for the workers' drain"
+        watcher = Watcher.remote()
+        assert ray.get(watcher.ping.remote(), timeout=25) == "watching", "an actor still finds a node"
+        outcome = outcomes[0].result(timeout=120.0)
+    finally:
+        reclaimer.close()
+
+    suspend = outcome.records[0]
+    assert suspend.ok, suspend.message
+    assert [(d.pod, d.status) for d in suspend.drains] == [("job-w", ACCEPTED), ("job-head", ACCEPTED)], "head last"
+    assert kube.get(ray_path("RayJob", ns, "job"))["spec"]["suspend"] is True
