@@ -10,6 +10,12 @@ usage (time-based fair share), when given, is set on its resource shares as the 
 Source of KAI, in order: the Go module proxy at the tags listed in ``CANDIDATES`` (through
 ``kai_ray.testing.controlplane.build``'s cache directory), or a local checkout named by ``KAI_SCHEDULER_SRC``. The first
 that builds wins; the errors of the others are kept for the skip message and ``DIFFERENTIAL.md``.
+
+Why a cold build is slow and stays so: ``resource_division`` imports ``common_info``, which imports ``k8s_internal``,
+which imports kube-scheduler's framework, so the wrapper links ~1,270 packages (client-go, k8s.io/kubernetes) though the
+division uses none of them. Sharing the compiled packages with the control-plane build (Kubernetes 1.37) does not
+work: at those versions ``k8s_internal`` does not compile (``framework.PreFilterResult`` has moved) and neither does
+the controller-runtime v0.21 that KAI's API types import.
 """
 
 from __future__ import annotations
