@@ -311,6 +311,9 @@ class SchedulerOperator:
             if self._stop.is_set() or (self.elector is not None and not self.elector.is_leader()):
                 return
             self.cache.recorder.new_term()
+            # the first cycle's status report (every PodGroup's verdict) waits a report interval when it binds, so
+            # it does not compete with the first bindings for the interpreter
+            self._last_report = time.monotonic()
             self._leading.set()
             self.startup["leading"] = since_process_start()
             self.startup.pop("first_cycle", None)
@@ -375,6 +378,8 @@ class SchedulerOperator:
         if time.monotonic() - self._follower_built < FOLLOWER_BUILD_PERIOD or not self.synced():
             return
         self._record_synced()
+        if self.elector is not None and self.elector.is_leader():
+            return  # about to lead: the first cycle builds; a build now would hold the cache against the catch-up
         try:
             self.cache.build(self.core_config())
         except Exception:

@@ -19,8 +19,33 @@ def _snap(nodes: list[Node], gpus: float = 4) -> Snapshot:
 NODES = [Node("a", Resources(8, 8000, 64e9)), Node("b", Resources(8, 8000, 64e9))]
 
 
-def test_node_arrays_are_kept_until_a_node_changes() -> None:
+def _warm() -> ChangeRecorder:
+    """A recorder past the first cycle of its state (which keeps nothing)."""
     rec = ChangeRecorder()
+    rec.take()
+    rec.run(_snap(NODES))
+    return rec
+
+
+def test_the_first_cycle_of_a_term_keeps_nothing_and_the_next_builds_the_session() -> None:
+    """After a takeover or a cold start the first cycle stands between the Lease and the first binds: it runs a
+    session that keeps nothing (cheaper than building every PodGroup's kept block); the next cycle builds it."""
+    rec = ChangeRecorder()
+    rec.take()
+    snap = _snap(NODES)
+    assert [b.node for b in rec.run(snap).binds] == [b.node for b in run_cycle(snap).binds]
+    assert rec.state.node_base is None
+    rec.take()
+    rec.run(_snap(NODES))
+    assert rec.state.node_base is not None
+    rec.new_term()
+    rec.take()
+    rec.run(_snap(NODES))
+    assert rec.state.node_base is None
+
+
+def test_node_arrays_are_kept_until_a_node_changes() -> None:
+    rec = _warm()
     rec.take()
     rec.run(_snap(NODES))
     kept = rec.state.node_base
@@ -36,7 +61,7 @@ def test_node_arrays_are_kept_until_a_node_changes() -> None:
 
 def test_a_node_whose_allocatable_shrank_without_an_event_is_still_seen() -> None:
     """Another scheduler's pods take room off a node in the snapshot: no node event, different node."""
-    rec = ChangeRecorder()
+    rec = _warm()
     rec.take()
     rec.run(_snap(NODES))
     shrunk = [replace(NODES[0], allocatable=Resources(2, 8000, 64e9)), NODES[1]]
@@ -47,7 +72,7 @@ def test_a_node_whose_allocatable_shrank_without_an_event_is_still_seen() -> Non
 
 
 def test_a_change_recorded_after_take_is_told_to_the_next_cycle() -> None:
-    rec = ChangeRecorder()
+    rec = _warm()
     rec.take()
     rec.run(_snap(NODES))
     kept = rec.state.node_base
