@@ -358,11 +358,14 @@ class SchedulerCache:
     # --- snapshot ------------------------------------------------------------------------------------------------
 
     def _template(self, pg: PgEntry) -> s.Job | None:
-        if pg.model is None or pg.errors:
+        if not pg.parsed or pg.errors:
             return None
         if pg.template is None or pg.pc_generation != self.pc_generation:
-            pg.template = job_template(pg.model, self.priority_classes, self.global_default)
+            model = pg.model
+            assert model is not None
+            pg.template = job_template(model, self.priority_classes, self.global_default)
             pg.pc_generation = self.pc_generation
+            pg.kept = None  # read again from raw if the priority classes change
         return pg.template
 
     def _upstream_template(self, entry: UpstreamEntry) -> upstream_gangs.UpstreamTemplate | None:
