@@ -237,7 +237,8 @@ class SchedulerCache:
             if old is not None and old.sig == sig:
                 old.raw = obj  # status only: nothing the core reads
                 return
-            self.pgs[key] = pg_entry(key, obj, sig, self.config.max_gang_pods)
+            entry = self.pgs[key] = pg_entry(key, obj, sig, self.config.max_gang_pods)
+            self._template(entry)  # now, so that its parsed model need not be kept until the next cycle
             self._dirty.add(key)
             if old is None or unstamped(old.sig) != unstamped(sig):
                 self._changed()
