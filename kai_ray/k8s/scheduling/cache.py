@@ -237,7 +237,8 @@ class SchedulerCache:
             if old is not None and old.sig == sig:
                 old.raw = obj  # status only: nothing the core reads
                 return
-            self.pgs[key] = pg_entry(key, obj, sig, self.config.max_gang_pods)
+            entry = self.pgs[key] = pg_entry(key, obj, sig, self.config.max_gang_pods)
+            self._template(entry)  # now, so that its parsed model need not be kept until the next cycle
             self._dirty.add(key)
             if old is None or unstamped(old.sig) != unstamped(sig):
                 self._changed()
@@ -358,11 +359,14 @@ class SchedulerCache:
     # --- snapshot ------------------------------------------------------------------------------------------------
 
     def _template(self, pg: PgEntry) -> s.Job | None:
-        if pg.model is None or pg.errors:
+        if not pg.parsed or pg.errors:
             return None
         if pg.template is None or pg.pc_generation != self.pc_generation:
-            pg.template = job_template(pg.model, self.priority_classes, self.global_default)
+            model = pg.model
+            assert model is not None
+            pg.template = job_template(model, self.priority_classes, self.global_default)
             pg.pc_generation = self.pc_generation
+            pg.kept = None  # read again from raw if the priority classes change
         return pg.template
 
     def _upstream_template(self, entry: UpstreamEntry) -> upstream_gangs.UpstreamTemplate | None:

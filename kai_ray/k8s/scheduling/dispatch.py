@@ -336,7 +336,7 @@ class Dispatch:
         pg = self.cache.pgs.get(job)
         if pg is None:
             return self.cache.upstream_queue(job) or ""
-        return (pg.model.spec.queue or c.DEFAULT_QUEUE) if pg.model is not None else ""
+        return (pg.queue or c.DEFAULT_QUEUE) if pg.parsed else ""
 
     def _gang_starting(self, job: str, binds: int) -> None:
         """A gang with no pod running got its bindings: count it (KAI's scheduled-by-action) and, the first time

@@ -51,16 +51,33 @@ class PodEntry:
 
 @dataclass(slots=True)
 class PgEntry:
+    """A KAI PodGroup. Its parsed model is kept only until the job template is built from it: at tens of thousands
+    of PodGroups the models were the scheduler's largest memory. What the cycle's reporting and dispatch read of it
+    every cycle (queue, markUnschedulable) is kept apart; the rare readers of the whole model parse ``raw`` again."""
+
     key: str
     uid: str
     namespace: str
     name: str
     raw: dict[str, Any]
-    model: PodGroup | None
+    parsed: bool  # the PodGroup is well-formed: :attr:`model` can be read (again) from ``raw``
     errors: list[str]
     template: s.Job | None
     pc_generation: int
     sig: tuple[Any, ...]
+    queue: str | None = None
+    mark_unschedulable: bool = False
+    kept: PodGroup | None = None  # the model, until the template is built
+
+    @property
+    def model(self) -> PodGroup | None:
+        if self.kept is not None or not self.parsed:
+            return self.kept
+        return parse_podgroup(self.raw, self.key)
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return (self.raw.get("metadata") or {}).get("annotations") or {}
 
 
 @dataclass(slots=True)
@@ -259,20 +276,29 @@ def pg_entry(key: str, obj: dict[str, Any], sig: tuple[Any, ...], max_gang_pods:
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         raw=obj,
-        model=None,
+        parsed=False,
         errors=[],
         template=None,
         pc_generation=-1,
         sig=sig,
     )
     try:
-        model = parse_object({**obj, "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup"}, key)
-        assert isinstance(model, PodGroup)
-        entry.model = model
+        model = parse_podgroup(obj, key)
+        entry.parsed = True
+        entry.kept = model
+        entry.queue = model.spec.queue
+        entry.mark_unschedulable = bool(model.spec.mark_unschedulable)
         entry.errors = [str(e) for e in model.validate_spec()] + gang_size_errors(model, max_gang_pods)
     except ManifestError as exc:
         entry.errors = [str(exc)]
     return entry
+
+
+def parse_podgroup(obj: dict[str, Any], key: str) -> PodGroup:
+    """The PodGroup model of a watched object (the watch's objects carry no apiVersion or kind when slimmed)."""
+    model = parse_object({**obj, "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup"}, key)
+    assert isinstance(model, PodGroup)
+    return model
 
 
 def queue_entry(key: str, obj: dict[str, Any], sig: tuple[Any, ...]) -> QueueEntry:

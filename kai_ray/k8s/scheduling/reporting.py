@@ -26,13 +26,12 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from kai_ray import constants as c
-from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.strict import LAST_APPLIED, object_unknown_fields
 from kai_ray.durations import rfc3339
 from kai_ray.k8s.base.events import NORMAL, WARNING, EventRecorder, object_ref
@@ -115,7 +114,7 @@ class Reporter:
         for key, v in list(verdicts.items()):
             if not v.scheduled and v.reason is Reason.QUEUE_DOES_NOT_EXIST:
                 pg = self.cache.pgs.get(key)
-                qname = pg.model.spec.queue if pg is not None and pg.model is not None else None
+                qname = pg.queue if pg is not None and pg.parsed else None
                 if qname in bad_queues:
                     verdicts[key] = JobStatus(
                         key, False, Reason.QUEUE_INVALID, f"queue {qname!r} is invalid: {'; '.join(bad_queues[qname])}"
@@ -181,8 +180,8 @@ class Reporter:
                 self._report_upstream(key, v, now)
                 return v.scheduled  # a pending upstream gang is looked at again: pods may join it
             return True
-        if "staleSince" in v.details or (pg.model is not None and c.STALE_SINCE in pg.model.metadata.annotations):
-            self._persist_stale_since(key, pg.model, v)
+        if "staleSince" in v.details or (pg.parsed and c.STALE_SINCE in pg.annotations):
+            self._persist_stale_since(key, pg.annotations if pg.parsed else None, v)
         prev = self._verdicts.get(key)
         reason = v.reason.value
         if (
@@ -222,7 +221,7 @@ class Reporter:
             self._ray_owner_event(pg.raw, v)
             if v.reason is Reason.INVALID:
                 self.metrics.findings.labels("PodGroup").inc()
-            if pg.model is not None and pg.model.spec.mark_unschedulable:
+            if pg.mark_unschedulable:
                 for p in members(key):
                     if not p.node:
                         self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
@@ -262,13 +261,13 @@ class Reporter:
         if reason is not None and ref is not None:
             self.events.emit(ref, WARNING, reason, v.message)
 
-    def _persist_stale_since(self, key: str, model: PodGroup | None, v: JobStatus) -> None:
+    def _persist_stale_since(self, key: str, annotations: Mapping[str, str] | None, v: JobStatus) -> None:
         """Keep ``kai.scheduler/stale-podgroup-timestamp`` in step with the core, which restarts the stale-gang
         clock every cycle unless the time it first saw the gang below its minimum is stored on the PodGroup."""
-        if model is None:
+        if annotations is None:
             return
         since = v.details.get("staleSince")
-        stored = model.metadata.annotations.get(c.STALE_SINCE)
+        stored = annotations.get(c.STALE_SINCE)
         if isinstance(since, int | float) and stored is None:
             self.annotate_pg(key, {c.STALE_SINCE: rfc3339(float(since))})
         elif since is None and stored is not None and v.reason is not Reason.STALE_GANG:
