@@ -308,11 +308,7 @@ class Reporter:
                 ledger = self.usage.ledger_status(name, top_level)
                 if ledger is not None:
                     body[LEDGER_FIELD] = ledger
-            body = self.pruned.strip("Queue", {"status": body})["status"]
-            compare = {k: v for k, v in body.items() if k != "conditions"}
-            compare["valid"] = [
-                (cond["status"], cond["message"]) for cond in body["conditions"] if cond["type"] == "Valid"
-            ]
+            body, compare = queue_status_to_send(self.pruned, body)
             last = self._queue_written.get(name)
             if last is not None and last[0] == compare:
                 continue
@@ -501,6 +497,19 @@ class Reporter:
             return
         with self._status_lock:
             self._status_written[job] = (resource_version(updated), dict(updated.get("status") or {}))
+
+
+def queue_status_to_send(pruned: PruneGuard, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Queue's status without what the installed CRD prunes, and the part compared with the last write.
+
+    A CRD may prune any of it, ``conditions`` or the whole ``status`` included (a Queue CRD without a status schema):
+    then there is less to write, never an error in the cycle."""
+    sent = pruned.strip("Queue", {"status": body}).get("status", {})
+    compare = {k: v for k, v in sent.items() if k != "conditions"}
+    compare["valid"] = [
+        (cond.get("status"), cond.get("message")) for cond in sent.get("conditions", []) if cond.get("type") == "Valid"
+    ]
+    return sent, compare
 
 
 def _condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
