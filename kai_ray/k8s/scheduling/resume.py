@@ -231,7 +231,7 @@ class SuspendedGangs:
         self, key: str, pg: PgEntry | None, has_pods: bool, now_wall: float, mono: float
     ) -> list[s.Pod] | None:
         """The virtual pods of one suspended gang that may be resumed now, or None."""
-        if pg is None or pg.model is None or (key in self._gangs and self._gangs[key].resumed_at is not None):
+        if pg is None or not pg.parsed or (key in self._gangs and self._gangs[key].resumed_at is not None):
             return None
         record = _record(pg.raw)
         owner_ref = _owner_from_record(record) or ray_owner(pg.raw)
@@ -247,7 +247,7 @@ class SuspendedGangs:
             return None
         if at is not None and now_wall - at < RESUME_HOLDOFF:
             return None  # just suspended: its preemptor goes first
-        gang = self._gang(key, kind, name, owner, pg.model)
+        gang = self._gang(key, kind, name, owner, pg)
         if gang is None or mono < gang.retry_at:
             return None
         return gang.pods
@@ -282,14 +282,16 @@ class SuspendedGangs:
                 counts[p.spod.subgroup] = counts.get(p.spod.subgroup, 0) + 1
         return counts
 
-    def _gang(self, key: str, kind: str, name: str, owner: dict[str, Any], pg: PodGroup) -> _Gang | None:
+    def _gang(self, key: str, kind: str, name: str, owner: dict[str, Any], pg: PgEntry) -> _Gang | None:
         rv = resource_version(owner)
         gang = self._gangs.get(key)
         if gang is not None and gang.owner_rv == rv and gang.kind == kind:
             return gang if gang.pods else None
         gang = _Gang(kind, name, rv)
+        model = pg.model  # parsed again from the stored object: only when the owner changed
+        assert model is not None
         try:
-            gang.pods = owner_pods(kind, owner, pg, key, self.grouper_config)
+            gang.pods = owner_pods(kind, owner, model, key, self.grouper_config)
         except (ManifestError, ValueError) as exc:
             gang.error = str(exc)
             log.warning("suspended %s %s: cannot build its pods to resume it: %s", kind, key, exc)
@@ -303,7 +305,7 @@ class SuspendedGangs:
         for key in jobs:
             with self.cache.lock:
                 pg = self.cache.pgs.get(key)
-            if pg is None or pg.model is None:
+            if pg is None or not pg.parsed:
                 continue
             ref = ray_owner(pg.raw)
             owner = self.owner(ref[0], pg.namespace, ref[1]) if ref is not None else None
@@ -315,8 +317,10 @@ class SuspendedGangs:
                 out[key] = hit[1]
                 continue
             found: dict[str, s.Pod] = {}
+            model = pg.model  # parsed again from the stored object: only when the owner changed
+            assert model is not None
             try:
-                for p in owner_pods(ref[0], owner, pg.model, key, self.grouper_config, every_group=True):
+                for p in owner_pods(ref[0], owner, model, key, self.grouper_config, every_group=True):
                     if not p.is_ray_head and p.subgroup and p.subgroup not in found:
                         found[p.subgroup] = p
             except (ManifestError, ValueError) as exc:
