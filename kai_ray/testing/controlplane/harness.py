@@ -162,9 +162,9 @@ class ControlPlane:
 
             if seed is not None:
                 shutil.copytree(seed, self.workdir / "etcd")
-            self._start_etcd(binaries["etcd"])
+            self._start_on_free_ports("etcd", lambda: self._start_etcd(binaries["etcd"]))
             self.timings.etcd_ready = time.monotonic() - begin
-            self._start_apiserver(binaries["kube-apiserver"])
+            self._start_on_free_ports("kube-apiserver", lambda: self._start_apiserver(binaries["kube-apiserver"]))
             self.timings.apiserver_ready = time.monotonic() - begin
             self._write_kubeconfig()
             if docs:
@@ -175,7 +175,7 @@ class ControlPlane:
                     crds.wait_established(self._shared_client(), names, timeout=self.startup_timeout)
                 self.timings.crds = time.monotonic() - begin - self.timings.apiserver_ready
             if self.kwok:
-                self._start_kwok(binaries["kwok"], stages)
+                self._start_on_free_ports("kwok", lambda: self._start_kwok(binaries["kwok"], stages))
             self.timings.kwok_ready = time.monotonic() - begin
             self.timings.total = time.monotonic() - begin
         except BaseException:
@@ -196,6 +196,19 @@ class ControlPlane:
         comp = spawn(name, argv, self.workdir, env)
         self.components[name] = comp
         return comp
+
+    def _start_on_free_ports(self, name: str, start: Callable[[], None], attempts: int = 3) -> None:
+        """Start a component, again on fresh ports when another process took one between choosing and binding it."""
+        for attempt in range(1, attempts + 1):
+            try:
+                start()
+                return
+            except ControlPlaneError as exc:
+                if attempt == attempts or "address already in use" not in str(exc):
+                    raise
+                comp = self.components.pop(name, None)
+                if comp is not None:
+                    comp.stop()
 
     def _start_etcd(self, binary: Path) -> None:
         assert self.workdir is not None

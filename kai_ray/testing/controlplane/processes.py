@@ -9,6 +9,7 @@ that no orphan outlives a SIGKILLed test session.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import os
@@ -29,11 +30,26 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not start or a bounded wait ran out; the message carries the relevant log tail."""
 
 
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=1024)
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A currently free TCP port on ``host`` (the OS may hand it out again; callers start promptly)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A currently free TCP port on ``host`` that this process has not handed out lately.
+
+    The OS may give a just-closed port again at once, so two calls in a row (etcd's client and peer ports) could
+    return the same number and the second listener would fail to bind; remembering the last thousand ports handed out
+    keeps one process's ports distinct. Another process can still take a port before it is used: callers start
+    promptly, and the control plane retries a start that lost its port.
+    """
+    with _HANDED_OUT_LOCK:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.append(port)
+                return port
 
 
 def wait_for(
