@@ -37,6 +37,7 @@ import time
 from functools import partial
 from typing import Any
 
+from kai_ray.k8s.base.collector import CycleFreeze
 from kai_ray.k8s.base.informer import Informer, wait_all_synced
 from kai_ray.k8s.base.leader import HANDOVER_PREFIX, LeaderElector, LeaseConfig
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
@@ -118,6 +119,7 @@ class SchedulerOperator:
         self.headroom = parts.headroom
         self.ray_activity = parts.ray_activity
         self._stop = threading.Event()
+        self.collector = CycleFreeze()
         self._loop_thread: threading.Thread | None = None
         config = self.config
         self.unschedulable = UnschedulableMarker(self.kube, partial(self.writer.submit, priority=STATUS_PRIORITY))
@@ -236,6 +238,7 @@ class SchedulerOperator:
         if self._owns_kube:
             self.kube.reachability.close()  # its prober, if the server was unreachable
         self.metrics.close()
+        self.collector.release()
 
     def _drain(self) -> dict[str, str] | None:
         """Before a graceful release: let the bindings already sent be answered and come back through the pods
@@ -367,9 +370,11 @@ class SchedulerOperator:
                 self._follow()
                 continue
             try:
-                self.run_once()
+                result = self.run_once()
             except Exception:
                 log.exception("scheduling cycle failed; next cycle continues")
+            else:
+                self.collector.after_cycle(idle=not _busy(result))
 
     def _follow(self) -> None:
         """A follower builds the snapshot now and then and throws it away: the build is incremental (job templates
@@ -418,8 +423,7 @@ class SchedulerOperator:
         time when nothing changes.
         """
         r = self.last_result
-        busy = r is None or r.binds or r.evictions or any(not j.scheduled for j in r.jobs.values())
-        if not busy and not self._timed_waits:
+        if not (r is None or _busy(r)) and not self._timed_waits:
             return IDLE_RESYNC
         return max(self.config.schedule_period, 4 * self._last_cycle_seconds)
 
@@ -472,6 +476,11 @@ class SchedulerOperator:
             self.startup["first_cycle_seconds"] = round(t4 - t0, 3)
             log.info("first cycle as leader: %s", self.startup)
         return result
+
+
+def _busy(r: CycleResult) -> bool:
+    """The cycle decided something or left a gang waiting: the next one may decide more."""
+    return bool(r.binds or r.evictions or any(not j.scheduled for j in r.jobs.values()))
 
 
 def build_scheduler(config: OperatorConfig, kube: Kube | None = None) -> SchedulerOperator:
