@@ -70,8 +70,9 @@ def run_cycle(snapshot: Snapshot, state: IncrementalState | None = None) -> Cycl
         result = build_result(ses)
         annotate(ses, result)
         apply_ungates(ses, result, snapshot.config.reservation_ttl, snapshot.config.queue_admission_gating)
-        # dropped while the collector is still paused: what the session held is freed by reference counting,
-        # not scanned by the young-generation collection the next allocation would trigger
+        # closed and dropped while the collector is still paused: what the session held is freed by reference
+        # counting, not scanned by the young-generation collection the next allocation would trigger
+        ses.close()
         del ses
     except Exception as exc:  # pragma: no cover - defensive: the core must not crash its caller
         result = CycleResult()

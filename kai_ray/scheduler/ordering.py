@@ -11,7 +11,9 @@ total order; using the same heap discipline keeps our choices close to KAI's whe
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kai_ray.scheduler.fairshare import UNLIMITED, allocatable_share
@@ -242,14 +244,27 @@ def queue_cmp(
 
 
 class _QNode:
-    __slots__ = ("children", "is_leaf", "needs_reorder", "parent", "q")
+    """A queue in the order's tree. The link up to the parent is weak, and the parent queues' heaps compare through a
+    weak proxy of the order: a search leaves no reference cycle behind, so when it ends reference counting frees its
+    heaps and everything in them (after a preemption search at 5,000 nodes, 40,000 victim entries) at once, instead
+    of the cyclic collector scanning them later."""
+
+    __slots__ = ("__weakref__", "_parent", "children", "is_leaf", "needs_reorder", "q")
 
     def __init__(self, q: int, children: GoHeap, is_leaf: bool) -> None:
         self.q = q
         self.children = children
         self.is_leaf = is_leaf
         self.needs_reorder = False
-        self.parent: _QNode | None = None
+        self._parent: weakref.ref[_QNode] | None = None
+
+    @property
+    def parent(self) -> _QNode | None:
+        return self._parent() if self._parent is not None else None
+
+    @parent.setter
+    def parent(self, node: _QNode) -> None:
+        self._parent = weakref.ref(node)
 
 
 _ZERO = (0.0, 0.0, 0.0)
@@ -271,7 +286,8 @@ class JobsOrderByQueues:
         self.in_quota_priority = ses.cfg.queue_priority_in_quota_reclaim
         jl = job_less(ses)
         self._job_less = _victim_first if victims else (lambda a, b: jl(b, a)) if self.reverse else jl
-        self.roots = GoHeap(self._node_less)
+        self._queue_less = partial(JobsOrderByQueues._node_less, weakref.proxy(self))
+        self.roots = GoHeap(self._queue_less)
         self.nodes: dict[int, _QNode] = {}
         self.popped: dict[int, list[float]] = {}  # victims: leaf queue -> resources of the representatives popped
         self.requests: dict[int, tuple[float, float, float]] = {}  # job idx -> request overriding its pending step
@@ -365,7 +381,7 @@ class JobsOrderByQueues:
         pnode = self.nodes.get(parent)
         pnew = pnode is None
         if pnode is None:
-            pnode = _QNode(parent, GoHeap(self._node_less), False)
+            pnode = _QNode(parent, GoHeap(self._queue_less), False)
             self.nodes[parent] = pnode
         if node.parent is None:
             node.parent = pnode

@@ -239,6 +239,13 @@ class Session:
         self.xfree = base.xalloc.copy()  # as free, for the extended resources (one row per name in xnames)
         self.xrel = np.zeros_like(base.xalloc)  # as rel
 
+    def close(self) -> None:
+        """Drop what the cycle derived and the statement, which points back at the session: with no reference cycle
+        left, the session is freed by reference counting as soon as the cycle lets go of it, instead of waiting for
+        the cyclic collector to scan it (after a preemption search at 5,000 nodes, 440,000 objects)."""
+        self.memo.clear()
+        del self.stmt
+
     def charged(self, p: int) -> tuple[float, float, float]:
         """What pod ``p`` charges its queue: its request, plus the GPUs of its MIG slices (KAI's GetSumGPUs)."""
         req = self.p_req[p]
