@@ -170,6 +170,9 @@ class SchedulerMetrics(Metrics):
             registry=r,
         )
         self.binds = Counter(f"{p}_binds", "Binding requests by result", ["result"], registry=r)
+        self.release_binds = Counter(
+            f"{p}_release_binds", "Pipelined pods bound as their victims left, before the next cycle", registry=r
+        )
         self.evictions = Counter(
             f"{p}_evictions", "Eviction requests by action and result", ["action", "result"], registry=r
         )

@@ -48,6 +48,7 @@ from kai_ray.k8s.scheduling.entries import (
     job_template,
     node_sig,
     nodes_with_room,
+    only_deleting_differs,
     pg_entry,
     pod_entry,
     pod_fingerprint,
@@ -85,6 +86,7 @@ class SchedulerCache:
         self.assumed: dict[str, Assumed] = {}
         self.evicting: dict[str, float] = {}
         self.changes = 0
+        self.node_generation = 0  # node changes seen (a release plan made before one is not bound early)
         self.namespaces = set(config.namespaces)
         # incremental snapshot state: members per job, built jobs, foreign usage per node
         self.members: dict[str, dict[str, PodEntry]] = {}
@@ -112,6 +114,7 @@ class SchedulerCache:
         with self.lock:
             if kind == DELETE:
                 if self.nodes.pop(key, None) is not None:
+                    self.node_generation += 1
                     self.recorder.nodes()
                     self._changed()
                 return
@@ -119,6 +122,7 @@ class SchedulerCache:
             old = self.nodes.get(key)
             self.nodes[key] = node
             if old is None or node_sig(old) != node_sig(node):
+                self.node_generation += 1
                 self.recorder.nodes()
                 self._changed()
 
@@ -157,6 +161,7 @@ class SchedulerCache:
             if entry is None:
                 entry = pod_entry(key, obj, self.config.scheduler_name, self.namespaces)
             entry.raw = raw
+            self_evicted = key in self.evicting
             if old is not None:
                 self._unindex(old)
                 if old.uid != entry.uid:
@@ -166,7 +171,7 @@ class SchedulerCache:
             self.pods[key] = entry
             self.uid_to_key[entry.uid] = key
             self._index(entry)
-            relevant = old is None or old.sig != entry.sig
+            relevant = (old is None or old.sig != entry.sig) and self._may_matter(old, entry, self_evicted)
             a = self.assumed.get(key)
             if a is not None and (entry.node or entry.terminal or a.uid != entry.uid):
                 del self.assumed[key]  # the watch now tells the truth
@@ -176,6 +181,20 @@ class SchedulerCache:
                 self.evicting.pop(key, None)
             if relevant:
                 self._changed()
+
+    def _may_matter(self, old: PodEntry | None, new: PodEntry, self_evicted: bool) -> bool:
+        """Whether a pod's change can alter a cycle's decisions, so that it is worth waking the loop for. Two
+        changes cannot, and each used to cost a whole cycle (seconds at thousands of nodes) on the way of a
+        preemption: a pod that holds no node and whose PodGroup does not exist yet (the podgrouper creates it next,
+        and that wakes the loop), and a pod this scheduler is evicting that now says it is being deleted (the
+        eviction overlay already showed it as releasing). The change is still recorded: the next cycle reads it."""
+        key = new.job_key
+        unplaced = new.node is None and (old is None or old.node is None)
+        if unplaced and key is not None and key not in self.pgs and key not in self.upstream:
+            return old is not None and old.job_key != key
+        if self_evicted and old is not None and new.deleting and not old.deleting:
+            return not only_deleting_differs(old.sig, new.sig)
+        return True
 
     def _index(self, p: PodEntry) -> None:
         if p.job_key is not None:
@@ -511,6 +530,7 @@ class SchedulerCache:
                 else:
                     bad_queues[name] = q.errors
             by_uid = dict(self.by_uid)
+            node_generation = self.node_generation
         snap = s.Snapshot(
             nodes=sorted(nodes, key=lambda n: n.name),
             queues=queues,
@@ -520,4 +540,4 @@ class SchedulerCache:
         )
         if self.dra is not None:
             snap = self.dra.attach(snap)
-        return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending)
+        return SnapshotView(snap, by_uid, invalid, bad_queues, active, pending, node_generation)

@@ -35,6 +35,7 @@ from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.k8s.scheduling.entries import PgEntry, PodEntry, SnapshotView
 from kai_ray.k8s.scheduling.maxpending import max_pending_report
 from kai_ray.k8s.scheduling.rayvictims import count_outcome, pending_stop, victim_of
+from kai_ray.k8s.scheduling.release_binds import ReleasePlan, can_bind, plan_of
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, kai_object_ref, pod_ref, ray_owner_ref
 from kai_ray.k8s.scheduling.resume import is_virtual
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
@@ -94,10 +95,12 @@ class Dispatch:
     _reclaiming: dict[str, tuple[PodEntry, Evict]] = field(default_factory=dict, init=False)  # on the Ray path
     _max_pending_acted: dict[str, float] = field(default_factory=dict, init=False)  # job -> the wait acted on
     _awaited_victims: set[str] = field(default_factory=set, init=False)  # evicted for pipelined gangs, until gone
+    _release_plan: ReleasePlan | None = field(default=None, init=False)  # the latest cycle's pipelined binds
 
     def binds(self, view: SnapshotView, result: CycleResult) -> None:
-        """Assume and send the cycle's bindings (pipelined ones wait for their victims to go), and stamp the
-        PodGroups of gangs that start."""
+        """Assume and send the cycle's bindings (pipelined ones wait for their victims to go, kept as the plan that
+        :meth:`bind_released` binds), and stamp the PodGroups of gangs that start."""
+        self._release_plan = plan_of(view, result)
         wanted: list[tuple[PodEntry, str, str]] = []
         claims: dict[str, tuple[ClaimAllocation, ...]] = {}
         for b in result.binds:
@@ -113,13 +116,43 @@ class Dispatch:
         if not wanted:
             return
         ok = self.cache.assume_many([(p.key, p.uid, node) for p, node, _ in wanted])
+        sent = [(p, node, job) for (p, node, job), assumed in zip(wanted, ok, strict=True) if assumed]
+        self.metrics.binds.labels("skipped").inc(len(wanted) - len(sent))  # already bound or in flight: never twice
+        starting = {job for _, _, job in sent if view.active_before.get(job, 0) == 0}
+        self._send(sent, claims, starting)
+
+    def bind_released(self) -> int:
+        """Bind the latest cycle's pipelined pods now that their victims are gone, if nothing they relied on moved
+        (:mod:`~kai_ray.k8s.scheduling.release_binds`); the pods bound (0: the next cycle decides, as under KAI)."""
+        plan, self._release_plan = self._release_plan, None
+        if plan is None or not self.is_leader() or not can_bind(plan, self.cache):
+            return 0
+        with self.cache.lock:
+            ok = self.cache.assume_many([(b.key, b.uid, b.node) for b in plan.binds])
+            if not all(ok):  # a watch event slipped in since the check: all or nothing
+                for b, assumed in zip(plan.binds, ok, strict=True):
+                    if assumed:
+                        self.cache.forget(b.key, b.uid)
+                return 0
+            sent = [(self.cache.pods[b.key], b.node, b.job) for b in plan.binds]
+        self._send(sent, {}, set(plan.starting))
+        self.metrics.release_binds.inc(len(sent))
+        log.info("bound %d pipelined pods as their victims left, before the next cycle", len(sent))
+        return len(sent)
+
+    def _send(
+        self,
+        sent: list[tuple[PodEntry, str, str]],
+        claims: Mapping[str, tuple[ClaimAllocation, ...]],
+        starting: set[str],
+    ) -> None:
+        """Queue the bindings of assumed pods; stamp the PodGroups of the gangs in ``starting``."""
+        if not sent:
+            return
         work: list[tuple[str, Callable[[], None]]] = []
         started: dict[str, int] = defaultdict(int)
-        for (p, node, job), assumed in zip(wanted, ok, strict=True):
-            if not assumed:
-                self.metrics.binds.labels("skipped").inc()  # already bound or in flight: never bind twice
-                continue
-            if view.active_before.get(job, 0) == 0:
+        for p, node, job in sent:
+            if job in starting:
                 started[job] += 1
             work.append((f"bind/{p.key}", partial(self._bind, p, node, claims.get(p.key, ()))))
         for job, n in started.items():
@@ -320,6 +353,10 @@ class Dispatch:
         self.metrics.evictions.labels(action, "ok").inc()
         who = f" by {e.preemptor}" if e.preemptor else ""
         self.events.emit(pod_ref(p), WARNING, e.reason.value, f"{e.reason.value}{who}: {e.message}".strip())
+
+    def awaiting_victims(self) -> bool:
+        """Pods evicted for a pipelined gang are still to go."""
+        return bool(self._awaited_victims)
 
     def victims_gone(self) -> bool:
         """True once every pod evicted for a pipelined gang has left the cache: that gang can be bound now."""

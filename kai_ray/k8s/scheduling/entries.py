@@ -121,6 +121,7 @@ class SnapshotView:
     invalid_queues: dict[str, list[str]] = field(default_factory=dict)
     active_before: dict[str, int] = field(default_factory=dict)  # job key -> active pods at snapshot time
     pending: int = 0  # pods of scheduled PodGroups waiting for a node
+    node_generation: int = 0  # the cache's count of node changes when the snapshot was built
 
 
 def bound_entry(old: PodEntry, raw: tuple[Any, ...]) -> PodEntry | None:
@@ -155,6 +156,15 @@ def stamped_entry(old: PodEntry, raw: tuple[Any, ...]) -> PodEntry | None:
     if annotations != old_annotations or meta != old_meta:
         return None
     return replace(old)
+
+
+_DELETING_AT = 4  # where a pod's signature says it is being deleted
+
+
+def only_deleting_differs(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
+    """Two signatures of one pod (:func:`pod_entry`) that differ at most in whether it is being deleted."""
+    d = _DELETING_AT
+    return old[:d] == new[:d] and old[d + 1 :] == new[d + 1 :]
 
 
 def pod_entry(key: str, obj: dict[str, Any], scheduler_name: str, namespaces: AbstractSet[str]) -> PodEntry:
@@ -198,7 +208,7 @@ def pod_entry(key: str, obj: dict[str, Any], scheduler_name: str, namespaces: Ab
         ours,
         group,
         terminal,
-        deleting,
+        deleting,  # at _DELETING_AT
         bool(spec.get("schedulingGates")),
         request,
         labels.get(c.SUBGROUP_LABEL),

@@ -363,8 +363,8 @@ class SchedulerOperator:
             woke = self._wake.wait(self._period())
             if self._stop.is_set():
                 break
-            if woke:
-                self._settle()
+            if woke and self._settle() and self._leading.is_set():
+                self.dispatch.bind_released()
             self._wake.clear()
             if not self._leading.is_set():
                 self._follow()
@@ -391,14 +391,17 @@ class SchedulerOperator:
             log.exception("building the snapshot as a follower failed; the next try repeats it")
         self._follower_built = time.monotonic()
 
-    def _settle(self) -> None:
-        """Coalesce a burst of changes before a cycle, without delaying a lone change.
+    def _settle(self) -> bool:
+        """Coalesce a burst of changes before a cycle, without delaying a lone change; True when the wait ended
+        because the last victim of a preemption left (its pipelined pods can be bound before the cycle).
 
         The cycle starts once changes have paused for ``debounce`` and at least one cycle's length has passed since
         the last cycle ended (so cycles take at most half of the time while changes trickle in), and at the latest
         ``max(debounce, 3 x cycle)`` after the wake-up (a steady stream of arrivals: cycles take a quarter of the
         time). A gang that arrives alone, or the last victim of a preemption going, is thus acted on within about
-        ``debounce`` instead of after three cycle lengths.
+        ``debounce`` instead of after three cycle lengths. While victims of a pipelined gang are still going, a
+        pause is no reason to start: the first victims leaving would otherwise start a cycle that the last one
+        then waits behind.
         """
         now = time.monotonic()
         deadline = now + max(self.config.debounce, 3 * self._last_cycle_seconds)
@@ -406,11 +409,14 @@ class SchedulerOperator:
         while not self._stop.is_set():
             self._wake.clear()
             now = time.monotonic()
-            if now >= deadline or self.dispatch.victims_gone():
-                return
+            if self.dispatch.victims_gone():
+                return True
+            if now >= deadline:
+                return False
             quiet = not self._wake.wait(min(self.config.debounce, deadline - now))
-            if quiet and time.monotonic() >= earliest:
-                return
+            if quiet and time.monotonic() >= earliest and not self.dispatch.awaiting_victims():
+                return False
+        return False
 
     _timed_waits = False  # a running gang waits on a ready-timeout or max-runtime clock: keep the periodic cycle
 

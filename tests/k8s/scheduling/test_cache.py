@@ -213,3 +213,36 @@ def test_the_slim_pod_keeps_every_field_the_request_rule_reads() -> None:
     want = effective_requests(ApiPod.model_validate(full))
     assert want == {"cpu": 5.5, "amd.com/gpu": 2.0, "memory": 2.0 * 2**30}
     assert effective_requests(ApiPod.model_validate(slim_pod(full))) == want
+
+
+def test_changes_that_cannot_alter_a_decision_do_not_wake_the_loop() -> None:
+    """On the way of a preemption two pod events used to cost a whole cycle each (seconds at thousands of nodes):
+    the new pod before its PodGroup exists, and each victim saying it is being deleted after kai-ray evicted it.
+    Neither can change a decision, so neither wakes the loop; what they change is still in the next snapshot."""
+    woke: list[int] = []
+    cache = _cache()
+    cache.on_change = lambda: woke.append(1)
+    cache.on_pod(UPSERT, "ns/new", _pod("new", group="later"))
+    assert woke == [], "a pending pod whose PodGroup does not exist yet cannot be scheduled: no cycle for it"
+    cache.on_podgroup(UPSERT, "ns/later", _pg("later", 1))
+    assert woke == [1], "its PodGroup arriving wakes the loop"
+    assert [p.name for p in _job(cache.build(s.SchedulerConfig()), "ns/later").pods] == ["new"]
+    cache.on_pod(UPSERT, "ns/held", _pod("held", group="missing", node="n1"))
+    assert woke == [1, 1], "a pod that holds a node takes room from it, PodGroup or not"
+
+    cache.on_pod(UPSERT, "ns/v", _pod("v", node="n1"))
+    cache.on_pod(UPSERT, "ns/w", _pod("w", node="n1"))
+    woke.clear()
+    assert cache.mark_evicting("ns/v", "u-v")
+    deleting = _pod("v", node="n1")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    cache.on_pod(UPSERT, "ns/v", deleting)
+    assert woke == [], "our own victim being deleted: the eviction overlay already showed it releasing"
+    phases = {p.name: p.phase for p in _job(cache.build(s.SchedulerConfig())).pods}
+    assert phases["v"] is s.PodPhase.RELEASING and phases["w"] is s.PodPhase.RUNNING
+    other = _pod("w", node="n1")
+    other["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    cache.on_pod(UPSERT, "ns/w", other)
+    assert woke == [1], "a pod deleted by someone else frees room the scheduler did not plan for"
+    cache.on_pod(DELETE, "ns/v", deleting)
+    assert woke == [1, 1], "a victim gone wakes the loop (its preemptor can now be bound)"

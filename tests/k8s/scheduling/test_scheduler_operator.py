@@ -188,6 +188,24 @@ def test_inference_preempts_training_in_one_queue(
     assert "Preempted" in text and f"{namespace}/serving" in text
 
 
+def test_a_preemptor_is_bound_as_its_victims_leave_before_the_next_cycle(
+    kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
+) -> None:
+    """Bind on release: the cycle that evicts pipelines the preemptor; the victims going is what binds it, without a
+    cycle of its own (no periodic cycle runs here: the period is a minute)."""
+    _, selector = node_pool(1, gpus=8)
+    queues("dept", gpu_quota=8)
+    team = queues("team", gpu_quota=8, parent="dept")
+    op: SchedulerOperator = run_scheduler(node_selector=selector, schedule_period=60.0)
+    training = make_gang(kube, namespace, "training", pods=2, gpus=4, queue=team, priority="train")
+    wait_until("training to fill the node", lambda: len(bound(kube, namespace, training)) == 2, 30)
+    serving = make_gang(kube, namespace, "serving", pods=1, gpus=8, queue=team, priority="inference")
+    wait_until("inference to be bound", lambda: len(bound(kube, namespace, serving)) == 1, 45)
+    assert bound(kube, namespace, training) == {}, "both victims are gone"
+    assert all(v <= 8 for v in gpu_use(kube, [namespace]).values())
+    assert op.metrics.value("kai_ray_release_binds_total") == 1, "bound as the victims left, by the plan"
+
+
 def test_reclaim_across_queues(
     kube: Kube, namespace: str, queues: Any, node_pool: NodePool, run_scheduler: Any, priority_classes: Any
 ) -> None:

@@ -1,0 +1,135 @@
+"""Bind on release: a preemptor's pipelined pods are bound as soon as the pods evicted for them are gone.
+
+Why: KAI pipelines a preemptor onto the room its victims are releasing and binds it in the first cycle that finds
+them gone. At thousands of nodes that cycle is the last second or more of every preemption (the snapshot, the
+session and the report walk every PodGroup), and it only repeats a decision the previous cycle made: these pods on
+these nodes. So the latest cycle's pipelined binds are kept as a plan, and once every awaited victim has left the
+cache the plan is bound at once, before the cycle that follows (which then finds the pods assumed on their nodes).
+
+The plan is bound only where nothing it relied on can have moved; anything else is left to that cycle, as under
+KAI:
+
+- every pod is plain: whole GPUs, CPU and memory only (no shared GPU, extended resource or DRA claim, whose room
+  the cache does not count per node);
+- no node changed since the plan's snapshot (allocatable, labels, taints, readiness, cordon), and each planned node
+  is still there, ready and not cordoned;
+- each pod is still the one planned (same uid), pending, not being deleted and not already bound or assumed;
+- each node has the room by the cache's own count: its allocatable less every pod on it that is not finished
+  (other schedulers' too, and pods still being deleted) and every binding in flight to it, GPUs, CPU, memory and
+  the pod count alike.
+
+A plan is all or nothing (a gang is never bound in part); the binds then go out as a cycle's would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kai_ray.k8s.scheduling.cache import SchedulerCache
+from kai_ray.k8s.scheduling.entries import PodEntry, SnapshotView
+from kai_ray.k8s.scheduling.resume import is_virtual
+from kai_ray.scheduler import snapshot as s
+from kai_ray.scheduler.decisions import CycleResult
+
+ROOM_SLACK = 1e-6  # relative: requests and allocatable are parsed from quantities into floats
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedBind:
+    key: str  # the pod's "namespace/name"
+    uid: str
+    node: str
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasePlan:
+    """The latest cycle's pipelined binds, bound once their victims are gone."""
+
+    binds: tuple[PlannedBind, ...]
+    node_generation: int  # the cache's node generation at the plan's snapshot
+    starting: tuple[str, ...]  # jobs with no active pod at the snapshot: they start when the plan is bound
+
+
+def plan_of(view: SnapshotView, result: CycleResult) -> ReleasePlan | None:
+    """The release plan of a cycle: its pipelined binds, when every one of them is plain (None otherwise, or when
+    there are none)."""
+    binds: list[PlannedBind] = []
+    for b in result.binds:
+        if not b.pipelined:
+            continue
+        if b.claims or b.gpu_group or is_virtual(b.pod):
+            return None
+        p = view.pods_by_uid.get(b.pod)
+        if p is None or not _plain(p):
+            return None
+        binds.append(PlannedBind(p.key, p.uid, b.node, b.job))
+    if not binds:
+        return None
+    starting = tuple(sorted({b.job for b in binds if view.active_before.get(b.job, 0) == 0}))
+    return ReleasePlan(tuple(binds), view.node_generation, starting)
+
+
+def _plain(p: PodEntry) -> bool:
+    sp = p.spod
+    return (
+        sp is not None
+        and sp.gpu_fraction is None
+        and sp.gpu_memory_mib is None
+        and not sp.extended
+        and not sp.claims
+        and not sp.gated
+    )
+
+
+def can_bind(plan: ReleasePlan, cache: SchedulerCache) -> bool:
+    """Whether ``plan`` can be bound now: no node changed since its snapshot, its pods are pending as planned and
+    its nodes have the room (:func:`room_for`)."""
+    with cache.lock:
+        if cache.node_generation != plan.node_generation:
+            return False
+        assumed = {key: a.node for key, a in cache.assumed.items()}
+        return room_for(plan.binds, cache.pods, cache.nodes, assumed)
+
+
+def room_for(
+    binds: tuple[PlannedBind, ...],
+    pods: dict[str, PodEntry],
+    nodes: dict[str, s.Node],
+    assumed: dict[str, str],
+) -> bool:
+    """Whether every planned pod is still pending as planned and every planned node has the room for its share of
+    the plan now; ``pods`` and ``nodes`` as the cache holds them, ``assumed``: pod key -> node of the bindings in
+    flight. The caller holds the cache's lock."""
+    want: dict[str, list[float]] = {}
+    for b in binds:
+        p = pods.get(b.key)
+        n = nodes.get(b.node)
+        if p is None or p.uid != b.uid or p.node or p.terminal or p.deleting or b.key in assumed or not _plain(p):
+            return False
+        if n is None or n.unschedulable or not n.ready:
+            return False
+        _add(want.setdefault(b.node, [0.0, 0.0, 0.0, 0.0]), p.request)
+    used = {node: [0.0, 0.0, 0.0, 0.0] for node in want}
+    for p in pods.values():
+        if p.node in used and not p.terminal:
+            _add(used[p.node], p.request)
+    for key, node in assumed.items():
+        p = pods.get(key)
+        if node in used and p is not None and not p.node:
+            _add(used[node], p.request)
+    for node, need in want.items():
+        n = nodes[node]
+        have = (n.allocatable.gpu, n.allocatable.cpu, n.allocatable.memory, float(n.max_pods))
+        taken = used[node]
+        for r in range(4):
+            if taken[r] + need[r] > have[r] * (1 + ROOM_SLACK) + ROOM_SLACK:
+                return False
+    return True
+
+
+def _add(acc: list[float], req: s.Resources) -> None:
+    acc[0] += req.gpu
+    acc[1] += req.cpu
+    acc[2] += req.memory
+    acc[3] += 1.0
