@@ -52,7 +52,7 @@ from kai_ray.k8s.scheduling.podcondition import UnschedulableMarker
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY
 from kai_ray.k8s.scheduling.ungate import Ungater
 from kai_ray.k8s.usagedb import capacity_of
-from kai_ray.scheduler.decisions import CycleResult
+from kai_ray.scheduler.decisions import CycleResult, Reason
 from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
 
 log = logging.getLogger(__name__)
@@ -79,11 +79,14 @@ def since_process_start() -> float | None:
 
 def timed_waits(snap: Snapshot) -> bool:
     """Whether a clock of the Ray-native bounded waits runs for some gang: a bound pod not Ready under a ready-timeout,
-    a max-runtime on a running gang, a requeue backoff. Without one, an idle loop may sleep until a change."""
+    a max-runtime on a running gang, a requeue backoff, a max-pending-time not yet acted on. Without one, an idle
+    loop may sleep until a change."""
     for job in snap.jobs:
         facts = job.raynative
         if facts is not None and (facts.max_runtime is not None or facts.backoff_until is not None):
             return True
+        if facts is not None and facts.max_pending_time is not None and facts.max_pending_acted is None:
+            return True  # its clock runs while it waits, even for pods (NotReady)
         timeout = facts.ready_timeout if facts is not None and facts.ready_timeout is not None else None
         if (timeout or snap.config.default_ready_timeout) and any(p.ready is False for p in job.pods):
             return True
@@ -370,11 +373,11 @@ class SchedulerOperator:
                 self._follow()
                 continue
             try:
-                result = self.run_once()
+                self.run_once()
             except Exception:
                 log.exception("scheduling cycle failed; next cycle continues")
             else:
-                self.collector.after_cycle(idle=not _busy(result))
+                self.collector.after_cycle(idle=not self._busy)
 
     def _follow(self) -> None:
         """A follower builds the snapshot now and then and throws it away: the build is incremental (job templates
@@ -419,6 +422,7 @@ class SchedulerOperator:
         return False
 
     _timed_waits = False  # a running gang waits on a ready-timeout or max-runtime clock: keep the periodic cycle
+    _busy = True  # the last cycle decided something or left a gang waiting (none yet: busy)
 
     def _period(self) -> float:
         """Seconds until the next periodic cycle when nothing changes.
@@ -428,8 +432,7 @@ class SchedulerOperator:
         the loop then only wakes for changes (and a slow safety resync). A cycle never takes more than ~20% of the
         time when nothing changes.
         """
-        r = self.last_result
-        if not (r is None or _busy(r)) and not self._timed_waits:
+        if not self._busy and not self._timed_waits:
             return IDLE_RESYNC
         return max(self.config.schedule_period, 4 * self._last_cycle_seconds)
 
@@ -476,6 +479,7 @@ class SchedulerOperator:
         self.last_cycle = time.monotonic()
         self._last_cycle_seconds = t4 - t0
         self.last_result = result
+        self._busy = _busy(result)
         record_cycle(self.metrics, view, result, (t0, t1, t2, t3, t4), self.cache.inflight())
         if leading and "first_cycle" not in self.startup:
             self.startup["first_cycle"] = since_process_start()
@@ -485,8 +489,12 @@ class SchedulerOperator:
 
 
 def _busy(r: CycleResult) -> bool:
-    """The cycle decided something or left a gang waiting: the next one may decide more."""
-    return bool(r.binds or r.evictions or any(not j.scheduled for j in r.jobs.values()))
+    """The cycle decided something or left a gang waiting: the next one may decide more. A gang that is only short
+    of pods (``NotReady``) waits for them, and their arrival wakes the loop: no periodic cycle for it (at 5,000
+    nodes one cycle costs about a second, and a preemption that arrived meanwhile waited behind it)."""
+    if r.binds or r.evictions:
+        return True
+    return any(not j.scheduled and j.reason is not Reason.NOT_READY for j in r.jobs.values())
 
 
 def build_scheduler(config: OperatorConfig, kube: Kube | None = None) -> SchedulerOperator:

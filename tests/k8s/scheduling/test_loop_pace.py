@@ -1,0 +1,31 @@
+"""When the scheduler's loop runs a periodic cycle and when it sleeps until a change (no API server)."""
+
+from __future__ import annotations
+
+from kai_ray.k8s.scheduling.operator import _busy, timed_waits
+from kai_ray.scheduler import snapshot as s
+from kai_ray.scheduler.decisions import Bind, CycleResult, JobStatus, Reason
+
+
+def _result(*verdicts: JobStatus, binds: int = 0) -> CycleResult:
+    return CycleResult(binds=[Bind(f"u{i}", "ns/a", "n1") for i in range(binds)], jobs={v.job: v for v in verdicts})
+
+
+def test_a_gang_only_short_of_pods_keeps_no_periodic_cycle() -> None:
+    """Its pods arriving wakes the loop; a periodic cycle for it costs a second at 5,000 nodes and delays whatever
+    arrives meanwhile (the victims' PodGroups left without pods after a preemption are such gangs)."""
+    running = JobStatus("ns/a", True, Reason.SCHEDULED, "running")
+    short = JobStatus("ns/b", False, Reason.NOT_READY, "fewer pods than the gang minimum")
+    no_fit = JobStatus("ns/c", False, Reason.GANG_DOES_NOT_FIT, "no node has 8 GPUs")
+    assert not _busy(_result(running, short))
+    assert _busy(_result(running, short, no_fit)), "capacity may free up: KAI's periodic cycle tries again"
+    assert _busy(_result(running, binds=1)), "a cycle that bound may bind more"
+
+
+def test_a_max_pending_clock_keeps_the_periodic_cycle_until_acted_on() -> None:
+    pod = s.Pod("ns/p", "p", "ns", "ns/g", s.Resources(1, 0, 0))
+    job = s.Job("ns", "g", "q", pods=[pod], raynative=s.RayNativeFacts(max_pending_time=600.0))
+    snap = s.Snapshot([], [], [job])
+    assert timed_waits(snap), "its pending clock runs, pods or not"
+    job.raynative = s.RayNativeFacts(max_pending_time=600.0, max_pending_acted=1.0)
+    assert not timed_waits(snap), "acted on: nothing more happens with time"
