@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kai_ray.testing.controlplane.processes import free_port as free_port  # the tests' one source of ports
 from tests.k8s.helpers import wait_until
 
 HEADLINE = Path(__file__).resolve().parents[2] / "examples" / "headline"
@@ -65,12 +65,6 @@ def seconds_until(what: str, check: Callable[[], bool], timeout: float, poll: fl
     t0 = time.monotonic()
     wait_until(what, check, timeout, poll)
     return time.monotonic() - t0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def shipped_deployment() -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -21,17 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
+from kai_ray.testing.controlplane.processes import free_port
 from tests.autoscaler.conftest import OBJECT_STORE
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 HEADLINE = Path(__file__).resolve().parents[2] / "examples" / "headline"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _serve_deployment_options() -> dict[str, Any]:
@@ -79,7 +73,7 @@ def test_the_classifier_answers_http_on_the_gpu_worker(
     worker = cluster.add_node(num_cpus=0, num_gpus=1, object_store_memory=OBJECT_STORE)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address)
-    port = _free_port()
+    port = free_port()
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         t0 = time.monotonic()

@@ -1,16 +1,16 @@
 """Keep CPython's cyclic garbage collector off the operators' long-lived objects.
 
-Why: an operator holds every object it watches, and the collector's full collections scan every tracked object.
-At 5,000 nodes and 40,000 pods the scheduler holds about 3.4 million of them, and one full collection costs 1.75 s of
-CPU on a quiet machine. CPython starts one whenever a quarter as many objects as the last full collection found
-have survived since, which the watch's churn after a burst of bindings does within seconds: the collection then
-stops every thread (a scheduling cycle included) for seconds, in the middle of a preemption. What survives a cycle
-is the cache's and the kept session's, long-lived by nature and free of reference cycles (JSON trees, cache
-entries), so after each cycle the young generations are collected (what the cycle threw away) and everything that
-is left is moved to the permanent generation (``gc.freeze``), which no collection scans. Reference counting still
-frees frozen objects as usual; only garbage *cycles* among them wait, until the next thaw: every ``THAW_PERIOD``,
-at the end of a cycle that left nothing to do (or after three periods in any case), the permanent generation is
-collected in full once.
+Why: an operator holds every object it watches, and the collector's full collections scan every tracked object. At
+5,000 nodes and 40,000 pods the scheduler holds about 3.4 million of them, and one full collection costs 1.75 s of
+CPU on a quiet machine. CPython starts one whenever a quarter as many objects as the last full collection found have
+survived since, which the watch's churn after a burst of bindings does within seconds: the collection then stops
+every thread (a scheduling cycle included) for seconds, in the middle of a preemption. What survives a cycle is the
+cache's and the kept session's, long-lived by nature and mostly free of reference cycles (JSON trees and cache
+entries hold none; the kept gang trees do, and live as long as their PodGroup), so after each cycle the young
+generations are collected (what the cycle threw away) and everything that is left is moved to the permanent
+generation (``gc.freeze``), which no collection scans. Reference counting still frees frozen objects as usual; only
+garbage *cycles* among them wait, until the next thaw: every ``THAW_PERIOD``, at the end of a cycle that left
+nothing to do (or after three periods in any case), the permanent generation is collected in full once.
 
 Also here: the pause of the collector while informers list (:class:`CollectorPause`).
 """

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kai_ray.k8s.ray import raygcs
+from kai_ray.testing.controlplane.processes import free_port
 from tests.autoscaler.conftest import OBJECT_STORE
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -115,15 +116,9 @@ def test_pods_without_a_ray_node_are_reported_not_drained(ray_cluster: Any) -> N
     assert [(o.pod, o.status) for o in out] == [("pod-a", raygcs.ACCEPTED), ("no-such-pod", raygcs.NOT_FOUND)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_unreachable_gcs_returns_fast(ray_env: Path) -> None:
     t0 = time.monotonic()
-    out = raygcs.drain_ray_nodes(f"127.0.0.1:{_free_port()}", ["p1", "p2"], "kai-ray: test", 30, timeout_s=2)
+    out = raygcs.drain_ray_nodes(f"127.0.0.1:{free_port()}", ["p1", "p2"], "kai-ray: test", 30, timeout_s=2)
     took = time.monotonic() - t0
     assert [o.status for o in out] == [raygcs.UNREACHABLE] * 2
     assert "unreachable" in out[0].message and took < 3, took
