@@ -452,18 +452,27 @@ def _writes(before: dict[str, float], after: dict[str, float], pods: int) -> dic
 CYCLES = "kai_ray_scheduler_cycles_total"
 CYCLE_SECONDS = "kai_ray_scheduler_cycle_duration_seconds_sum"
 RELEASE_BINDS = "kai_ray_release_binds_total"
+CYCLE_PHASES = ("snapshot", "session_open", "actions", "dispatch", "report")  # the phase histogram's
 
 
-def _preempt(kube: Kube, tracker: Tracker, ns: str, trial: int, gpus: int, timeout: float, port: int) -> dict[str, Any]:
+def _phase(name: str) -> str:
+    return f'kai_ray_scheduler_phase_duration_seconds_sum{{phase="{name}"}}'
+
+
+def _preempt(
+    kube: Kube, tracker: Tracker, ns: str, trial: int, gpus: int, timeout: float, port: int, pid: int
+) -> dict[str, Any]:
     """One whole-node ``inference`` pod on the full cluster, once the API server is quiet; timed from its creation
     to bound, through the podgrouper (its PodGroup) and the scheduler (the eviction of a node's pods, the binding).
-    The scheduler's metrics say how many cycles ran meanwhile, for how long in all, and whether the pod was bound
-    as its victims left (bind on release) rather than by a cycle.
+    The scheduler's metrics say how many cycles ran meanwhile, for how long in all and in each phase, and whether
+    the pod was bound as its victims left (bind on release) rather than by a cycle; its CPU time over the same span
+    says how much of that wall time the process actually ran.
 
     Quiet means the fill's deferred PodGroup status writes are done; at thousands of nodes they take minutes (the
     writer pool yields to bindings), so the wait is capped at 90 s and the trial may run while they go on."""
     settled = quiesce(kube, most=90.0)
     m0 = _metrics(port)
+    cpu0 = cpu_seconds(pid)
     name = f"inference-{trial}"
     before = {k for k, t in tracker.of(ns).items() if t.gone is None and t.terminating is None}
     t0 = time.time()
@@ -473,7 +482,9 @@ def _preempt(kube: Kube, tracker: Tracker, ns: str, trial: int, gpus: int, timeo
         f"inference pod {name} bound", lambda: (t := tracker.pods.get(key)) is not None and t.bound is not None, timeout
     )
     m1 = _metrics(port)
-    delta = {k: m1.get(k, 0.0) - m0.get(k, 0.0) for k in (CYCLES, CYCLE_SECONDS, RELEASE_BINDS)}
+    cpu = cpu_seconds(pid) - cpu0
+    names = (CYCLES, CYCLE_SECONDS, RELEASE_BINDS, *map(_phase, CYCLE_PHASES))
+    delta = {k: m1.get(k, 0.0) - m0.get(k, 0.0) for k in names}
     times = tracker.of(ns)
     victims = [t for k, t in times.items() if k in before and (t.terminating or t.gone or 0) >= t0]
     evicted = sorted(min(x for x in (t.terminating, t.gone) if x is not None) for t in victims)
@@ -488,6 +499,8 @@ def _preempt(kube: Kube, tracker: Tracker, ns: str, trial: int, gpus: int, timeo
         "victims": len(victims),
         "cycles": int(delta[CYCLES]),
         "cycle_seconds": round(delta[CYCLE_SECONDS], 3),
+        "phase_seconds": {name: round(delta[_phase(name)], 3) for name in CYCLE_PHASES},
+        "scheduler_cpu_seconds": round(cpu, 2),
         "bound_on_release": delta[RELEASE_BINDS] > 0,
     }
 
@@ -559,7 +572,9 @@ def run_e2e(cfg: E2EConfig, progress: Any = None) -> E2EResult:
             say(f"{len(bound_at)} bound {last - t0:.1f}s after the scheduler's start (first at {first - t0:.1f}s)")
             trials = []
             for trial in range(cfg.preemption_trials if finished else 0):
-                trials.append(_preempt(kube, tracker, ns, trial, cfg.gpus_per_node, cfg.timeout, port))
+                trials.append(
+                    _preempt(kube, tracker, ns, trial, cfg.gpus_per_node, cfg.timeout, port, pids["scheduler"])
+                )
                 say(f"preemption {trial}: bound {trials[-1]['seconds']}s after its creation")
             gpus = {f"inference-{i}": cfg.gpus_per_node for i in range(cfg.preemption_trials)}
             over = _overcommitted(tracker.of(ns), gpus, cfg.gpus_per_node)

@@ -101,19 +101,23 @@ def _victim_job(ses: Session, job: JobInfo, protect: bool, info: EvictInfo, out:
     active = [p for p in job.pods if st[p] in (BOUND, ALLOCATED, PIPELINED)]
     if not active or len(active) != job.n_active:
         return  # moved pods are not evicted again in the same cycle
-    vj = VictimJob(job)
-    names = {ses.p_node[p] for p in active if ses.p_node[p] >= 0}
-    vj.nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
+    p_node = ses.p_node
+    if len(active) == 1:
+        node = p_node[active[0]]
+        nodes = [node] if node >= 0 else []
+    else:
+        names = {p_node[p] for p in active if p_node[p] >= 0}
+        nodes = sorted(names) if len(names) > 1 else list(names)  # node indexes follow name order
     mode = job.spec.disruption
-    # the common case: the whole gang (never a semi-preemptible one: only its burst goes, step by step)
+    # the common case: the whole gang (never a semi-preemptible one: only its burst goes, step by step); built in
+    # one call, as a preemption at 5,000 nodes weighs every one of 40,000 running jobs
     if mode is Disruption.ALL or (mode is None and not job.semi and not job.has_surplus()):
         if not protect:
-            vj.steps.append(sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active)
-            vj.cores.append(True)
-            vj.states.append(job.elastic_state())
-            vj.allocs.append(_sum_req(ses, active))
-            out.append(vj)
+            step = sorted(active, key=lambda p: evict_key(ses, p)) if len(active) > 1 else active
+            out.append(VictimJob(job, [step], [True], [job.elastic_state()], [_sum_req(ses, active)], nodes, []))
         return
+    vj = VictimJob(job)
+    vj.nodes = nodes
     cp = ses.stmt.checkpoint()
     while job.n_active > 0:
         pods, keeps = tasks_to_evict(ses, job)

@@ -45,6 +45,8 @@ def test_e2e_fills_the_cluster_and_preempts_without_overcommitting(capsys: pytes
     assert trial["last_victim_gone_s"] is not None
     assert trial["cycles"] >= 1 and trial["cycle_seconds"] > 0, "the cycle that evicted, at least"
     assert isinstance(trial["bound_on_release"], bool)
+    assert set(trial["phase_seconds"]) == {"snapshot", "session_open", "actions", "dispatch", "report"}
+    assert trial["scheduler_cpu_seconds"] > 0
     for process in ("scheduler", "podgrouper", "kube-apiserver", "etcd", "bench"):
         assert doc["peak_rss_mib"][process] > 0, process
     assert doc["apiserver_writes_per_pod"]["POST pods/binding"] >= 1.0

@@ -27,7 +27,7 @@ THAW_PERIOD = 600.0  # seconds between full collections of the frozen objects
 
 
 class CollectorPause:
-    """Pause Python's cyclic garbage collector while any informer lists.
+    """Pause Python's cyclic garbage collector while any informer lists (and while the scheduler runs a cycle).
 
     A list of thousands of objects builds hundreds of thousands of dicts and lists at once, and every one survives:
     the collector runs over and over while the heap grows and finds nothing (JSON trees and cache entries hold no
