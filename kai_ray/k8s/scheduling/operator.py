@@ -381,7 +381,9 @@ class SchedulerOperator:
             except Exception:
                 log.exception("scheduling cycle failed; next cycle continues")
             else:
-                self.collector.after_cycle(idle=not self._busy)
+                # the full collection of a thaw stops every thread for seconds at 5,000 nodes: only after a cycle
+                # that nothing woke (the slow resync of a quiet cluster) and that left nothing to do
+                self.collector.after_cycle(idle=not self._busy and not woke)
 
     def _follow(self) -> None:
         """A follower builds the snapshot now and then and throws it away: the build is incremental (job templates
