@@ -11,8 +11,8 @@
 - ``scheduling``: the scheduler/binder operator — ``entries`` (watched objects read once), ``cache`` (watches ->
   snapshot, assume/sent/forget) with ``changes`` (what changed since the last cycle, for the incremental session),
   ``assembly`` (builds a replica's parts), ``operator`` (leadership, the cycle loop), ``dispatch`` (bindings,
-  evictions, max-pending actions) with ``rayvictims`` (victim records for the Ray path), ``maxpending`` and
-  ``release_binds`` (a preemptor bound as its victims leave),
+  evictions, max-pending actions) with ``rayvictims`` (victim records for the Ray path), ``maxpending``,
+  ``release_binds`` and ``release_watch`` (a preemptor bound as its victims leave),
   ``ungate`` (the queue-admission gate lifted), ``podcondition`` (``PodScheduled=False`` for node autoscalers),
   ``reporting`` (PodGroup/Queue status, Events, metrics), ``cyclemetrics``, ``status``, ``resume`` (suspended gangs
   weighed against the snapshot and resumed), ``rayactivity``, ``dra_claims`` (ResourceClaims), ``upstream_gangs``

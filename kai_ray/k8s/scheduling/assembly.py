@@ -27,6 +27,7 @@ from kai_ray.k8s.scheduling.changes import ChangeRecorder
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY, BindPace, Dispatch
 from kai_ray.k8s.scheduling.dra_claims import DraStore
 from kai_ray.k8s.scheduling.rayactivity import RayActivityPoller
+from kai_ray.k8s.scheduling.release_watch import ReleaseWatcher
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter
 from kai_ray.k8s.scheduling.resume import SuspendedGangs
 from kai_ray.k8s.usagedb import UsageSource, make_source
@@ -60,6 +61,8 @@ class SchedulerParts:
     gangs: SuspendedGangs | None
     headroom: HeadroomPublisher | None
     ray_activity: RayActivityPoller | None
+    deciding: threading.Lock  # held by the loop from snapshot to dispatch; release binds happen outside it
+    release_watch: ReleaseWatcher
 
 
 def job_version(cache: SchedulerCache, key: str) -> Any:
@@ -78,6 +81,7 @@ def assemble(config: OperatorConfig, kube: Kube | None = None) -> SchedulerParts
     )
     wake = threading.Event()
     leading = threading.Event()
+    deciding = threading.Lock()
     metrics = SchedulerMetrics()
     if config.node_pool:  # one process per pool: every series of this target belongs to it
         metrics.registry.set_target_info({"node_pool": config.node_pool})
@@ -167,4 +171,6 @@ def assemble(config: OperatorConfig, kube: Kube | None = None) -> SchedulerParts
         gangs=gangs,
         headroom=headroom,
         ray_activity=ray_activity,
+        deciding=deciding,
+        release_watch=ReleaseWatcher(dispatch, deciding, leading),
     )

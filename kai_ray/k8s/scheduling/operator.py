@@ -48,6 +48,7 @@ from kai_ray.k8s.scheduling.assembly import SchedulerParts, assemble
 from kai_ray.k8s.scheduling.cyclemetrics import record_cycle
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY
 from kai_ray.k8s.scheduling.dra_claims import slim_pod_claims
+from kai_ray.k8s.scheduling.entries import SnapshotView
 from kai_ray.k8s.scheduling.podcondition import UnschedulableMarker
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY
 from kai_ray.k8s.scheduling.ungate import Ungater
@@ -121,6 +122,8 @@ class SchedulerOperator:
         self.gangs = parts.gangs
         self.headroom = parts.headroom
         self.ray_activity = parts.ray_activity
+        self._deciding = parts.deciding
+        self.release_watch = parts.release_watch
         self._stop = threading.Event()
         self.collector = CycleFreeze()
         self._loop_thread: threading.Thread | None = None
@@ -211,6 +214,7 @@ class SchedulerOperator:
             self.usage.start()
         self._loop_thread = threading.Thread(target=self._loop, name="scheduler-loop", daemon=True)
         self._loop_thread.start()
+        self.release_watch.start()
         if self.ray_activity is not None:
             self.ray_activity.start()
         if self.elector is not None:
@@ -226,6 +230,7 @@ class SchedulerOperator:
         self._wake.set()
         if self._loop_thread is not None:
             self._loop_thread.join(10)
+        self.release_watch.stop()
         if self.elector is not None:
             handover = self._drain() if release and self.elector.is_leader() else None
             self.elector.stop(release=release, handover=handover)
@@ -367,7 +372,8 @@ class SchedulerOperator:
             if self._stop.is_set():
                 break
             if woke and self._settle() and self._leading.is_set():
-                self.dispatch.bind_released()
+                with self._deciding:
+                    self.dispatch.bind_released()
             self._wake.clear()
             if not self._leading.is_set():
                 self._follow()
@@ -442,8 +448,8 @@ class SchedulerOperator:
             return IDLE_RESYNC
         return max(self.config.schedule_period, 4 * self._last_cycle_seconds)
 
-    def run_once(self) -> CycleResult:
-        t0 = time.perf_counter()
+    def _decide(self) -> tuple[SnapshotView, CycleResult, bool, float, float, float]:
+        """A cycle's deciding section: the snapshot, the core, and its decisions sent (as leader)."""
         leading = self._leading.is_set()
         virtual = self.gangs.virtual_pods() if self.gangs is not None and leading else {}
         self.cache.recorder.take()  # before the build: a change landing meanwhile is told again next cycle
@@ -469,6 +475,13 @@ class SchedulerOperator:
             if virtual and self.gangs is not None:
                 self.gangs.after_cycle(result, virtual)
             t3 = time.perf_counter()
+        return view, result, leading, t1, t2, t3
+
+    def run_once(self) -> CycleResult:
+        t0 = time.perf_counter()
+        with self._deciding:  # no release plan is bound while a cycle decides (release_watch.py)
+            view, result, leading, t1, t2, t3 = self._decide()
+        if self._leading.is_set():
             # During a burst of bindings, status and Events (which wait for the burst anyway) are worked out at
             # most once a second; every other cycle reports at once.
             if not result.binds or time.monotonic() - self._last_report >= REPORT_INTERVAL:
