@@ -268,6 +268,7 @@ class Dispatch:
         count_outcome(self.metrics, out)
         for v in out.release:
             self._reclaiming.pop(v.key, None)
+            self._awaited_victims.discard(v.key)  # it stays: nothing waits for it to go
             self.cache.unmark_evicting(v.key)
         for v in out.evict:
             taken = self._reclaiming.pop(v.key, None)
@@ -328,6 +329,7 @@ class Dispatch:
     def evict(self, p: PodEntry, e: Evict) -> None:
         """One pod, evicted or deleted (``eviction_mode``); also what the Ray path leaves to evict."""
         if not self.is_leader():
+            self._awaited_victims.discard(p.key)
             self.cache.unmark_evicting(p.key)
             return
         action = e.action.value
@@ -340,6 +342,7 @@ class Dispatch:
             if exc.not_found:
                 self.metrics.evictions.labels(action, "gone").inc()
                 return
+            self._awaited_victims.discard(p.key)  # it stays (a PDB, an error): nothing waits for it to go
             self.cache.unmark_evicting(p.key)
             if exc.status == 429:
                 self.metrics.evictions.labels(action, "blocked").inc()

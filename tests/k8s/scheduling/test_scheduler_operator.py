@@ -341,6 +341,11 @@ def test_preemption_respects_pod_disruption_budgets_unless_told_to_delete(
     assert len(bound(kube, namespace, training)) == 4, "a PodDisruptionBudget must stop the eviction"
     assert bound(kube, namespace, serving) == {}
     assert op.metrics.value("kai_ray_evictions_total", {"action": "preempt", "result": "blocked"}) >= 1
+    wait_until(
+        "a blocked victim to be waited for no more (it stays; the loop must not hold cycles back for it)",
+        lambda: not op.dispatch.awaiting_victims(),
+        30,
+    )
 
     op.stop()
     run_scheduler(node_selector=selector, eviction_mode="delete")
