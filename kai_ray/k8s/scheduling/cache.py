@@ -175,7 +175,7 @@ class SchedulerCache:
             a = self.assumed.get(key)
             if a is not None and (entry.node or entry.terminal or a.uid != entry.uid):
                 del self.assumed[key]  # the watch now tells the truth
-                if entry.node == a.node and old is not None and old.sig[1:] == entry.sig[1:]:
+                if entry.node == a.node and old is not None and old.sig[1:] == entry.sig[1:]:  # all but the node
                     relevant = False  # confirmed exactly what we assumed
             if entry.deleting or entry.terminal:
                 self.evicting.pop(key, None)

@@ -35,7 +35,7 @@ from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.k8s.scheduling.entries import PgEntry, PodEntry, SnapshotView
 from kai_ray.k8s.scheduling.maxpending import max_pending_report
 from kai_ray.k8s.scheduling.rayvictims import count_outcome, pending_stop, victim_of
-from kai_ray.k8s.scheduling.release_binds import ReleasePlan, can_bind, plan_of
+from kai_ray.k8s.scheduling.release_binds import AwaitedVictims, ReleasePlan, can_bind, plan_of
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY, Reporter, kai_object_ref, pod_ref, ray_owner_ref
 from kai_ray.k8s.scheduling.resume import is_virtual
 from kai_ray.scheduler.decisions import CycleResult, Evict, JobStatus, Reason
@@ -94,8 +94,8 @@ class Dispatch:
     _made_room: dict[str, str] = field(default_factory=dict, init=False)  # job -> the action that evicted for it
     _reclaiming: dict[str, tuple[PodEntry, Evict]] = field(default_factory=dict, init=False)  # on the Ray path
     _max_pending_acted: dict[str, float] = field(default_factory=dict, init=False)  # job -> the wait acted on
-    _awaited_victims: set[str] = field(default_factory=set, init=False)  # evicted for pipelined gangs, until gone
-    _release_plan: ReleasePlan | None = field(default=None, init=False)  # the latest cycle's pipelined binds
+    _awaited_victims: AwaitedVictims = field(default_factory=AwaitedVictims, init=False)  # for pipelined gangs
+    _release_plan: ReleasePlan | None = field(default=None, init=False)  # under the deciding lock (release_binds)
 
     def binds(self, view: SnapshotView, result: CycleResult) -> None:
         """Assume and send the cycle's bindings (pipelined ones wait for their victims to go, kept as the plan that
@@ -123,7 +123,8 @@ class Dispatch:
 
     def bind_released(self) -> int:
         """Bind the latest cycle's pipelined pods now that their victims are gone, if nothing they relied on moved
-        (:mod:`~kai_ray.k8s.scheduling.release_binds`); the pods bound (0: the next cycle decides, as under KAI)."""
+        (:mod:`~kai_ray.k8s.scheduling.release_binds`); the pods bound (0: the next cycle decides, as under KAI).
+        The caller holds the loop's deciding lock, as :meth:`binds` does."""
         plan, self._release_plan = self._release_plan, None
         if plan is None or not self.is_leader() or not can_bind(plan, self.cache):
             return 0
@@ -213,7 +214,7 @@ class Dispatch:
         if not victims:
             return
         if any(b.pipelined for b in result.binds):
-            self._awaited_victims.update(p.key for p, _ in victims)
+            self._awaited_victims.add(p.key for p, _ in victims)
         by_job: dict[str, list[Evict]] = defaultdict(list)
         by_preemptor: dict[str, int] = defaultdict(int)
         for _, e in victims:
@@ -268,7 +269,7 @@ class Dispatch:
         count_outcome(self.metrics, out)
         for v in out.release:
             self._reclaiming.pop(v.key, None)
-            self._awaited_victims.discard(v.key)  # it stays: nothing waits for it to go
+            self._awaited_victims.drop(v.key)  # it stays: nothing waits for it to go
             self.cache.unmark_evicting(v.key)
         for v in out.evict:
             taken = self._reclaiming.pop(v.key, None)
@@ -329,7 +330,7 @@ class Dispatch:
     def evict(self, p: PodEntry, e: Evict) -> None:
         """One pod, evicted or deleted (``eviction_mode``); also what the Ray path leaves to evict."""
         if not self.is_leader():
-            self._awaited_victims.discard(p.key)
+            self._awaited_victims.drop(p.key)
             self.cache.unmark_evicting(p.key)
             return
         action = e.action.value
@@ -342,7 +343,7 @@ class Dispatch:
             if exc.not_found:
                 self.metrics.evictions.labels(action, "gone").inc()
                 return
-            self._awaited_victims.discard(p.key)  # it stays (a PDB, an error): nothing waits for it to go
+            self._awaited_victims.drop(p.key)  # it stays (a PDB, an error): nothing waits for it to go
             self.cache.unmark_evicting(p.key)
             if exc.status == 429:
                 self.metrics.evictions.labels(action, "blocked").inc()
@@ -359,17 +360,11 @@ class Dispatch:
 
     def awaiting_victims(self) -> bool:
         """Pods evicted for a pipelined gang are still to go."""
-        return bool(self._awaited_victims)
+        return self._awaited_victims.pending()
 
     def victims_gone(self) -> bool:
         """True once every pod evicted for a pipelined gang has left the cache: that gang can be bound now."""
-        if not self._awaited_victims:
-            return False
-        with self.cache.lock:
-            if any(key in self.cache.pods for key in self._awaited_victims):
-                return False
-        self._awaited_victims = set()
-        return True
+        return self._awaited_victims.gone(self.cache)
 
     def _queue_of(self, job: str) -> str:
         """A starting gang's queue (a binding does not carry it, an eviction does)."""

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -29,6 +29,21 @@ from kai_ray.scheduler import snapshot as s
 log = logging.getLogger("kai_ray.k8s.scheduling.cache")  # a pod it cannot read is the cache's line, as before
 
 
+class PodSig(NamedTuple):
+    """What of a pod the core can see: a change elsewhere (a status write, a resourceVersion) is not a change."""
+
+    node: str | None
+    ours: bool
+    group: str | None
+    terminal: bool
+    deleting: bool
+    gated: bool
+    request: s.Resources
+    subgroup: str | None
+    task_priority: str | None
+    ready: bool | None  # the Ready condition, as kai-ray.io/ready-timeout reads it
+
+
 @dataclass(slots=True)
 class PodEntry:
     key: str
@@ -42,7 +57,7 @@ class PodEntry:
     deleting: bool
     request: s.Resources
     spod: s.Pod | None  # set for our grouped pods
-    sig: tuple[Any, ...]
+    sig: PodSig
     job_key: str | None = None  # "<namespace>/<pod-group-name>" for our grouped pods
     created: float = 0.0
     raw: tuple[Any, ...] = ()  # the parts of the object the entry was built from
@@ -140,7 +155,7 @@ def bound_entry(old: PodEntry, raw: tuple[Any, ...]) -> PodEntry | None:
         spod = replace(spod, phase=s.PodPhase.RUNNING, node=node, start_time=parse_time(raw[3]))
     else:
         spod = replace(spod, node=node, start_time=parse_time(raw[3]))
-    return replace(old, node=node, spod=spod, sig=(node, *old.sig[1:]))
+    return replace(old, node=node, spod=spod, sig=old.sig._replace(node=node))
 
 
 def stamped_entry(old: PodEntry, raw: tuple[Any, ...]) -> PodEntry | None:
@@ -158,13 +173,9 @@ def stamped_entry(old: PodEntry, raw: tuple[Any, ...]) -> PodEntry | None:
     return replace(old)
 
 
-_DELETING_AT = 4  # where a pod's signature says it is being deleted
-
-
-def only_deleting_differs(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
-    """Two signatures of one pod (:func:`pod_entry`) that differ at most in whether it is being deleted."""
-    d = _DELETING_AT
-    return old[:d] == new[:d] and old[d + 1 :] == new[d + 1 :]
+def only_deleting_differs(old: PodSig, new: PodSig) -> bool:
+    """Two signatures of one pod that differ at most in whether it is being deleted."""
+    return old._replace(deleting=False) == new._replace(deleting=False)
 
 
 def pod_entry(key: str, obj: dict[str, Any], scheduler_name: str, namespaces: AbstractSet[str]) -> PodEntry:
@@ -203,17 +214,17 @@ def pod_entry(key: str, obj: dict[str, Any], scheduler_name: str, namespaces: Ab
     except ValidationError as exc:
         log.info("pod %s: cannot read (%s); treated as holding nothing", key, exc.errors()[0].get("msg"))
     labels = meta.get("labels") or {}
-    sig = (
+    sig = PodSig(
         node,
         ours,
         group,
         terminal,
-        deleting,  # at _DELETING_AT
+        deleting,
         bool(spec.get("schedulingGates")),
         request,
         labels.get(c.SUBGROUP_LABEL),
         labels.get(c.TASK_PRIORITY_LABEL),
-        spod.ready if spod is not None else None,  # kai-ray.io/ready-timeout reads it
+        spod.ready if spod is not None else None,
     )
     return PodEntry(
         key=key,

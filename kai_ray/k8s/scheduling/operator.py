@@ -371,9 +371,8 @@ class SchedulerOperator:
             woke = self._wake.wait(self._period())
             if self._stop.is_set():
                 break
-            if woke and self._settle() and self._leading.is_set():
-                with self._deciding:
-                    self.dispatch.bind_released()
+            if woke:
+                self._settle()
             self._wake.clear()
             if not self._leading.is_set():
                 self._follow()
@@ -406,9 +405,8 @@ class SchedulerOperator:
             log.exception("building the snapshot as a follower failed; the next try repeats it")
         self._follower_built = time.monotonic()
 
-    def _settle(self) -> bool:
-        """Coalesce a burst of changes before a cycle, without delaying a lone change; True when the wait ended
-        because the last victim of a preemption left (its pipelined pods can be bound before the cycle).
+    def _settle(self) -> None:
+        """Coalesce a burst of changes before a cycle, without delaying a lone change.
 
         The cycle starts once changes have paused for ``debounce`` and at least one cycle's length has passed since
         the last cycle ended (so cycles take at most half of the time while changes trickle in), and at the latest
@@ -416,7 +414,8 @@ class SchedulerOperator:
         time). A gang that arrives alone, or the last victim of a preemption going, is thus acted on within about
         ``debounce`` instead of after three cycle lengths. While victims of a pipelined gang are still going, a
         pause is no reason to start: the first victims leaving would otherwise start a cycle that the last one
-        then waits behind.
+        then waits behind. Once the last one has left, the release watcher binds the pipelined pods and the cycle
+        follows the next pause.
         """
         now = time.monotonic()
         deadline = now + max(self.config.debounce, 3 * self._last_cycle_seconds)
@@ -424,14 +423,11 @@ class SchedulerOperator:
         while not self._stop.is_set():
             self._wake.clear()
             now = time.monotonic()
-            if self.dispatch.victims_gone():
-                return True
             if now >= deadline:
-                return False
+                return
             quiet = not self._wake.wait(min(self.config.debounce, deadline - now))
             if quiet and time.monotonic() >= earliest and not self.dispatch.awaiting_victims():
-                return False
-        return False
+                return
 
     _timed_waits = False  # a running gang waits on a ready-timeout or max-runtime clock: keep the periodic cycle
     _busy = True  # the last cycle decided something or left a gang waiting (none yet: busy)

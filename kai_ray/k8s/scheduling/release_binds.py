@@ -19,10 +19,16 @@ KAI:
   the pod count alike.
 
 A plan is all or nothing (a gang is never bound in part); the binds then go out as a cycle's would.
+
+The plan is written by the cycle that decides it and bound by the release watcher, both under the loop's deciding
+lock; the victims awaited (:class:`AwaitedVictims`) are also dropped by the binder and the Ray path's threads, so
+they keep a lock of their own.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kai_ray.k8s.scheduling.cache import SchedulerCache
@@ -133,3 +139,38 @@ def _add(acc: list[float], req: s.Resources) -> None:
     acc[1] += req.cpu
     acc[2] += req.memory
     acc[3] += 1.0
+
+
+class AwaitedVictims:
+    """The pods evicted for a pipelined gang, until they leave the cache; a victim that stays (an eviction refused,
+    a Ray path that keeps it) is dropped, so nothing waits on a pod that will not go."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: set[str] = set()
+
+    def add(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            self._keys.update(keys)
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._keys.discard(key)
+
+    def pending(self) -> bool:
+        with self._lock:
+            return bool(self._keys)
+
+    def gone(self, cache: SchedulerCache) -> bool:
+        """True once every awaited victim has left ``cache`` (they are then awaited no more); False while one is
+        there, or when none is awaited."""
+        with self._lock:
+            keys = tuple(self._keys)
+        if not keys:
+            return False
+        with cache.lock:
+            if any(key in cache.pods for key in keys):
+                return False
+        with self._lock:
+            self._keys.difference_update(keys)
+            return not self._keys

@@ -11,16 +11,9 @@ from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.scheduling.cache import SchedulerCache
 from kai_ray.scheduler import snapshot as s
-
-
-def _node(name: str, gpus: int = 8) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+from tests.k8s.scheduling.objects import node as _node
+from tests.k8s.scheduling.objects import pod as _pod
+from tests.k8s.scheduling.objects import podgroup as _pg
 
 
 def _queue(name: str, parent: str | None = None, gpu_quota: float = -1, gpu_limit: float = -1) -> dict[str, Any]:
@@ -31,38 +24,6 @@ def _queue(name: str, parent: str | None = None, gpu_quota: float = -1, gpu_limi
     if parent:
         spec["parentQueue"] = parent
     return {"metadata": {"name": name, "uid": f"q-{name}", "generation": 1}, "spec": spec}
-
-
-def _pg(name: str, min_member: int = 1, **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "ns", "uid": f"g-{name}", "generation": 1},
-        "spec": {"minMember": min_member, "queue": "team", "priorityClassName": "train", **spec},
-    }
-
-
-def _pod(
-    name: str, group: str | None = "g", node: str | None = None, gpus: int = 1, scheduler: str = "kai-scheduler"
-) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"u-{name}",
-            "resourceVersion": "1",
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-            "annotations": {"pod-group-name": group} if group else {},
-            "managedFields": [{"manager": "x"}],
-        },
-        "spec": {
-            "schedulerName": scheduler,
-            "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
-        },
-        "status": {"phase": "Pending"},
-    }
-    if node:
-        pod["spec"]["nodeName"] = node
-        pod["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:05Z"}
-    return slim_pod(pod)
 
 
 def _cache() -> SchedulerCache:
