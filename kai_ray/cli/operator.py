@@ -416,11 +416,20 @@ def _define(kind: str) -> None:
         if config.webhook_cert_dir:
             _check_cert_dir(config.webhook_cert_dir)
         from kai_ray.cli.connection import connect
-        from kai_ray.k8s.kopf_app import run
+        from kai_ray.extras import require
+        from kai_ray.k8s.engines import start_early
 
+        require("kopf", purpose="this")
         connect(config.kubeconfig, config.context, pool_size=1).close()
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        run(kind, config)
+        engine, started = start_early(kind, config)  # it lists while kopf is imported
+        try:
+            from kai_ray.k8s.kopf_app import run
+        except BaseException:
+            if started:
+                engine.stop(release=True)
+            raise
+        run(kind, config, engine, started)
 
     command.__name__ = f"operator_{kind}"
     command.__doc__ = HELP[kind]

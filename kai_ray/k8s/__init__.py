@@ -21,7 +21,8 @@
   scheduler's victims), ``elastic`` (the API calls: shrink, suspend, resume), ``rayplan`` (pure patch plans),
   ``raygcs`` and ``drainfirst`` (draining Ray nodes); and ``headroom_publisher`` (what Ray's autoscaler may still ask
   for).
-- ``kopf_app``: kopf as the operators' runtime; ``config``: their settings; ``usagedb``: time-based fair share's
+- ``kopf_app``: kopf as the operators' runtime; ``engines``: the engine each operator runs, started while kopf is
+  imported; ``config``: their settings; ``usagedb``: time-based fair share's
   usage sources (KAI's usageDBConfig: none, internal, Prometheus).
 
 Floors (import-linter holds them): ``base`` imports nothing else of ``k8s``; ``ray`` and ``usagedb`` sit above it,

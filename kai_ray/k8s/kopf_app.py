@@ -3,8 +3,9 @@
 Why the engines do their own watching instead of kopf resource handlers: the scheduler needs one consistent in-memory
 picture (an informer cache) rather than per-object handlers, server-side field selectors, Lease-based leader
 election (kopf's peering pauses rather than elects), and tens of thousands of events a minute on two cores. kopf
-still owns the process: it authenticates, starts the engine in ``on.startup``, serves ``/healthz`` from the
-engine's ``on.probe``, and stops it cleanly in ``on.cleanup`` on SIGTERM.
+still owns the process: it authenticates, starts the engine in ``on.startup`` (unless ``kai-ray operator ...``
+started it already, :mod:`kai_ray.k8s.engines`), serves ``/healthz`` from the engine's ``on.probe``, and stops it
+cleanly in ``on.cleanup`` on SIGTERM.
 
 ``register`` is shared by ``kai-ray operator ...`` (its own registry) and the thin ``operators/*.py`` files that
 ``kopf run`` loads (kopf's default registry, settings from ``KAI_RAY_*`` environment variables).
@@ -20,22 +21,9 @@ import kopf
 
 from kai_ray.k8s.base.rest import Kube
 from kai_ray.k8s.config import OperatorConfig
+from kai_ray.k8s.engines import KINDS, Engine, make_engine
 
 log = logging.getLogger(__name__)
-
-KINDS = ("podgrouper", "scheduler")
-
-
-def make_engine(kind: str, config: OperatorConfig) -> Any:
-    if kind == "scheduler":
-        from kai_ray.k8s.scheduling.operator import build_scheduler
-
-        return build_scheduler(config)
-    if kind == "podgrouper":
-        from kai_ray.k8s.podgrouping.operator import PodgrouperOperator
-
-        return PodgrouperOperator(config)
-    raise ValueError(f"unknown operator {kind!r}: expected one of {', '.join(KINDS)}")
 
 
 def connection_info(config: OperatorConfig) -> kopf.ConnectionInfo:
@@ -56,11 +44,18 @@ def connection_info(config: OperatorConfig) -> kopf.ConnectionInfo:
     )
 
 
-def register(kind: str, config: OperatorConfig, registry: kopf.OperatorRegistry | None = None) -> dict[str, Any]:
-    """Register the handlers that run operator ``kind``; returns a holder whose ``engine`` is set while running."""
+def register(
+    kind: str,
+    config: OperatorConfig,
+    registry: kopf.OperatorRegistry | None = None,
+    engine: Engine | None = None,
+    started: bool = False,
+) -> dict[str, Any]:
+    """Register the handlers that run operator ``kind`` (``engine``: one already built, and ``started`` already:
+    :func:`~kai_ray.k8s.engines.start_early`); returns a holder whose ``engine`` is set while running."""
     if kind not in KINDS:
         raise ValueError(f"unknown operator {kind!r}: expected one of {', '.join(KINDS)}")
-    holder: dict[str, Any] = {"engine": None}
+    holder: dict[str, Any] = {"engine": engine if started else None}
     reg = registry if registry is not None else kopf.get_default_registry()
 
     @kopf.on.login(registry=reg, errors=kopf.ErrorsMode.PERMANENT)
@@ -73,41 +68,49 @@ def register(kind: str, config: OperatorConfig, registry: kopf.OperatorRegistry 
         settings.scanning.disabled = True
         settings.posting.level = logging.WARNING
         settings.networking.request_timeout = 30
-        engine = make_engine(kind, config)
-        holder["engine"] = engine
+        running = engine if engine is not None else make_engine(kind, config)
+        holder["engine"] = running
         # kopf scans the API once startup returns, retrying and logging on its own: wait here until the server
         # answers, so an unreachable server is one retry loop with backoff (ours), not two
-        reach = engine.kube.reachability
+        reach = running.kube.reachability
         if not await asyncio.to_thread(reach.check):
             while not reach.up:
                 await asyncio.sleep(0.2)
-        engine.start()
+        if not started:
+            running.start()
         log.info("kai-ray %s started (identity %s)", kind, config.identity)
 
     @kopf.on.cleanup(registry=reg)
     def cleanup(**_: Any) -> None:
-        engine = holder.get("engine")
-        if engine is not None:
-            engine.stop(release=True)
+        running = holder.get("engine")
+        if running is not None:
+            running.stop(release=True)
             holder["engine"] = None
+        holder["stopped"] = True
 
     @kopf.on.probe(id=kind, registry=reg)
     def probe(**_: Any) -> dict[str, Any]:
-        engine = holder.get("engine")
-        if engine is None:
+        running = holder.get("engine")
+        if running is None:
             return {"starting": True}
-        result: dict[str, Any] = engine.health()
+        result: dict[str, Any] = running.health()
         return result
 
     return holder
 
 
-def run(kind: str, config: OperatorConfig) -> None:
-    """Run operator ``kind`` in this process until SIGINT/SIGTERM (what the Helm chart's Deployments execute)."""
+def run(kind: str, config: OperatorConfig, engine: Engine | None = None, started: bool = False) -> None:
+    """Run operator ``kind`` in this process until SIGINT/SIGTERM (what the Helm chart's Deployments execute);
+    ``engine`` and ``started`` as :func:`register` takes them."""
     registry = kopf.OperatorRegistry()
-    register(kind, config, registry)
+    holder = register(kind, config, registry, engine, started)
     liveness = f"http://{config.bind_address}:{config.health_port}/healthz" if config.health_port else None
     # Without an identity kopf asks getpass.getuser(), which raises KeyError for a uid that /etc/passwd does not list
     # (the image and the chart run as 65532, which no base image lists): the operators crashed at start in a pod.
     identity: Any = config.identity  # kopf's Identity is a NewType of str that kopf does not export
-    kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness, identity=identity)
+    try:
+        kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness, identity=identity)
+    finally:
+        running = holder["engine"]
+        if running is not None and not holder.get("stopped"):  # kopf ended before its cleanup ran
+            running.stop(release=True)
