@@ -99,7 +99,7 @@ class Dispatch:
 
     def binds(self, view: SnapshotView, result: CycleResult) -> None:
         """Assume and send the cycle's bindings (pipelined ones wait for their victims to go, kept as the plan that
-        :meth:`bind_released` binds), and stamp the PodGroups of gangs that start."""
+        :meth:`bind_if_released` binds), and stamp the PodGroups of gangs that start."""
         self._release_plan = plan_of(view, result)
         wanted: list[tuple[PodEntry, str, str]] = []
         claims: dict[str, tuple[ClaimAllocation, ...]] = {}
@@ -121,10 +121,13 @@ class Dispatch:
         starting = {job for _, _, job in sent if view.active_before.get(job, 0) == 0}
         self._send(sent, claims, starting)
 
-    def bind_released(self) -> int:
-        """Bind the latest cycle's pipelined pods now that their victims are gone, if nothing they relied on moved
-        (:mod:`~kai_ray.k8s.scheduling.release_binds`); the pods bound (0: the next cycle decides, as under KAI).
-        The caller holds the loop's deciding lock, as :meth:`binds` does."""
+    def bind_if_released(self) -> int:
+        """Bind the latest cycle's pipelined pods once their victims are gone, if nothing they relied on moved
+        (:mod:`~kai_ray.k8s.scheduling.release_binds`); the pods bound (0: the victims are not all gone, or the
+        next cycle decides, as under KAI). Whoever comes first calls it, holding the loop's deciding lock as
+        :meth:`binds` does: the release watcher, or the next cycle before its snapshot."""
+        if not self._awaited_victims.gone(self.cache):
+            return 0
         plan, self._release_plan = self._release_plan, None
         if plan is None or not self.is_leader() or not can_bind(plan, self.cache):
             return 0
@@ -361,10 +364,6 @@ class Dispatch:
     def awaiting_victims(self) -> bool:
         """Pods evicted for a pipelined gang are still to go."""
         return self._awaited_victims.pending()
-
-    def victims_gone(self) -> bool:
-        """True once every pod evicted for a pipelined gang has left the cache: that gang can be bound now."""
-        return self._awaited_victims.gone(self.cache)
 
     def _queue_of(self, job: str) -> str:
         """A starting gang's queue (a binding does not carry it, an eviction does)."""

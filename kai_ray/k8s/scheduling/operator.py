@@ -438,16 +438,19 @@ class SchedulerOperator:
 
         KAI's periodic cycle re-evaluates pending gangs (preemption delays and minimum runtimes expire with time);
         when every gang is scheduled and the last cycle decided nothing, only a change can alter the outcome, so
-        the loop then only wakes for changes (and a slow safety resync). A cycle never takes more than ~20% of the
-        time when nothing changes.
+        the loop then only wakes for changes (and a slow safety resync), or when the last report left a verdict to
+        say later (a gang pending for less than the report delay). A cycle never takes more than ~20% of the time
+        when nothing changes.
         """
         if not self._busy and not self._timed_waits:
-            return IDLE_RESYNC
+            return idle_period(self.reporter.next_due, time.monotonic(), self._last_cycle_seconds)
         return max(self.config.schedule_period, 4 * self._last_cycle_seconds)
 
     def _decide(self) -> tuple[SnapshotView, CycleResult, bool, float, float, float]:
         """A cycle's deciding section: the snapshot, the core, and its decisions sent (as leader)."""
         leading = self._leading.is_set()
+        if leading:  # a cycle that starts before the release watcher saw the victims go binds the plan first
+            self.dispatch.bind_if_released()
         virtual = self.gangs.virtual_pods() if self.gangs is not None and leading else {}
         self.cache.recorder.take()  # before the build: a change landing meanwhile is told again next cycle
         view = self.cache.build(self.core_config(), extra=virtual)
@@ -502,6 +505,14 @@ class SchedulerOperator:
             self.startup["first_cycle_seconds"] = round(t4 - t0, 3)
             log.info("first cycle as leader: %s", self.startup)
         return result
+
+
+def idle_period(report_due: float | None, now: float, last_seconds: float) -> float:
+    """An idle loop's wait: the slow resync, or until the verdict the last report left for later can be said (at
+    least one cycle's length, so an idle loop never runs more than half of the time)."""
+    if report_due is None:
+        return IDLE_RESYNC
+    return min(IDLE_RESYNC, max(report_due - now, last_seconds, 0.05))
 
 
 def cycle_earliest(last_end: float, last_seconds: float, busy: bool) -> float:

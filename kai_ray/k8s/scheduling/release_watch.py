@@ -23,7 +23,8 @@ IDLE_POLL = 0.1  # seconds between checks otherwise (a flag read)
 
 
 class ReleaseWatcher:
-    """Binds :meth:`Dispatch.bind_released` as soon as the awaited victims are gone, outside the deciding section."""
+    """Binds :meth:`Dispatch.bind_if_released` as soon as the awaited victims are gone, outside the deciding
+    section."""
 
     def __init__(self, dispatch: Dispatch, deciding: threading.Lock, leading: threading.Event) -> None:
         self.dispatch = dispatch
@@ -48,8 +49,7 @@ class ReleaseWatcher:
             if not self.deciding.acquire(blocking=False):
                 continue  # a cycle is deciding: its own snapshot may not hold the plan's pods
             try:
-                if self.dispatch.victims_gone():
-                    self.dispatch.bind_released()
+                self.dispatch.bind_if_released()
             except Exception:
                 log.exception("binding a release plan failed; the next cycle decides")
             finally:

@@ -91,6 +91,7 @@ class Reporter:
     _queue_written: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict, init=False)
     _reported_invalid: dict[str, str] = field(default_factory=dict, init=False)
     _queue_fields_checked: dict[str, tuple[Any, ...]] = field(default_factory=dict, init=False)  # Queue -> version
+    next_due: float | None = field(default=None, init=False)  # monotonic: a verdict left for later can be said then
 
     def report(self, view: SnapshotView, result: CycleResult) -> dict[str, JobStatus]:
         """Every verdict of the cycle on its PodGroup (status, Events), then findings, Queue status and metrics.
@@ -131,6 +132,7 @@ class Reporter:
             return [view.pods_by_uid[p.uid] for p in job.pods if p.uid in view.pods_by_uid] if job else []
 
         settled = self._settled
+        self.next_due = None
         for key, v in verdicts.items():
             pg = self.cache.pgs.get(key)
             seen = (v, pg.sig if pg is not None else None)
@@ -197,12 +199,12 @@ class Reporter:
         if prev is None or not same_kind:
             self._verdicts[key] = prev = _Verdict(v.scheduled, v.reason.value, v.message, 0.0, first_seen)
         if not v.scheduled and v.reason is not Reason.INVALID and now - first_seen < PENDING_REPORT_DELAY:
-            return False  # transient pending state (e.g. the pods of a new gang are still arriving)
+            return self._later(first_seen + PENDING_REPORT_DELAY)  # transient (the pods of a new gang arriving)
         written = prev.written_at > 0
         if written and (v.scheduled or prev.message == v.message):
             return True
         if written and now - prev.written_at < self.config.status_interval:
-            return False  # a new message, written once status_interval has passed
+            return self._later(prev.written_at + self.config.status_interval)  # a new message, once that passed
         prev.message = v.message
         prev.written_at = now
         current = self._current_pg_status(key, pg.raw)
@@ -227,6 +229,12 @@ class Reporter:
                         self.events.emit(pod_ref(p), WARNING, "Unschedulable", f"{v.reason.value}: {v.message}")
         return True
 
+    def _later(self, due: float) -> bool:
+        """A verdict to say at ``due`` (monotonic): a later cycle says it, and an idle loop wakes for it
+        (:attr:`next_due`). False, as :meth:`_report_job` returns for a verdict not settled yet."""
+        self.next_due = due if self.next_due is None else min(self.next_due, due)
+        return False
+
     def _report_upstream(self, key: str, v: JobStatus, now: float) -> None:
         """An upstream Kubernetes PodGroup: kai-ray writes nothing on it (its conditions are kube-scheduler's gang
         plugin's), so a pending verdict is a Warning Event on each waiting pod, once per pod and change of reason
@@ -239,7 +247,8 @@ class Reporter:
         if v.scheduled:
             return
         if v.reason is not Reason.INVALID and now - prev.first_seen < PENDING_REPORT_DELAY:
-            return  # transient, as for KAI PodGroups
+            self._later(prev.first_seen + PENDING_REPORT_DELAY)  # transient, as for KAI PodGroups
+            return
         prev.written_at = now
         told = self._upstream_told.setdefault(key, set())
         with self.cache.lock:  # the cache's members: an invalid gang is in no snapshot

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kai_ray.k8s.scheduling.operator import _busy, cycle_earliest, timed_waits
+from kai_ray.k8s.scheduling.operator import IDLE_RESYNC, _busy, cycle_earliest, idle_period, timed_waits
 from kai_ray.scheduler import snapshot as s
 from kai_ray.scheduler.decisions import Bind, CycleResult, JobStatus, Reason
 
@@ -34,3 +34,12 @@ def test_a_max_pending_clock_keeps_the_periodic_cycle_until_acted_on() -> None:
 def test_a_lone_arrival_after_an_idle_cycle_is_not_held_back_by_that_cycles_length() -> None:
     assert cycle_earliest(100.0, 2.0, busy=True) == 102.0, "a stream of changes: cycles take at most half the time"
     assert cycle_earliest(100.0, 2.0, busy=False) == 100.0, "the cycle before decided nothing: start at once"
+
+
+def test_an_idle_loop_comes_back_for_a_verdict_the_report_left_for_later() -> None:
+    """A gang pending for less than the report delay (a victim's PodGroup just left short of pods) is said by a
+    later cycle: an idle loop waits for that, not for the slow resync."""
+    assert idle_period(None, 100.0, 0.01) == IDLE_RESYNC
+    assert idle_period(100.5, 100.0, 0.01) == 0.5
+    assert idle_period(100.8, 100.0, 2.0) == 2.0, "never sooner than one cycle's length"
+    assert idle_period(99.0, 100.0, 0.01) == 0.05, "overdue: at once, but not in a tight loop"

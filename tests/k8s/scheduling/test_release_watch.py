@@ -21,10 +21,9 @@ class _Victims:
     def awaiting_victims(self) -> bool:
         return self.left > 0 or self.bound == 0
 
-    def victims_gone(self) -> bool:
-        return self.left == 0
-
-    def bind_released(self) -> int:
+    def bind_if_released(self) -> int:
+        if self.left:
+            return 0
         self.bound += 1
         return 1
 
