@@ -20,8 +20,8 @@ KAI:
 
 A plan is all or nothing (a gang is never bound in part); the binds then go out as a cycle's would.
 
-The plan is written by the cycle that decides it and bound by the release watcher, both under the loop's deciding
-lock; the victims awaited (:class:`AwaitedVictims`) are also dropped by the binder and the Ray path's threads, so
+The plan is written by the cycle that decides it and bound by the release watcher (``release_watch.py``) or, when
+a cycle starts first, by that cycle before its snapshot, all under the loop's deciding lock; the victims awaited (:class:`AwaitedVictims`) are also dropped by the binder and the Ray path's threads, so
 they keep a lock of their own.
 """
 
