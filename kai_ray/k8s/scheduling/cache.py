@@ -92,6 +92,7 @@ class SchedulerCache:
         self.members: dict[str, dict[str, PodEntry]] = {}
         self.by_uid: dict[str, PodEntry] = {}
         self.foreign: dict[str, list[float]] = {}
+        self.on_nodes: dict[str, set[str]] = {}  # node -> keys of the pods that name it (bind on release reads it)
         self._jobs: dict[str, Built] = {}  # key -> (job, template used, active, pending)
         self._dirty: set[str] = set()
         self.suspended: set[str] = set()  # PodGroups whose owner kai-ray suspended (kai-ray.io/suspended)
@@ -197,6 +198,8 @@ class SchedulerCache:
         return True
 
     def _index(self, p: PodEntry) -> None:
+        if p.node:
+            self.on_nodes.setdefault(p.node, set()).add(p.key)
         if p.job_key is not None:
             self.members.setdefault(p.job_key, {})[p.key] = p
             if p.problems and not p.terminal:
@@ -208,6 +211,12 @@ class SchedulerCache:
             charge(self.foreign, p.node, p)
 
     def _unindex(self, p: PodEntry) -> None:
+        if p.node:
+            keys = self.on_nodes.get(p.node)
+            if keys is not None:
+                keys.discard(p.key)
+                if not keys:
+                    del self.on_nodes[p.node]
         if p.job_key is not None:
             group = self.members.get(p.job_key)
             if group is not None:

@@ -21,8 +21,9 @@ KAI:
 A plan is all or nothing (a gang is never bound in part); the binds then go out as a cycle's would.
 
 The plan is written by the cycle that decides it and bound by the release watcher (``release_watch.py``) or, when
-a cycle starts first, by that cycle before its snapshot, all under the loop's deciding lock; the victims awaited (:class:`AwaitedVictims`) are also dropped by the binder and the Ray path's threads, so
-they keep a lock of their own.
+a cycle starts first, by that cycle before its snapshot, all under the loop's deciding lock; the victims awaited
+(:class:`AwaitedVictims`) are also dropped by the binder and the Ray path's threads, so they keep a lock of their
+own.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def can_bind(plan: ReleasePlan, cache: SchedulerCache) -> bool:
         if cache.node_generation != plan.node_generation:
             return False
         assumed = {key: a.node for key, a in cache.assumed.items()}
-        return room_for(plan.binds, cache.pods, cache.nodes, assumed)
+        return room_for(plan.binds, cache.pods, cache.nodes, assumed, cache.on_nodes)
 
 
 def room_for(
@@ -103,10 +104,11 @@ def room_for(
     pods: dict[str, PodEntry],
     nodes: dict[str, s.Node],
     assumed: dict[str, str],
+    on_nodes: dict[str, set[str]],
 ) -> bool:
     """Whether every planned pod is still pending as planned and every planned node has the room for its share of
-    the plan now; ``pods`` and ``nodes`` as the cache holds them, ``assumed``: pod key -> node of the bindings in
-    flight. The caller holds the cache's lock."""
+    the plan now; ``pods``, ``nodes`` and ``on_nodes`` (node -> keys of the pods on it) as the cache holds them,
+    ``assumed``: pod key -> node of the bindings in flight. The caller holds the cache's lock."""
     want: dict[str, list[float]] = {}
     for b in binds:
         p = pods.get(b.key)
@@ -117,9 +119,11 @@ def room_for(
             return False
         _add(want.setdefault(b.node, [0.0, 0.0, 0.0, 0.0]), p.request)
     used = {node: [0.0, 0.0, 0.0, 0.0] for node in want}
-    for p in pods.values():
-        if p.node in used and not p.terminal:
-            _add(used[p.node], p.request)
+    for node, taken in used.items():
+        for key in on_nodes.get(node, ()):
+            p = pods[key]
+            if not p.terminal:
+                _add(taken, p.request)
     for key, node in assumed.items():
         p = pods.get(key)
         if node in used and p is not None and not p.node:

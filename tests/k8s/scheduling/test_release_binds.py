@@ -62,6 +62,7 @@ def test_anything_the_plan_relied_on_that_moved_leaves_it_to_the_next_cycle() ->
     _victims_gone(cache)
     cache.on_pod(UPSERT, "ns/other", pod("other", "elsewhere", gpus=1, node="n1"))  # another scheduler's, or no gang
     assert not can_bind(plan, cache), "a pod that took part of the room since"
+    assert cache.on_nodes["n1"] == {"ns/other"}, "the node's pods, as the cache indexes them"
     cache.on_pod(DELETE, "ns/other", pod("other", "elsewhere", gpus=1, node="n1"))
     assert can_bind(plan, cache)
 
