@@ -408,9 +408,8 @@ class SchedulerOperator:
     def _settle(self) -> None:
         """Coalesce a burst of changes before a cycle, without delaying a lone change.
 
-        The cycle starts once changes have paused for ``debounce`` and, after a cycle that had work (a stream of
-        changes), at least one cycle's length has passed since it ended (so cycles take at most half of the time
-        while changes trickle in; :func:`cycle_earliest`), and at the latest
+        The cycle starts once changes have paused for ``debounce`` and at least one cycle's length has passed since
+        the last cycle ended (so cycles take at most half of the time while changes trickle in), and at the latest
         ``max(debounce, 3 x cycle)`` after the wake-up (a steady stream of arrivals: cycles take a quarter of the
         time). A gang that arrives alone, or the last victim of a preemption going, is thus acted on within about
         ``debounce`` instead of after three cycle lengths. While victims of a pipelined gang are still going, a
@@ -420,7 +419,7 @@ class SchedulerOperator:
         """
         now = time.monotonic()
         deadline = now + max(self.config.debounce, 3 * self._last_cycle_seconds)
-        earliest = cycle_earliest(self.last_cycle, self._last_cycle_seconds, self._busy)
+        earliest = self.last_cycle + self._last_cycle_seconds
         while not self._stop.is_set():
             self._wake.clear()
             now = time.monotonic()
@@ -513,14 +512,6 @@ def idle_period(report_due: float | None, now: float, last_seconds: float) -> fl
     if report_due is None:
         return IDLE_RESYNC
     return min(IDLE_RESYNC, max(report_due - now, last_seconds, 0.05))
-
-
-def cycle_earliest(last_end: float, last_seconds: float, busy: bool) -> float:
-    """When a cycle that a change woke may start. After a cycle that had work (``busy``: changes are streaming in),
-    one cycle's length after that cycle ended, so that cycles take at most half of the time; after an idle cycle, at
-    once: a lone arrival (a preemptor on a quiet cluster) is not held back by the length of the cycle before it,
-    about two seconds at 5,000 nodes."""
-    return last_end + last_seconds if busy else last_end
 
 
 def _busy(r: CycleResult) -> bool:

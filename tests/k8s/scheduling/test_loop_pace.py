@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kai_ray.k8s.scheduling.operator import IDLE_RESYNC, _busy, cycle_earliest, idle_period, timed_waits
+from kai_ray.k8s.scheduling.operator import IDLE_RESYNC, _busy, idle_period, timed_waits
 from kai_ray.scheduler import snapshot as s
 from kai_ray.scheduler.decisions import Bind, CycleResult, JobStatus, Reason
 
@@ -29,11 +29,6 @@ def test_a_max_pending_clock_keeps_the_periodic_cycle_until_acted_on() -> None:
     assert timed_waits(snap), "its pending clock runs, pods or not"
     job.raynative = s.RayNativeFacts(max_pending_time=600.0, max_pending_acted=1.0)
     assert not timed_waits(snap), "acted on: nothing more happens with time"
-
-
-def test_a_lone_arrival_after_an_idle_cycle_is_not_held_back_by_that_cycles_length() -> None:
-    assert cycle_earliest(100.0, 2.0, busy=True) == 102.0, "a stream of changes: cycles take at most half the time"
-    assert cycle_earliest(100.0, 2.0, busy=False) == 100.0, "the cycle before decided nothing: start at once"
 
 
 def test_an_idle_loop_comes_back_for_a_verdict_the_report_left_for_later() -> None:
