@@ -188,14 +188,17 @@ class SchedulerCache:
         changes cannot, and each used to cost a whole cycle (seconds at thousands of nodes) on the way of a
         preemption: a pod that holds no node and whose PodGroup does not exist yet (the podgrouper creates it next,
         and that wakes the loop), and a pod this scheduler is evicting that now says it is being deleted (the
-        eviction overlay already showed it as releasing). The change is still recorded: the next cycle reads it."""
+        eviction overlay already showed it as releasing). A pod becoming Ready does not either: after a fill at
+        thousands of nodes the kubelets' Ready updates kept the loop cycling for minutes. The change is still
+        recorded: the next cycle reads it."""
         key = new.job_key
         unplaced = new.node is None and (old is None or old.node is None)
         if unplaced and key is not None and key not in self.pgs and key not in self.upstream:
             return old is not None and old.job_key != key
         if self_evicted and old is not None and new.deleting and not old.deleting:
             return not only_deleting_differs(old.sig, new.sig)
-        return True
+        # becoming Ready only lifts a ready-timeout, whose clock keeps the periodic cycle going
+        return old is None or new.sig.ready is not True or old.sig._replace(ready=True) != new.sig
 
     def _index(self, p: PodEntry) -> None:
         if p.node:

@@ -207,3 +207,23 @@ def test_changes_that_cannot_alter_a_decision_do_not_wake_the_loop() -> None:
     assert woke == [1], "a pod deleted by someone else frees room the scheduler did not plan for"
     cache.on_pod(DELETE, "ns/v", deleting)
     assert woke == [1, 1], "a victim gone wakes the loop (its preemptor can now be bound)"
+
+
+def test_a_pod_becoming_ready_does_not_wake_the_loop_and_one_losing_it_does() -> None:
+    """After a fill at thousands of nodes the kubelets' Ready updates kept the loop cycling for minutes; becoming
+    Ready only lifts a ready-timeout (whose clock keeps the periodic cycle going), so it waits for the next cycle."""
+    woke: list[int] = []
+    cache = _cache()
+    cache.on_pod(UPSERT, "ns/a", _pod("a", node="n1"))
+    cache.on_change = lambda: woke.append(1)
+
+    def with_ready(status: str) -> dict[str, Any]:
+        pod = _pod("a", node="n1")
+        pod["status"]["conditions"] = [{"type": "Ready", "status": status}]
+        return pod
+
+    cache.on_pod(UPSERT, "ns/a", with_ready("True"))
+    assert woke == [], "Ready: nothing to decide sooner"
+    assert [p.ready for p in _job(cache.build(s.SchedulerConfig())).pods] == [True], "still read by the next cycle"
+    cache.on_pod(UPSERT, "ns/a", with_ready("False"))
+    assert woke == [1], "not Ready any more: a ready-timeout may now apply"
