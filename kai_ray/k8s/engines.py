@@ -2,8 +2,9 @@
 
 Why apart from :mod:`kai_ray.k8s.kopf_app`: importing kopf (with aiohttp, and the ``kubernetes`` client it looks
 for) is the largest part of an operator's start-up. An engine built and started first lists its informers while
-that import runs; the lists mostly wait on the API server, on another core, so a replica starting cold leads
-sooner (``kai-ray bench failover`` times the start-up).
+that import runs; the lists mostly wait on the API server, on another core. ``kai-ray bench failover`` times the
+start-up: the engine is built about 0.4 s sooner, but under the benchmark's own load the lists slow down while kopf
+loads, and the first binding came within the machine's spread of before (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
