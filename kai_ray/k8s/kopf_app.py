@@ -86,7 +86,6 @@ def register(
         if running is not None:
             running.stop(release=True)
             holder["engine"] = None
-        holder["stopped"] = True
 
     @kopf.on.probe(id=kind, registry=reg)
     def probe(**_: Any) -> dict[str, Any]:
@@ -112,5 +111,5 @@ def run(kind: str, config: OperatorConfig, engine: Engine | None = None, started
         kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness, identity=identity)
     finally:
         running = holder["engine"]
-        if running is not None and not holder.get("stopped"):  # kopf ended before its cleanup ran
+        if running is not None:  # kopf ended before its cleanup ran (the cleanup lets go of the engine)
             running.stop(release=True)
