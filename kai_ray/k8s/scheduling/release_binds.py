@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kai_ray.k8s.scheduling.cache import SchedulerCache
-from kai_ray.k8s.scheduling.entries import PodEntry, SnapshotView
+from kai_ray.k8s.scheduling.entries import PodEntry, SnapshotView, charge
 from kai_ray.k8s.scheduling.resume import is_virtual
 from kai_ray.scheduler import snapshot as s
 from kai_ray.scheduler.decisions import CycleResult
@@ -117,17 +117,17 @@ def room_for(
             return False
         if n is None or n.unschedulable or not n.ready:
             return False
-        _add(want.setdefault(b.node, [0.0, 0.0, 0.0, 0.0]), p.request)
+        charge(want, b.node, p)
     used = {node: [0.0, 0.0, 0.0, 0.0] for node in want}
-    for node, taken in used.items():
+    for node in want:
         for key in on_nodes.get(node, ()):
             p = pods[key]
             if not p.terminal:
-                _add(taken, p.request)
+                charge(used, node, p)
     for key, node in assumed.items():
         p = pods.get(key)
         if node in used and p is not None and not p.node:
-            _add(used[node], p.request)
+            charge(used, node, p)
     for node, need in want.items():
         n = nodes[node]
         have = (n.allocatable.gpu, n.allocatable.cpu, n.allocatable.memory, float(n.max_pods))
@@ -136,13 +136,6 @@ def room_for(
             if taken[r] + need[r] > have[r] * (1 + ROOM_SLACK) + ROOM_SLACK:
                 return False
     return True
-
-
-def _add(acc: list[float], req: s.Resources) -> None:
-    acc[0] += req.gpu
-    acc[1] += req.cpu
-    acc[2] += req.memory
-    acc[3] += 1.0
 
 
 class AwaitedVictims:
