@@ -3,7 +3,9 @@
 - ``base``: the plumbing both operators stand on — ``rest`` (raw-JSON client over the official client's connection
   pool), ``informer`` (list-then-watch caches), ``workqueue``, ``leader`` (Lease election), ``events``
   (de-duplicated core/v1 Events), ``metrics``, ``isolate`` (per-object guards), ``pruning``, ``rbac``, ``slim``
-  (pods kept as both operators read them).
+  (pods kept as both operators read them), ``shared`` (watched objects' repeated strings and parts held once),
+  ``collector`` (the cyclic collector kept off long-lived objects), ``servingcert`` and ``mountedcert`` (the
+  webhook's certificate, made at start or mounted from cert-manager's Secret).
 - ``podgrouping``: the podgrouper operator (``operator`` wires owner chains, Ray and pod reconciles, deferred
   stamps, orphan adoption, the PodGroup writer and the admission webhook: pods and Ray CRs -> PodGroups, pod stamps);
   its pure rules (owners followed, the ownerless-pod grouper, the PodGroup merge rules) are
@@ -16,7 +18,8 @@
   ``ungate`` (the queue-admission gate lifted), ``podcondition`` (``PodScheduled=False`` for node autoscalers),
   ``reporting`` (PodGroup/Queue status, Events, metrics), ``cyclemetrics``, ``status``, ``resume`` (suspended gangs
   weighed against the snapshot and resumed), ``rayactivity``, ``dra_claims`` (ResourceClaims), ``upstream_gangs``
-  (``scheduling.k8s.io`` PodGroups), ``cluster_views`` and ``pod_explanation`` (the CLI's read-only views).
+  (``scheduling.k8s.io`` PodGroups), ``watched`` (what the informers keep of pods, nodes and PodGroups),
+  ``cluster_views`` and ``pod_explanation`` (the CLI's read-only views).
 - ``ray``: Ray-aware reclaim — ``victims`` (victim records in, typed outcomes out), ``ray_reclaim`` (the Ray path of the
   scheduler's victims), ``elastic`` (the API calls: shrink, suspend, resume), ``rayplan`` (pure patch plans),
   ``raygcs`` and ``drainfirst`` (draining Ray nodes); and ``headroom_publisher`` (what Ray's autoscaler may still ask

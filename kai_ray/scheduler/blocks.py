@@ -101,29 +101,31 @@ class JobBlock:
         "xnames",
     )
 
-    # filled by seal (a block kept across cycles); a block placed once is placed row by row and never has them
-    set_counts: list[tuple[PodSet, int, int, list[int]]]  # (set, n_active, n_alive, rows in the set)
-    col_pods: list[Pod]  # the rows by column, as the session's per-pod lists hold them
-    col_sets: list[PodSet | None]
-    col_status: list[int]
-    col_node: list[int]
-    col_req: list[tuple[float, float, float]]
-    col_frac: list[float]
-    col_gpumem: list[float]
-    col_start: list[float | None]  # None: not started, the session's clock
-    col_xreq: list[tuple[np.ndarray, np.ndarray] | None]
-    unstarted: list[int]
-    migs: list[tuple[int, float]]
-    on_node: list[int]  # rows of pods that hold room on a node
-    col_none: list[None]  # the rows' GPU groups before placement
+    # filled by seal (a block kept across cycles); a block placed once is placed row by row and never has them.
+    # Tuples, not lists: a kept block is read only, and at 40,000 one-pod PodGroups the lists' headers and spare
+    # room were tens of MiB (the empty tuple is one object).
+    set_counts: tuple[tuple[PodSet, int, int, tuple[int, ...]], ...]  # (set, n_active, n_alive, rows in the set)
+    col_pods: tuple[Pod, ...]  # the rows by column, as the session's per-pod lists hold them
+    col_sets: tuple[PodSet | None, ...]
+    col_status: tuple[int, ...]
+    col_node: tuple[int, ...]
+    col_req: tuple[tuple[float, float, float], ...]
+    col_frac: tuple[float, ...]
+    col_gpumem: tuple[float, ...]
+    col_start: tuple[float | None, ...]  # None: not started, the session's clock
+    col_xreq: tuple[tuple[np.ndarray, np.ndarray] | None, ...]
+    unstarted: tuple[int, ...]
+    migs: tuple[tuple[int, float], ...]
+    on_node: tuple[int, ...]  # rows of pods that hold room on a node
+    col_none: tuple[None, ...]  # the rows' GPU groups before placement
     # pods on a node counted the session's vectorised way (whole GPUs): node, request, releasing, in row order
-    hold_nodes: list[int]
-    hold_req: list[tuple[float, float, float]]
-    hold_rel: list[bool]
-    hold_x: list[int]  # of those, the rows that also hold extended resources
-    hold_rows: list[int]  # rows on a node that hold a shared GPU (placed one by one)
+    hold_nodes: tuple[int, ...]
+    hold_req: tuple[tuple[float, float, float], ...]
+    hold_rel: tuple[bool, ...]
+    hold_x: tuple[int, ...]  # of those, the rows that also hold extended resources
+    hold_rows: tuple[int, ...]  # rows on a node that hold a shared GPU (placed one by one)
     # per node, the rows on it: (whole-GPU rows, of those the ones with extended resources, shared-GPU rows)
-    node_rows: dict[int, tuple[list[int], list[int], list[int]]]
+    node_rows: dict[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
     rel_on_node: bool  # a releasing pod holds room on a node
 
     def __init__(
@@ -158,7 +160,7 @@ class JobBlock:
         # the effective preemptibility (and its note) for the leaf queue's default it was decided under
         self.mode: tuple[Preemptibility | None, tuple[Preemptibility, str]] | None = None
 
-    def columns(self) -> tuple[list[Any], ...]:
+    def columns(self) -> tuple[tuple[Any, ...], ...]:
         """The sealed rows by column, in the order of :data:`~kai_ray.scheduler.placed.COLUMNS` (the GPU groups
         empty, the unstarted pods' start times None)."""
         return (
@@ -180,50 +182,57 @@ class JobBlock:
         session's state of a releasing pod."""
         rows = self.rows
         self.sealed = True
-        self.col_pods, self.col_sets, self.col_status, self.col_node = [], [], [], []
-        self.col_req, self.col_frac, self.col_gpumem, self.col_start, self.col_xreq = [], [], [], [], []
-        self.unstarted, self.migs, self.on_node = [], [], []
-        self.hold_nodes, self.hold_req, self.hold_rel, self.hold_x, self.hold_rows = [], [], [], [], []
-        self.col_none = [None] * len(rows)
+        unstarted: list[int] = []
+        migs: list[tuple[int, float]] = []
+        on_node: list[int] = []
+        hold_nodes: list[int] = []
+        hold_req: list[tuple[float, float, float]] = []
+        hold_rel: list[bool] = []
+        hold_x: list[int] = []
+        hold_rows: list[int] = []
         by_node: dict[int, tuple[list[int], list[int], list[int]]] = {}
         rel_on_node = False
         for i, r in enumerate(rows):
             pod = r.pod
-            self.col_pods.append(pod)
-            self.col_sets.append(r.set)
-            self.col_status.append(r.status)
-            self.col_node.append(r.node)
-            self.col_req.append(r.req)
-            self.col_frac.append(r.frac)
-            self.col_gpumem.append(r.gpumem)
-            self.col_start.append(pod.start_time)
-            self.col_xreq.append(r.xreq)
             if pod.start_time is None:
-                self.unstarted.append(i)
+                unstarted.append(i)
             if r.mig:
-                self.migs.append((i, r.mig))
+                migs.append((i, r.mig))
             node = r.node
             if node < 0:
                 continue
-            self.on_node.append(i)
+            on_node.append(i)
             rel_on_node = rel_on_node or r.status == releasing
             on = by_node.get(node)
             if on is None:
                 on = by_node[node] = ([], [], [])
             if r.frac or r.gpumem:
-                self.hold_rows.append(i)
+                hold_rows.append(i)
                 on[2].append(i)
             else:
-                self.hold_nodes.append(node)
-                self.hold_req.append(r.req)
-                self.hold_rel.append(r.status == releasing)
+                hold_nodes.append(node)
+                hold_req.append(r.req)
+                hold_rel.append(r.status == releasing)
                 on[0].append(i)
                 if r.xreq is not None:
-                    self.hold_x.append(i)
+                    hold_x.append(i)
                     on[1].append(i)
-        self.node_rows = by_node
+        self.col_pods = tuple(r.pod for r in rows)
+        self.col_sets = tuple(r.set for r in rows)
+        self.col_status = tuple(r.status for r in rows)
+        self.col_node = tuple(r.node for r in rows)
+        self.col_req = tuple(r.req for r in rows)
+        self.col_frac = tuple(r.frac for r in rows)
+        self.col_gpumem = tuple(r.gpumem for r in rows)
+        self.col_start = tuple(r.pod.start_time for r in rows)
+        self.col_xreq = tuple(r.xreq for r in rows)
+        self.col_none = (None,) * len(rows)
+        self.unstarted, self.migs, self.on_node = tuple(unstarted), tuple(migs), tuple(on_node)
+        self.hold_nodes, self.hold_req, self.hold_rel = tuple(hold_nodes), tuple(hold_req), tuple(hold_rel)
+        self.hold_x, self.hold_rows = tuple(hold_x), tuple(hold_rows)
+        self.node_rows = {n: (tuple(w), tuple(x), tuple(sh)) for n, (w, x, sh) in by_node.items()}
         self.rel_on_node = rel_on_node
-        self.set_counts = [
-            (ps, ps.n_active, ps.n_alive, [i for i, r in enumerate(rows) if r.set is ps])
+        self.set_counts = tuple(
+            (ps, ps.n_active, ps.n_alive, tuple(i for i, r in enumerate(rows) if r.set is ps))
             for ps in self.podsets.values()
-        ]
+        )

@@ -54,7 +54,7 @@ def object_ref(obj: dict[str, Any], api_version: str | None = None, kind: str | 
     return ref
 
 
-@dataclass
+@dataclass(slots=True)
 class TokenBucket:
     """``burst`` tokens, refilled at one per ``refill`` seconds (explicit clock, so it is tested without sleeping)."""
 
@@ -75,7 +75,7 @@ class TokenBucket:
         return (1.0 - self.tokens) * self.refill
 
 
-@dataclass
+@dataclass(slots=True)
 class _Aggregate:
     """One Event on the server: what it says now, and whether a write carrying it is still to be sent."""
 

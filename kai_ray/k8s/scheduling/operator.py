@@ -38,20 +38,19 @@ from functools import partial
 from typing import Any
 
 from kai_ray.k8s.base.collector import CycleFreeze, collector_paused
-from kai_ray.k8s.base.informer import Informer, wait_all_synced
+from kai_ray.k8s.base.informer import DELETE, Informer, wait_all_synced
 from kai_ray.k8s.base.leader import HANDOVER_PREFIX, LeaderElector, LeaseConfig
 from kai_ray.k8s.base.rest import Kube, podgroups_path, pods_path, queues_path
-from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.config import OperatorConfig
 from kai_ray.k8s.scheduling import dra_claims, upstream_gangs
 from kai_ray.k8s.scheduling.assembly import SchedulerParts, assemble
 from kai_ray.k8s.scheduling.cyclemetrics import record_cycle
 from kai_ray.k8s.scheduling.dispatch import EVICT_PRIORITY
-from kai_ray.k8s.scheduling.dra_claims import slim_pod_claims
 from kai_ray.k8s.scheduling.entries import SnapshotView
 from kai_ray.k8s.scheduling.podcondition import UnschedulableMarker
 from kai_ray.k8s.scheduling.reporting import STATUS_PRIORITY
 from kai_ray.k8s.scheduling.ungate import Ungater
+from kai_ray.k8s.scheduling.watched import kept_node, kept_pod, kept_podgroup
 from kai_ray.k8s.usagedb import capacity_of
 from kai_ray.scheduler.decisions import CycleResult, Reason
 from kai_ray.scheduler.snapshot import SchedulerConfig, Snapshot
@@ -158,7 +157,12 @@ class SchedulerOperator:
         node_sel = ",".join([*(f"{k}={v}" for k, v in sorted(cfg.node_selector.items())), *([pool] if pool else [])])
         infs = [
             Informer(
-                self.kube, "/api/v1/nodes", name="nodes", handler=self.cache.on_node, label_selector=node_sel or None
+                self.kube,
+                "/api/v1/nodes",
+                name="nodes",
+                handler=self.cache.on_node,
+                transform=kept_node,
+                label_selector=node_sel or None,
             ),
             Informer(
                 self.kube,
@@ -174,7 +178,7 @@ class SchedulerOperator:
                 missing_ok=True,
                 label_selector=pool,
             ),
-            Informer(self.kube, pods_path(), name="pods", handler=self._on_pod, transform=_slim_pod),
+            Informer(self.kube, pods_path(), name="pods", handler=self._on_pod, transform=kept_pod),
             *self.dra.informers(self.kube),
         ]
         for ns in cfg.namespaces or (None,):
@@ -183,7 +187,8 @@ class SchedulerOperator:
                     self.kube,
                     podgroups_path(ns),
                     name=f"podgroups-{ns or 'all'}",
-                    handler=self.cache.on_podgroup,
+                    handler=self._on_podgroup,
+                    transform=kept_podgroup,
                     missing_ok=True,
                     label_selector=pool,
                 )
@@ -203,6 +208,11 @@ class SchedulerOperator:
             work = f"release-claims/{gone.metadata.namespace}/{gone.metadata.name}"
             self.writer.submit(work, partial(dra_claims.release, self.kube, self.dra, gone), priority=STATUS_PRIORITY)
         self.cache.on_pod(event, key, obj)
+
+    def _on_podgroup(self, event: str, key: str, obj: dict[str, Any]) -> None:
+        self.cache.on_podgroup(event, key, obj)
+        if event != DELETE:
+            self.reporter.watched_podgroup(key, obj)
 
     def start(self) -> SchedulerOperator:
         self.metrics.serve(self.config.metrics_port, self.config.bind_address)
@@ -526,7 +536,3 @@ def _busy(r: CycleResult) -> bool:
 def build_scheduler(config: OperatorConfig, kube: Kube | None = None) -> SchedulerOperator:
     """One scheduler replica from its settings (and an API client to share, else its own)."""
     return SchedulerOperator(assemble(config, kube))
-
-
-def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    return slim_pod_claims(obj, slim_pod(obj))
