@@ -24,22 +24,24 @@ _intern = sys.intern
 _UNIQUE = frozenset({"resourceVersion"})  # new on every write: interning it would only churn the table
 
 
-def intern_strings(obj: Any) -> Any:
-    """``obj`` (decoded JSON, changed in place) with every string value interned but the resourceVersion; returns
-    it."""
-    if isinstance(obj, dict):
+def intern_strings(obj: Any, skip: frozenset[int] = frozenset()) -> Any:
+    """``obj`` (decoded JSON, changed in place) with every string value interned but the resourceVersion, not
+    descending into the containers whose ``id`` is in ``skip`` (parts already held, interned); returns it."""
+    if type(obj) is dict:
         for k, v in obj.items():
-            if type(v) is str:
+            t = type(v)
+            if t is str:
                 if k not in _UNIQUE:
                     obj[k] = _intern(v)
-            elif isinstance(v, dict | list):
-                intern_strings(v)
-    elif isinstance(obj, list):
+            elif (t is dict or t is list) and id(v) not in skip:
+                intern_strings(v, skip)
+    elif type(obj) is list:
         for i, v in enumerate(obj):
-            if type(v) is str:
+            t = type(v)
+            if t is str:
                 obj[i] = _intern(v)
-            elif isinstance(v, dict | list):
-                intern_strings(v)
+            elif (t is dict or t is list) and id(v) not in skip:
+                intern_strings(v, skip)
     return obj
 
 
@@ -54,26 +56,38 @@ class SharedParts:
         self._lock = threading.Lock()
 
     def get(self, part: Any) -> Any:
-        """The held object equal to ``part`` (a JSON value, not changed afterwards), or ``part`` itself, now held."""
+        """The held object equal to ``part`` (a JSON value, not changed afterwards), or ``part`` itself, its
+        strings interned, now held."""
         key = orjson.dumps(part)
         with self._lock:
             held = self._by_value.get(key)
-            if held is None:
-                if len(self._by_value) >= self.limit:
-                    self._by_value.clear()
-                held = self._by_value[key] = part
-        return held
+        if held is not None:
+            return held
+        intern_strings(part)
+        with self._lock:
+            if len(self._by_value) >= self.limit:
+                self._by_value.clear()
+            return self._by_value.setdefault(key, part)
 
-    def share(self, obj: dict[str, Any], path: tuple[str, ...]) -> None:
-        """Replace the part of ``obj`` at ``path`` (dictionary keys), if there is one, by its held equal."""
+    def share(self, obj: dict[str, Any], path: tuple[str, ...]) -> int | None:
+        """Replace the part of ``obj`` at ``path`` (dictionary keys), if there is one, by its held equal; returns
+        the ``id`` of what is there now (None: nothing was)."""
         parent: Any = obj
         for k in path[:-1]:
             parent = parent.get(k)
             if not isinstance(parent, dict):
-                return
+                return None
         part = parent.get(path[-1])
-        if part is not None and not isinstance(part, str | int | float | bool):
-            parent[path[-1]] = self.get(part)
+        if part is None or isinstance(part, str | int | float | bool):
+            return None
+        held = parent[path[-1]] = self.get(part)
+        return id(held)
+
+    def share_all(self, obj: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
+        """``obj`` (decoded JSON, changed in place) with the parts at ``paths`` shared and every other string
+        interned; returns it."""
+        held = frozenset(i for i in (self.share(obj, path) for path in paths) if i is not None)
+        return intern_strings(obj, held)
 
     def __len__(self) -> int:
         return len(self._by_value)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kai_ray.k8s.base.informer import slim as slim_object
-from kai_ray.k8s.base.shared import SharedParts, intern_strings
+from kai_ray.k8s.base.shared import SharedParts
 from kai_ray.k8s.base.slim import slim_pod
 from kai_ray.k8s.scheduling.dra_claims import slim_pod_claims
 
@@ -34,10 +34,7 @@ _PODGROUP_PARTS = (("metadata", "labels"), ("spec",), ("status", "conditions"), 
 
 def kept_pod(obj: dict[str, Any]) -> dict[str, Any]:
     """A watched pod as the cache keeps it: slimmed, its strings interned and its common parts shared."""
-    pod = intern_strings(slim_pod_claims(obj, slim_pod(obj)))
-    for path in _POD_PARTS:
-        _PARTS.share(pod, path)
-    return pod
+    return _PARTS.share_all(slim_pod_claims(obj, slim_pod(obj)), _POD_PARTS)
 
 
 def kept_node(obj: dict[str, Any]) -> dict[str, Any]:
@@ -57,16 +54,10 @@ def kept_node(obj: dict[str, Any]) -> dict[str, Any]:
         "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
         "status": slim_status,
     }
-    intern_strings(node)
-    for path in _NODE_PARTS:
-        _PARTS.share(node, path)
-    return node
+    return _PARTS.share_all(node, _NODE_PARTS)
 
 
 def kept_podgroup(obj: dict[str, Any]) -> dict[str, Any]:
     """A watched PodGroup as the cache keeps it: without managedFields, its strings interned, its common parts
     shared (the spec of every PodGroup of a one-pod workload is the same)."""
-    pg = intern_strings(slim_object(obj))
-    for path in _PODGROUP_PARTS:
-        _PARTS.share(pg, path)
-    return pg
+    return _PARTS.share_all(slim_object(obj), _PODGROUP_PARTS)

@@ -65,3 +65,14 @@ def test_the_table_starts_over_at_its_limit_and_what_was_handed_out_is_kept() ->
     assert held == [{"n": 0}, {"n": 1}, {"n": 2}] and fourth == {"n": 3}
     again = parts.get({"n": 0})
     assert again == held[0]
+
+
+def test_sharing_all_parts_interns_the_rest_and_the_held_parts() -> None:
+    parts = SharedParts()
+    body = b'{"metadata": {"namespace": "team-a", "labels": {"app": "trainer"}}, "spec": {"nodeName": "n1"}}'
+    a = parts.share_all(orjson.loads(body), (("metadata", "labels"),))
+    b = parts.share_all(orjson.loads(body), (("metadata", "labels"),))
+    assert a == b == orjson.loads(body)
+    assert a["metadata"]["labels"] is b["metadata"]["labels"]
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["spec"]["nodeName"] is b["spec"]["nodeName"]
