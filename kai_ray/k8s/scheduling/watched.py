@@ -4,7 +4,7 @@ Why apart from the operator: the cache reads these objects on every event and th
 cycle, so what is kept of them is most of the scheduler's memory at tens of thousands of pods. Each is slimmed to
 what is read, its strings interned and the parts that objects of one workload repeat shared
 (:mod:`kai_ray.k8s.base.shared`): an offline reproduction of a 5,000-node cluster with 40,000 pods, each its own
-PodGroup, held about 180 MiB less. The kept objects are read only (see that module).
+PodGroup, held 160 MiB less. The kept objects are read only (see that module).
 """
 
 from __future__ import annotations
