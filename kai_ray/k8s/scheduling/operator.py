@@ -143,9 +143,7 @@ class SchedulerOperator:
                 on_start=self._on_elected,
                 on_stop=self._on_deposed,
             )
-        self.last_cycle: float = 0.0
         self._follower_built = 0.0
-        self._last_cycle_seconds = 0.0
         self._recent_cycles: deque[tuple[float, float]] = deque(maxlen=32)  # (start, end), monotonic, newest last
         self._last_report = 0.0
         self.last_result: CycleResult | None = None
@@ -260,6 +258,16 @@ class SchedulerOperator:
             self.kube.reachability.close()  # its prober, if the server was unreachable
         self.metrics.close()
         self.collector.release()
+
+    @property
+    def last_cycle(self) -> float:
+        """When the last cycle ended (monotonic; 0.0: none yet)."""
+        return self._recent_cycles[-1][1] if self._recent_cycles else 0.0
+
+    @property
+    def _last_cycle_seconds(self) -> float:
+        start, end = self._recent_cycles[-1] if self._recent_cycles else (0.0, 0.0)
+        return end - start
 
     def _drain(self) -> dict[str, str] | None:
         """Before a graceful release: let the bindings already sent be answered and come back through the pods
@@ -509,9 +517,7 @@ class SchedulerOperator:
                     log.exception("computing the headroom failed; the next publication retries")
         t4 = time.perf_counter()
         self.cycles += 1
-        self.last_cycle = time.monotonic()
-        self._last_cycle_seconds = t4 - t0
-        self._recent_cycles.append((started, self.last_cycle))
+        self._recent_cycles.append((started, time.monotonic()))
         self.last_result = result
         self._busy = _busy(result)
         record_cycle(self.metrics, view, result, (t0, t1, t2, t3, t4), self.cache.inflight())
